@@ -1,0 +1,36 @@
+# Two commands a newcomer needs: `make demo` and `make test`. Each sets itself up first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-quick lint typecheck clean
+
+setup: $(STAMP)
+
+# torch is pinned and installed on its own first: an unpinned torch, pulled in as a
+# dependency, would fetch the multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m tidal.cli run --workers 1:4 --initial 2 --resize-at 40:4,120:1 -- examples/digits_mlp.py --epochs 8
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests examples benchmarks
+	$(VENV)/bin/ruff format --check src tests examples benchmarks
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test-quick: $(STAMP)
+	$(VENV)/bin/pytest -q -m "not slow"
+
+test: lint typecheck
+	$(VENV)/bin/pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
