@@ -1,0 +1,101 @@
+"""The policy interface: a pure function from plain data to an allocation.
+
+The live controller and the simulator call the same policies with the same types, so a
+decision measured in simulation is the decision users get. A policy does no I/O, reads no
+clock and owns any randomness it uses (seeded through its constructor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+#: A slot is one accelerator (or one virtual CPU slot) on a host: ``(host name, index)``.
+Slot = tuple[str, int]
+
+#: What a policy returns: for each job that holds slots, the slots it holds. Jobs absent
+#: from the mapping hold nothing (queued, or preempted to zero).
+Allocation = Mapping[str, tuple[Slot, ...]]
+
+
+@dataclass(frozen=True)
+class Host:
+    """A machine with ``slots`` interchangeable slots, optionally in a resource group."""
+
+    name: str
+    slots: int
+    group: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The hosts a policy may hand out, in a stable order."""
+
+    hosts: tuple[Host, ...]
+
+    @property
+    def total_slots(self) -> int:
+        """Number of slots over all hosts."""
+        return sum(h.slots for h in self.hosts)
+
+    def slots(self) -> list[Slot]:
+        """Every slot of the cluster, host by host."""
+        return [(h.name, i) for h in self.hosts for i in range(h.slots)]
+
+
+@dataclass(frozen=True)
+class ThroughputModel:
+    """Pollux-style step-time model reported by a running job (used by ``goodput``).
+
+    ``step_time(w, n, b)`` for ``w`` workers on ``n`` nodes with per-worker batch ``b`` is
+    ``alpha_c + beta_c * b`` of compute plus a sync term that grows with the worker count;
+    ``grad_noise_scale`` gives the statistical efficiency of a global batch.
+    """
+
+    alpha_compute: float
+    beta_compute: float
+    alpha_sync_local: float
+    beta_sync_local: float
+    alpha_sync_node: float
+    beta_sync_node: float
+    gamma: float = 1.0
+    grad_noise_scale: float = 0.0
+    init_batch_size: int = 1
+    max_local_batch: int = 1 << 30
+    max_global_batch: int = 1 << 30
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What a policy sees of one job that wants slots (queued or running)."""
+
+    job_id: str
+    min_workers: int
+    max_workers: int
+    priority: int = 5000
+    #: Submission order key; ties broken by ``job_id``.
+    submitted_at: float = 0.0
+    #: Target resource group; ``None`` means any host.
+    group: str | None = None
+    #: Slot-seconds received so far (for least-attained-service policies).
+    attained_service: float = 0.0
+    #: A user's manual target (``tidal scale``) inside ``[min_workers, max_workers]``.
+    target_workers: int | None = None
+    throughput: ThroughputModel | None = None
+
+
+class Policy(Protocol):
+    """A scheduling policy; ``allocate`` must be deterministic for equal inputs."""
+
+    name: str
+
+    def allocate(
+        self,
+        jobs: Sequence[JobRequest],
+        cluster: Cluster,
+        previous: Allocation,
+    ) -> dict[str, tuple[Slot, ...]]:
+        """Return the slots each job holds next; never more slots than a host has."""
+        ...
