@@ -1,3 +1,41 @@
-"""tidal: elastic, multi-job training on a shared pool of GPUs."""
+"""tidal: elastic, multi-job training on a shared pool of GPUs.
+
+Inside a training script::
+
+    import tidal
+    ctx = tidal.init()
+    model = tidal.ElasticDataParallel(model)
+    loader = tidal.ElasticDataLoader(dataset, batch_size=256)   # the global batch
+    state = tidal.State(model=model, optimizer=opt, loader=loader)
+    for epoch in state.epochs(10):
+        for x, y in loader:
+            ...
+            state.step()
+"""
+
+from tidal.runtime import (
+    EXIT_RELEASED,
+    ElasticDataLoader,
+    ElasticDataParallel,
+    PeerLost,
+    RuntimeConfig,
+    State,
+    WorkerContext,
+    current,
+    init,
+)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "EXIT_RELEASED",
+    "ElasticDataLoader",
+    "ElasticDataParallel",
+    "PeerLost",
+    "RuntimeConfig",
+    "State",
+    "WorkerContext",
+    "__version__",
+    "current",
+    "init",
+]

@@ -1,0 +1,120 @@
+"""The ``tidal`` command."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from rich.console import Console
+
+from tidal.launch.run import (
+    RunOptions,
+    UsageProblem,
+    parse_resize_plan,
+    parse_workers,
+    run,
+)
+from tidal.launch.runs import lookup
+from tidal.runtime.rendezvous import connect_store, request_resize
+
+app = typer.Typer(
+    name="tidal",
+    help="Elastic PyTorch training on a shared pool of GPUs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console(stderr=True)
+
+
+@app.command(
+    "run",
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+)
+def run_command(
+    command: Annotated[list[str], typer.Argument(help="SCRIPT [ARGS...]: what each worker runs")],
+    workers: Annotated[str, typer.Option(help="MIN:MAX workers (or N)")] = "1:1",
+    initial: Annotated[int | None, typer.Option(help="workers at start (default MAX)")] = None,
+    max_restarts: Annotated[int, typer.Option(help="failures to recover from")] = 3,
+    run_id: Annotated[str | None, typer.Option(help="name of this run")] = None,
+    checkpoint_dir: Annotated[Path | None, typer.Option(help="durable checkpoints here")] = None,
+    checkpoint_every: Annotated[int, typer.Option(help="checkpoint every N steps (0: never)")] = 0,
+    timeout: Annotated[float, typer.Option(help="seconds before a silent peer is dead")] = 10.0,
+    sync_every: Annotated[int, typer.Option(help="agree on membership every K steps")] = 1,
+    log_dir: Annotated[Path | None, typer.Option(help="also write each worker's log here")] = None,
+    resize_at: Annotated[str, typer.Option(help="scripted resizes: STEP:N[,STEP:N...]")] = "",
+) -> None:
+    """Run SCRIPT on MIN..MAX local workers that grow and shrink while they train."""
+    low, high = parse_workers(workers)
+    start = high if initial is None else initial
+    if not low <= start <= high:
+        raise UsageProblem(f"--initial: expected a value within --workers {low}:{high}, got {start}")
+    if max_restarts < 0:
+        raise UsageProblem(f"--max-restarts: expected an integer >= 0, got {max_restarts}")
+    if timeout <= 0:
+        raise UsageProblem(f"--timeout: expected seconds > 0, got {timeout}")
+    if sync_every < 1:
+        raise UsageProblem(f"--sync-every: expected an integer >= 1, got {sync_every}")
+    if checkpoint_every < 0:
+        raise UsageProblem(f"--checkpoint-every: expected an integer >= 0, got {checkpoint_every}")
+    options = RunOptions(
+        command=list(command),
+        min_workers=low,
+        max_workers=high,
+        initial=start,
+        max_restarts=max_restarts,
+        checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
+        checkpoint_every=checkpoint_every,
+        timeout=timeout,
+        sync_every=sync_every,
+        log_dir=log_dir,
+        resize_plan=parse_resize_plan(resize_at, low, high),
+    )
+    if run_id:
+        options.run_id = run_id
+    raise typer.Exit(run(options, console))
+
+
+@app.command("resize")
+def resize_command(
+    run_id: Annotated[str, typer.Argument(help="the run, as `tidal run` printed it")],
+    workers: Annotated[int, typer.Option(help="how many workers the run should have")],
+) -> None:
+    """Ask a running `tidal run` for WORKERS workers."""
+    record = lookup(run_id)
+    if record is None:
+        raise UsageProblem(f"RUN: no running run with id {run_id!r}")
+    if not record.min_workers <= workers <= record.max_workers:
+        raise UsageProblem(
+            f"--workers: expected a value within {record.min_workers}:{record.max_workers}, "
+            f"got {workers}"
+        )
+    host, _, port = record.store.rpartition(":")
+    seq = request_resize(connect_store(host, int(port), timeout=10), workers)
+    console.print(f"asked run {run_id} for {workers} workers (request {seq})", highlight=False)
+
+
+def main() -> None:
+    """Entry point: usage problems are one line on stderr and exit status 2."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    try:
+        code = app(standalone_mode=False)
+    except UsageProblem as exc:
+        console.print(f"tidal: {exc}", highlight=False, markup=False)
+        sys.exit(2)
+    except click.UsageError as exc:
+        console.print(f"tidal: {exc.format_message()}", highlight=False, markup=False)
+        sys.exit(2)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,436 @@
+"""One elastic job's workers as local subprocesses, driven through generations.
+
+:class:`WorkerGroup` is the launcher half of the rescale protocol: it hosts the job's
+rendezvous store, starts workers on slots, admits newcomers only once they are ready (built
+their model), publishes a generation for every change (grow, planned shrink, failure,
+restart from checkpoint), and replaces failed workers within ``max_restarts``. It decides
+nothing about *how many* slots a job should have: ``assign`` says that. ``tidal run`` and
+the controller's local backend both drive it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from tidal.runtime.api import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CHECKPOINT_EVERY_STEPS,
+    ENV_RUN_ID,
+    ENV_SLOT,
+    ENV_STORE,
+    ENV_SYNC_EVERY,
+    ENV_TIMEOUT,
+    ENV_WORKER_ID,
+    EXIT_RELEASED,
+)
+from tidal.runtime.rendezvous import Generation, RendezvousHost
+
+log = logging.getLogger("tidal.launch")
+
+
+class WorkerState(enum.Enum):
+    """Where a worker process is in its life."""
+
+    STARTING = "starting"  # process started, model not built yet
+    READY = "ready"  # waiting to be admitted
+    MEMBER = "member"  # in the current generation
+    LEAVING = "leaving"  # released, finishing its step
+    EXITED = "exited"
+
+
+class Outcome(enum.Enum):
+    """How a group ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+@dataclass
+class WorkerSpec:
+    """What every worker of the job runs, and how."""
+
+    argv: list[str]
+    run_id: str
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    log_dir: Path | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every_steps: int = 0
+    max_restarts: int = 3
+    #: Bound on collectives and joins inside the workers, in seconds.
+    timeout: float = 10.0
+    sync_every: int = 1
+    #: Slots are GPUs: a worker on slot ``host:i`` sees only GPU ``i``.
+    gpus: bool = False
+
+
+@dataclass
+class Worker:
+    """One worker process."""
+
+    id: str
+    slot: str
+    process: subprocess.Popen[str]
+    state: WorkerState = WorkerState.STARTING
+    exit_code: int | None = None
+    started_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class GroupEvent:
+    """Something that happened to the group, for logs and the controller's event table."""
+
+    kind: str  # started, admitted, released, failed, restarted, generation, finished
+    message: str
+    time: float = field(default_factory=time.time)
+    generation: int | None = None
+    stall: float | None = None
+
+
+class WorkerGroup:
+    """Run and resize one job's workers. Call :meth:`poll` regularly (every few ms)."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        *,
+        on_output: Callable[[str, str], None] | None = None,
+        on_event: Callable[[GroupEvent], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.host = RendezvousHost()
+        self.workers: dict[str, Worker] = {}
+        self.generation: Generation | None = None
+        self.desired: list[str] = []
+        self.restarts = 0
+        self.outcome: Outcome | None = None
+        self._on_output = on_output
+        self._on_event = on_event
+        self._next_id = 0
+        self._forming_since: float | None = None
+        self._finishing = False
+        self._readers: list[threading.Thread] = []
+        self._log_files: list[IO[str]] = []
+        self._lock = threading.Lock()
+
+    # -- what callers ask -------------------------------------------------------------
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """Worker ids of the current generation, in rank order."""
+        return self.generation.members if self.generation else ()
+
+    @property
+    def world_size(self) -> int:
+        """Workers in the current generation."""
+        return len(self.members)
+
+    def member_slots(self) -> list[str]:
+        """Slots of the current generation's workers, in rank order."""
+        return [self.workers[m].slot for m in self.members]
+
+    def start(self, slots: Sequence[str]) -> None:
+        """Start one worker per slot; they form generation 0 once all are ready."""
+        self.assign(slots)
+
+    def assign(self, slots: Sequence[str]) -> None:
+        """Make the job run on exactly ``slots``: workers on slots that stay keep going,
+        the others are released at their next step boundary, newcomers start on new slots
+        and are admitted once ready. An empty list releases every worker (the job
+        checkpoints and waits)."""
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"slots: each slot at most once, got {list(slots)}")
+        self.desired = list(slots)
+
+    def resize(self, workers: int, pool: Sequence[str]) -> list[str]:
+        """Keep the first ``workers`` current slots in rank order (survivors keep the lowest
+        ranks) and add free slots of ``pool``; returns the slots asked for."""
+        keep = [s for s in self.member_slots() if s in self.desired][:workers]
+        for slot in self.desired:
+            if len(keep) < workers and slot not in keep:
+                keep.append(slot)
+        for slot in pool:
+            if len(keep) >= workers:
+                break
+            if slot not in keep:
+                keep.append(slot)
+        self.assign(keep)
+        return keep
+
+    def settled(self) -> bool:
+        """Whether the workers run exactly on the assigned slots (no change in flight)."""
+        return self._forming_since is None and sorted(self.member_slots()) == sorted(self.desired)
+
+    def progress(self) -> dict[str, object] | None:
+        """Rank 0's last report: step, epoch, generation, world."""
+        return self.host.progress()
+
+    # -- the state machine ------------------------------------------------------------
+
+    def poll(self) -> Outcome | None:
+        """Advance: reap exits, handle failures, admit and release. Returns the outcome
+        once the job has ended."""
+        if self.outcome is not None:
+            return self.outcome
+        self._reap()
+        if self.outcome is None:
+            self._check_formation()
+        if self.outcome is None and not self._finishing:
+            self._reconcile()
+        return self.outcome
+
+    def _reap(self) -> None:
+        members = set(self.members)
+        lost: list[str] = []
+        for worker in list(self.workers.values()):
+            if worker.state is WorkerState.EXITED:
+                continue
+            code = worker.process.poll()
+            if code is None:
+                continue
+            was = worker.state
+            worker.state, worker.exit_code = WorkerState.EXITED, code
+            if code == 0 and worker.id in members:
+                self._finishing = True
+                self._emit("finished", f"{worker.id} finished")
+            elif code == EXIT_RELEASED and was in (WorkerState.LEAVING, WorkerState.MEMBER):
+                self._emit("released", f"{worker.id} released from slot {worker.slot}")
+            elif was is WorkerState.LEAVING:
+                self._emit("released", f"{worker.id} left with status {code}")
+            elif self._finishing and code != 0:
+                lost.append(worker.id)
+            else:
+                self._emit("failed", f"{worker.id} on slot {worker.slot} exited with status {code}")
+                if worker.id in members:
+                    lost.append(worker.id)
+                else:
+                    self._count_restart()
+        if self._finishing:
+            alive = [m for m in self.members if self.workers[m].state is not WorkerState.EXITED]
+            if not alive:
+                codes = [self.workers[m].exit_code for m in self.members]
+                self.outcome = (
+                    Outcome.SUCCEEDED if all(c in (0, EXIT_RELEASED) for c in codes) else Outcome.FAILED
+                )
+                self._terminate_all()
+            return
+        if lost:
+            self._handle_loss(lost)
+
+    def _count_restart(self) -> None:
+        self.restarts += 1
+        if self.restarts > self.spec.max_restarts:
+            self._emit("failed", f"more than {self.spec.max_restarts} restarts: giving up")
+            self.outcome = Outcome.FAILED
+            self._terminate_all()
+
+    def _handle_loss(self, lost: list[str]) -> None:
+        self._count_restart()  # one failure event, however many workers it took
+        if self.outcome is not None:
+            return
+        survivors = [
+            m for m in self.members if m not in lost and self.workers[m].state is not WorkerState.EXITED
+        ]
+        ready = self._ready_newcomers()
+        if survivors:
+            self._publish(survivors + ready, reason="failure", lost=lost)
+        else:
+            # Nobody holds the state in memory: the next generation resumes from the
+            # latest durable checkpoint. Fresh workers start in _reconcile.
+            self._emit("restarted", "no survivor: restarting from the latest checkpoint")
+            self.generation = Generation(
+                self.generation.number if self.generation else -1, (), reason="failure"
+            )
+            self._forming_since = None
+
+    def _check_formation(self) -> None:
+        if self._forming_since is None or self.generation is None:
+            return
+        pending = [m for m in self.members if not self.host.is_formed(self.generation.number, m)]
+        if not pending:
+            stall = time.monotonic() - self._forming_since
+            self._forming_since = None
+            self._emit(
+                "generation",
+                f"generation {self.generation.number} formed with {self.world_size} workers",
+                stall=stall,
+            )
+            return
+        if time.monotonic() - self._forming_since > 3 * self.spec.timeout + 30:
+            for m in pending:
+                log.warning("worker=%s did not join gen=%d: killing", m, self.generation.number)
+                self._kill(self.workers[m])
+
+    def _ready_newcomers(self) -> list[str]:
+        ready = []
+        for worker in self.workers.values():
+            if worker.state is WorkerState.STARTING and self.host.is_ready(worker.id):
+                worker.state = WorkerState.READY
+            if worker.state is WorkerState.READY and worker.slot in self.desired:
+                ready.append(worker.id)
+        return ready
+
+    def _reconcile(self) -> None:
+        occupied = {
+            w.slot: w
+            for w in self.workers.values()
+            if w.state in (WorkerState.STARTING, WorkerState.READY, WorkerState.MEMBER)
+        }
+        for slot in self.desired:
+            if slot not in occupied:
+                self._spawn(slot)
+        for worker in list(occupied.values()):
+            if worker.slot not in self.desired and worker.state is not WorkerState.MEMBER:
+                self._kill(worker)  # never admitted: nothing to hand over
+        if self._forming_since is not None:
+            return
+        members = list(self.members)
+        leavers = [m for m in members if self.workers[m].slot not in self.desired]
+        ready = self._ready_newcomers()
+        first = not members
+        if first:
+            waiting = [
+                w for w in self.workers.values()
+                if w.state is WorkerState.STARTING and w.slot in self.desired
+            ]
+            if waiting or not ready:
+                return  # a (re)start forms once every worker is built
+        elif not leavers and not ready:
+            return
+        stay = [m for m in members if m not in leavers]
+        reason = "resize"
+        if first:
+            reason = "start" if self.generation is None else "restart"
+        elif not stay and not ready:
+            reason = "release"
+        self._publish(stay + ready, reason=reason)
+        for m in leavers:
+            self.workers[m].state = WorkerState.LEAVING
+
+    def _publish(self, members: list[str], *, reason: str, lost: Sequence[str] = ()) -> None:
+        number = (self.generation.number if self.generation else -1) + 1
+        self.generation = Generation(number, tuple(members), reason=reason, lost=tuple(lost))
+        self.host.publish(self.generation)
+        for m in members:
+            self.workers[m].state = WorkerState.MEMBER
+        self._forming_since = time.monotonic() if members else None
+        self._emit(
+            "generation",
+            f"generation {number} ({reason}): {len(members)} workers {list(members)}",
+        )
+
+    # -- processes ----------------------------------------------------------------------
+
+    def _spawn(self, slot: str) -> Worker:
+        worker_id = f"w{self._next_id}"
+        self._next_id += 1
+        env = dict(os.environ)
+        env.update(self.spec.env)
+        env.update(
+            {
+                ENV_STORE: self.host.address,
+                ENV_WORKER_ID: worker_id,
+                ENV_RUN_ID: self.spec.run_id,
+                ENV_SLOT: slot,
+                ENV_TIMEOUT: str(self.spec.timeout),
+                ENV_SYNC_EVERY: str(self.spec.sync_every),
+                ENV_CHECKPOINT_EVERY_STEPS: str(self.spec.checkpoint_every_steps),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if self.spec.checkpoint_dir:
+            env[ENV_CHECKPOINT_DIR] = self.spec.checkpoint_dir
+        if self.spec.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = slot.rpartition(":")[2]
+        process = subprocess.Popen(
+            self.spec.argv,
+            cwd=self.spec.cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            start_new_session=True,  # a Ctrl-C reaches the launcher, which stops them in order
+        )
+        worker = Worker(worker_id, slot, process)
+        self.workers[worker_id] = worker
+        self._follow(worker)
+        self._emit("started", f"{worker_id} started on slot {slot} (pid {process.pid})")
+        return worker
+
+    def _follow(self, worker: Worker) -> None:
+        sink: IO[str] | None = None
+        if self.spec.log_dir is not None:
+            self.spec.log_dir.mkdir(parents=True, exist_ok=True)
+            sink = open(self.spec.log_dir / f"{worker.id}.log", "a", buffering=1)  # noqa: SIM115
+            self._log_files.append(sink)
+
+        def pump() -> None:
+            assert worker.process.stdout is not None
+            for line in worker.process.stdout:
+                text = line.rstrip("\n")
+                if sink is not None:
+                    sink.write(line)
+                if self._on_output is not None:
+                    self._on_output(worker.id, text)
+
+        reader = threading.Thread(target=pump, name=f"tidal-log-{worker.id}", daemon=True)
+        reader.start()
+        self._readers.append(reader)
+
+    def _kill(self, worker: Worker) -> None:
+        if worker.process.poll() is None:
+            try:
+                os.killpg(worker.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        worker.process.wait(timeout=10)
+        worker.exit_code = worker.process.returncode
+        if worker.state is not WorkerState.MEMBER:
+            worker.state = WorkerState.EXITED
+
+    def _terminate_all(self) -> None:
+        for worker in self.workers.values():
+            if worker.process.poll() is None:
+                self._kill(worker)
+            worker.state = WorkerState.EXITED
+
+    def stop(self, grace: float = 30.0) -> None:
+        """Release every worker (rank 0 checkpoints first), wait up to ``grace`` seconds
+        for them to leave, then kill what is left. Closes the store and the logs."""
+        if self.outcome is None and self.members and self._forming_since is None:
+            self._publish([], reason="release")
+            for m in self.generation.members if self.generation else ():
+                self.workers[m].state = WorkerState.LEAVING
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(
+                w.process.poll() is None for w in self.workers.values()
+            ):
+                time.sleep(0.02)
+        self._terminate_all()
+        if self.outcome is None:
+            self.outcome = Outcome.STOPPED
+        for reader in self._readers:
+            reader.join(timeout=5)
+        for sink in self._log_files:
+            sink.close()
+
+    def _emit(self, kind: str, message: str, *, stall: float | None = None) -> None:
+        event = GroupEvent(
+            kind, message, generation=self.generation.number if self.generation else None, stall=stall
+        )
+        log.info("run=%s %s: %s", self.spec.run_id, kind, message)
+        if self._on_event is not None:
+            self._on_event(event)

@@ -1,0 +1,173 @@
+"""``tidal run``: a local launcher like torchrun, whose jobs resize in place."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+
+from tidal.launch.group import GroupEvent, Outcome, WorkerGroup, WorkerSpec
+from tidal.launch.runs import RunRecord, register, unregister
+
+
+class UsageProblem(ValueError):
+    """Bad command-line input; the message names the argument."""
+
+
+def parse_workers(text: str) -> tuple[int, int]:
+    """``MIN:MAX`` (or ``N`` for a fixed size) into a pair; raises :class:`UsageProblem`."""
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            low = high = int(parts[0])
+        elif len(parts) == 2:
+            low, high = int(parts[0]), int(parts[1])
+        else:
+            raise ValueError
+    except ValueError:
+        raise UsageProblem(f"--workers: expected MIN:MAX or N, got {text!r}") from None
+    if low < 1 or high < 1:
+        raise UsageProblem(f"--workers: sizes must be >= 1, got {text!r}")
+    if low > high:
+        raise UsageProblem(f"--workers: MIN must be <= MAX, got {low} > {high}")
+    return low, high
+
+
+def parse_resize_plan(text: str, low: int, high: int) -> list[tuple[int, int]]:
+    """``STEP:N,STEP:N`` into ``[(step, workers)]`` sorted by step."""
+    plan = []
+    for item in filter(None, text.split(",")):
+        try:
+            step_text, n_text = item.split(":")
+            step, n = int(step_text), int(n_text)
+        except ValueError:
+            raise UsageProblem(f"--resize-at: expected STEP:N[,STEP:N...], got {text!r}") from None
+        if not low <= n <= high or step < 0:
+            raise UsageProblem(
+                f"--resize-at: {item!r} needs STEP >= 0 and N within --workers {low}:{high}"
+            )
+        plan.append((step, n))
+    return sorted(plan)
+
+
+def worker_argv(command: list[str]) -> list[str]:
+    """A ``.py`` script runs under this interpreter; anything else runs as given."""
+    if not command:
+        raise UsageProblem("SCRIPT: missing; give the training script (and its arguments)")
+    script = command[0]
+    if script.endswith(".py"):
+        if not Path(script).is_file():
+            raise UsageProblem(f"SCRIPT: no such file {script!r}")
+        return [sys.executable, script, *command[1:]]
+    return command
+
+
+@dataclass
+class RunOptions:
+    """Everything ``tidal run`` was asked to do."""
+
+    command: list[str]
+    min_workers: int
+    max_workers: int
+    initial: int
+    max_restarts: int = 3
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    timeout: float = 10.0
+    sync_every: int = 1
+    log_dir: Path | None = None
+    resize_plan: list[tuple[int, int]] = field(default_factory=list)
+
+
+def run(options: RunOptions, console: Console) -> int:
+    """Run the job until it ends; returns the launcher's exit status."""
+    lock = threading.Lock()
+
+    def show_output(worker_id: str, line: str) -> None:
+        with lock:
+            sys.stdout.write(f"[{worker_id}] {line}\n")
+            sys.stdout.flush()
+
+    def show_event(event: GroupEvent) -> None:
+        stall = f" in {event.stall * 1e3:.0f} ms" if event.stall is not None else ""
+        with lock:
+            console.print(f"[bold cyan]tidal[/] {event.kind}: {event.message}{stall}", highlight=False)
+
+    spec = WorkerSpec(
+        argv=worker_argv(options.command),
+        run_id=options.run_id,
+        log_dir=options.log_dir,
+        checkpoint_dir=options.checkpoint_dir,
+        checkpoint_every_steps=options.checkpoint_every,
+        max_restarts=options.max_restarts,
+        timeout=options.timeout,
+        sync_every=options.sync_every,
+    )
+    group = WorkerGroup(spec, on_output=show_output, on_event=show_event)
+    pool = [f"local:{i}" for i in range(options.max_workers)]
+    group.start(pool[: options.initial])
+    register(
+        RunRecord(
+            options.run_id, os.getpid(), group.host.address, options.min_workers, options.max_workers
+        )
+    )
+    console.print(
+        f"[bold cyan]tidal[/] run {options.run_id}: {options.initial} workers "
+        f"({options.min_workers}:{options.max_workers}); resize with "
+        f"`tidal resize {options.run_id} --workers N`",
+        highlight=False,
+    )
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    plan = list(options.resize_plan)
+    seen_seq = 0
+    try:
+        while True:
+            outcome = group.poll()
+            if outcome is not None:
+                break
+            if stopping.is_set():
+                console.print("[bold cyan]tidal[/] stopping: releasing workers", highlight=False)
+                group.stop()
+                break
+            request = group.host.resize_request()
+            if request is not None and int(request["seq"]) > seen_seq:
+                seen_seq = int(request["seq"])
+                n = max(options.min_workers, min(options.max_workers, int(request["workers"])))
+                group.resize(n, pool)
+                show_event(GroupEvent("resize", f"asked for {n} workers"))
+            if plan and group.settled():
+                progress = group.progress()
+                if progress is not None and int(str(progress["step"])) >= plan[0][0]:
+                    step, n = plan.pop(0)
+                    group.resize(n, pool)
+                    show_event(GroupEvent("resize", f"step {step}: asked for {n} workers"))
+            time.sleep(0.01)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if group.outcome is None:
+            group.stop()
+        else:
+            group.stop(grace=0)
+        unregister(options.run_id)
+    outcome = group.outcome
+    console.print(
+        f"[bold cyan]tidal[/] run {options.run_id} {outcome.value if outcome else 'ended'} "
+        f"(restarts: {group.restarts})",
+        highlight=False,
+    )
+    return 0 if outcome is Outcome.SUCCEEDED else 1

@@ -1,0 +1,69 @@
+"""Durable checkpoints: a file is either absent or complete, never half-written.
+
+Written to a temporary name in the same folder, flushed and fsynced, renamed over the final
+name (atomic on POSIX), and the folder fsynced so the rename itself survives a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger("tidal.checkpoint")
+
+_NAME = re.compile(r"^checkpoint-(\d+)\.pt$")
+
+
+def checkpoint_path(directory: str | Path, step: int) -> Path:
+    """Where the checkpoint of ``step`` lives."""
+    return Path(directory) / f"checkpoint-{step:09d}.pt"
+
+
+def save_atomic(state: dict[str, Any], directory: str | Path, step: int, *, keep: int = 2) -> Path:
+    """Write ``state`` as the checkpoint of ``step``; keep the newest ``keep`` checkpoints."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = checkpoint_path(folder, step)
+    tmp = folder / f".{final.name}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    for old in list_checkpoints(folder)[:-keep] if keep > 0 else []:
+        old.unlink(missing_ok=True)
+    log.info("checkpoint step=%d path=%s", step, final)
+    return final
+
+
+def list_checkpoints(directory: str | Path) -> list[Path]:
+    """Complete checkpoints in ``directory``, oldest first."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def load_latest(directory: str | Path) -> dict[str, Any] | None:
+    """The newest checkpoint that loads, or ``None`` if there is none."""
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            # Our own files: they hold RNG states (numpy arrays), which weights_only refuses.
+            state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:
+            log.warning("skipping unreadable checkpoint %s: %s", path, exc)
+            continue
+        log.info("resuming from %s", path)
+        return state
+    return None

@@ -1,0 +1,329 @@
+"""The worker's view of its job: which generation it is in, its process group, and a
+watcher thread that turns a peer's death into a prompt, clean error.
+
+Why the guard: a gloo collective blocked on a dead peer only fails for the ranks wired to
+that peer; the others wait for the full timeout. Every collective the runtime issues goes
+through :meth:`WorkerContext.guard`, which returns a future that the watcher completes as
+soon as the store says the generation is broken (a member reported a fault, or the launcher
+published a failure generation). Nobody waits on a dead peer for longer than one poll.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from tidal.runtime.api import ENV_STORE, ENV_WORKER_ID, RuntimeConfig
+from tidal.runtime.rendezvous import (
+    Generation,
+    RendezvousClient,
+    RendezvousHost,
+    RendezvousTimeout,
+    connect_store,
+)
+
+log = logging.getLogger("tidal.runtime")
+
+T = TypeVar("T")
+
+_WATCH_INTERVAL = 0.02
+_PROGRESS_INTERVAL = 0.2
+
+
+class PeerLost(RuntimeError):
+    """A collective of the current generation failed: a peer died or stopped answering."""
+
+
+class WorkerContext:
+    """Membership and process group of this worker. Create it with :func:`tidal.init`."""
+
+    def __init__(self, config: RuntimeConfig | None = None) -> None:
+        self.config = config or RuntimeConfig.from_env()
+        address = os.environ.get(ENV_STORE)
+        self._local_host: RendezvousHost | None = None
+        if address:
+            host, _, port = address.rpartition(":")
+            self.worker_id = os.environ.get(ENV_WORKER_ID, f"w{os.getpid()}")
+            self._store_address = (host, int(port))
+            store = connect_store(host, int(port), timeout=max(30.0, self.config.timeout))
+        else:
+            # Alone: host a private store so one code path serves both cases.
+            self._local_host = RendezvousHost()
+            self.worker_id = "w0"
+            self._store_address = (self._local_host.host, self._local_host.port)
+            store = self._local_host.store
+        self.rendezvous = RendezvousClient(store, self.worker_id)
+        self.backend = self.config.backend or ("nccl" if _has_own_gpu() else "gloo")
+        self.device = torch.device("cuda", 0) if self.backend == "nccl" else torch.device("cpu")
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+
+        self.generation: Generation | None = None
+        self.rank = 0
+        self.world_size = 1
+        self.group: dist.ProcessGroup | None = None
+        #: Progress, kept current by :class:`tidal.State` for the watcher's reports.
+        self.step = 0
+        self.epoch = 0
+        #: Set when a collective of the current generation failed; cleared on re-join.
+        self.failed = False
+        self.failure: str | None = None
+
+        self._lock = threading.Lock()
+        self._pending: dict[torch.futures.Future[Any], Callable[[], Any]] = {}
+        self._broken_gen: int | None = None
+        self._fault_to_report: int | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._latest_seen = -1
+        self._watcher: threading.Thread | None = None
+
+    # -- membership ---------------------------------------------------------------------
+
+    @property
+    def is_member(self) -> bool:
+        """Whether this worker is part of a formed generation."""
+        return self.generation is not None and self.group is not None
+
+    @property
+    def latest_seen(self) -> int:
+        """The newest generation number the watcher has seen in the store."""
+        return self._latest_seen
+
+    def join(self, after: int, *, newcomer: bool) -> Generation:
+        """Wait for a generation newer than ``after``, meet its other members and form its
+        process group. A newcomer skips generations that do not list it (it is admitted
+        later); a current member gets the next generation whatever it says, and if that
+        does not list it the caller leaves. Nothing is formed when not a member."""
+        if self._local_host is not None and self._local_host.latest_number() < 0:
+            self._local_host.publish(Generation(0, (self.worker_id,), reason="start"))
+        if newcomer:
+            self.rendezvous.mark_ready()
+        while True:
+            generation = self.rendezvous.wait_for_generation(
+                after,
+                skip_foreign=newcomer,
+                timeout=None if newcomer else 10 * self.config.timeout + 60.0,
+            )
+            self._latest_seen = max(self._latest_seen, generation.number)
+            if self.worker_id not in generation.members:
+                return generation
+            try:
+                if not self.rendezvous.barrier(generation, timeout=self.config.timeout * 3):
+                    after = generation.number
+                    continue
+                self._form(generation)
+                return generation
+            except (RendezvousTimeout, RuntimeError) as exc:
+                log.warning(
+                    "join gen=%d worker=%s failed: %s", generation.number, self.worker_id, exc
+                )
+                self.teardown()
+                self.rendezvous.report_fault(generation.number)
+                after = generation.number
+
+    def _form(self, generation: Generation) -> None:
+        rank = generation.rank_of(self.worker_id)
+        assert rank is not None
+        started = time.perf_counter()
+        prefix = dist.PrefixStore(f"tidal/pg/{generation.number}/", self.rendezvous.store)
+        dist.init_process_group(
+            self.backend,
+            store=prefix,
+            rank=rank,
+            world_size=len(generation.members),
+            timeout=timedelta(seconds=self.config.timeout),
+        )
+        with self._lock:
+            self.generation = generation
+            self.rank = rank
+            self.world_size = len(generation.members)
+            self.group = dist.group.WORLD
+            self.failed = False
+            self.failure = None
+            self._broken_gen = None
+        self._ensure_watcher()
+        log.info(
+            "formed gen=%d rank=%d world=%d worker=%s in %.1f ms",
+            generation.number,
+            rank,
+            self.world_size,
+            self.worker_id,
+            (time.perf_counter() - started) * 1e3,
+        )
+
+    def teardown(self) -> None:
+        """Leave the current process group (if any). Safe to call twice."""
+        with self._lock:
+            group, self.group = self.group, None
+        if group is None and not dist.is_initialized():
+            return
+        try:
+            if self.backend == "nccl" and self.failed:
+                dist.distributed_c10d._abort_process_group()
+            else:
+                dist.destroy_process_group()
+        except Exception as exc:  # a broken group may refuse a clean shutdown
+            log.debug("teardown of gen=%s: %s", self.generation, exc)
+
+    def mark_formed(self) -> None:
+        """Tell the launcher that this worker trains in the current generation."""
+        assert self.generation is not None
+        self.rendezvous.mark_formed(self.generation.number)
+
+    # -- failure guard ------------------------------------------------------------------
+
+    def guard(self, future: torch.futures.Future[T], fallback: Callable[[], T]) -> torch.futures.Future[T]:
+        """A future that completes with ``future``'s value, or with ``fallback()`` as soon
+        as the current generation is known to be broken (then :attr:`failed` is set)."""
+        out: torch.futures.Future[T] = torch.futures.Future()
+        with self._lock:
+            broken = self._broken_gen is not None
+            if not broken:
+                self._pending[out] = fallback
+        if broken:
+            out.set_result(fallback())
+            return out
+
+        def finish(done: torch.futures.Future[T]) -> None:
+            with self._lock:
+                mine = self._pending.pop(out, None) is not None
+            if not mine:
+                return
+            try:
+                value = done.value()
+            except Exception as exc:
+                self._break(f"collective failed: {exc}", report=True)
+                out.set_result(fallback())
+                return
+            out.set_result(value)
+
+        future.add_done_callback(finish)
+        return out
+
+    def wait(self, future: torch.futures.Future[T]) -> T:
+        """Wait for a collective's future; raises :class:`PeerLost` if the generation broke."""
+        value = self.guard(future, lambda: None).wait()
+        if self.failed:
+            raise PeerLost(self.failure or "peer lost")
+        return value  # type: ignore[return-value]
+
+    def _break(self, reason: str, *, report: bool) -> None:
+        """Fail every pending collective of the current generation at once."""
+        with self._lock:
+            generation = self.generation
+            if generation is None:
+                return
+            first = self._broken_gen is None
+            self._broken_gen = generation.number
+            self.failed = True
+            if self.failure is None:
+                self.failure = reason
+            if report:
+                self._fault_to_report = generation.number
+            pending, self._pending = self._pending, {}
+        if first:
+            log.warning(
+                "gen=%d broken at rank=%d worker=%s: %s",
+                generation.number,
+                self.rank,
+                self.worker_id,
+                reason,
+            )
+        for future, fallback in pending.items():
+            if not future.done():
+                future.set_result(fallback())
+        self._wake.set()
+
+    # -- watcher ------------------------------------------------------------------------
+
+    def _ensure_watcher(self) -> None:
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, name="tidal-watcher", daemon=True)
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        # Its own connection: a TCPStore client is not meant to be shared across threads.
+        if self._local_host is not None:
+            view = RendezvousClient(self._local_host.store, self.worker_id)
+        else:
+            view = RendezvousClient(
+                connect_store(*self._store_address, timeout=max(30.0, self.config.timeout)),
+                self.worker_id,
+            )
+        last_progress = 0.0
+        reported_step = -1
+        while not self._stop.is_set():
+            self._wake.wait(_WATCH_INTERVAL)
+            self._wake.clear()
+            try:
+                with self._lock:
+                    fault, self._fault_to_report = self._fault_to_report, None
+                if fault is not None:
+                    view.report_fault(fault)
+                latest = view.latest_number()
+                self._latest_seen = latest
+                generation = self.generation
+                if generation is None or self._broken_gen == generation.number:
+                    continue
+                if view.fault_count(generation.number) > 0:
+                    self._break("a peer reported a failed collective", report=False)
+                elif latest > generation.number:
+                    newest = view.generation(latest)
+                    if newest.reason in ("failure", "restart"):
+                        self._break(f"workers lost: {', '.join(newest.lost)}", report=False)
+                now = time.monotonic()
+                if (
+                    self.rank == 0
+                    and self.step != reported_step
+                    and now - last_progress > _PROGRESS_INTERVAL
+                ):
+                    view.report_progress(self.step, self.epoch, generation.number, self.world_size)
+                    reported_step, last_progress = self.step, now
+            except Exception as exc:  # the store may vanish when the launcher stops
+                log.debug("watcher: %s", exc)
+                time.sleep(_WATCH_INTERVAL)
+
+    def close(self) -> None:
+        """Stop the watcher and leave the process group."""
+        self._stop.set()
+        self._wake.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            # A daemon thread still inside a store call at interpreter exit aborts the
+            # process (SIGABRT), which would read as a failure instead of a release.
+            self._watcher.join(timeout=2 * _WATCH_INTERVAL + 1.0)
+        self.teardown()
+
+
+def _has_own_gpu() -> bool:
+    return torch.cuda.is_available() and torch.cuda.device_count() >= 1
+
+
+_context: WorkerContext | None = None
+
+
+def init(config: RuntimeConfig | None = None) -> WorkerContext:
+    """Join this process's job (launched by ``tidal run`` or a tidal server), or start a
+    job of one worker when there is no launcher. Returns the same context when called
+    again."""
+    global _context
+    if _context is None:
+        _context = WorkerContext(config)
+        # Stop the watcher before interpreter shutdown: a daemon thread caught inside a
+        # store call at exit aborts the process, and a finished worker would look failed.
+        atexit.register(_context.close)
+    return _context
+
+
+def current() -> WorkerContext:
+    """The context of this process, created on first use."""
+    return init()

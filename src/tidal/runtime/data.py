@@ -1,0 +1,191 @@
+"""A data loader whose global batch stays fixed while the world changes.
+
+Each epoch visits a permutation drawn from ``(seed, epoch)``. The loader's position counts
+the samples of the epoch already consumed by the whole job; each step takes the next
+``batch_size`` of them and splits that global batch over the current ranks (contiguous
+slices, the first ``batch % world`` ranks one sample more). A membership change therefore
+re-shards exactly the samples the epoch has not used yet: none is skipped or repeated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, TensorDataset, default_collate
+
+from tidal.runtime.context import WorkerContext, current
+
+
+def shard_bounds(batch: int, world: int, rank: int) -> tuple[int, int]:
+    """``[lo, hi)`` of a ``batch`` that ``rank`` of ``world`` computes."""
+    base, extra = divmod(batch, world)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+def split_micro_batches(size: int, limit: int) -> list[int]:
+    """Sizes of the fewest micro-batches of at most ``limit`` covering ``size`` samples,
+    as even as possible (they differ by at most one)."""
+    if size <= limit:
+        return [size]
+    count = -(-size // limit)
+    base, extra = divmod(size, count)
+    return [base + (1 if i < extra else 0) for i in range(count)]
+
+
+class ElasticDataLoader:
+    """Iterate over this rank's share of each global batch of ``dataset``.
+
+    ``batch_size`` is the *global* batch: what the job computes per step, whatever the
+    number of workers. With ``micro_batch_size`` set, iterate ``loader.micro_batches(batch)``
+    inside a step to accumulate gradients over pieces of at most that size.
+    A final batch with fewer samples than workers is dropped (every rank needs one).
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset[Any] | Sequence[Any],
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        micro_batch_size: int | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise ValueError(
+                f"micro_batch_size: expected an integer >= 1 or None, got {micro_batch_size!r}"
+            )
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.micro_batch_size = micro_batch_size
+        self.collate_fn = collate_fn or default_collate
+        self.epoch = 0
+        #: Samples of the current epoch consumed by the whole job.
+        self.position = 0
+        #: Dataset indices of this rank's last batch (for audits and tests).
+        self.last_indices: list[int] = []
+        self._context: WorkerContext = current()
+        self._order_epoch = -1
+        self._order = torch.empty(0, dtype=torch.long)
+
+    def __len__(self) -> int:
+        """Number of steps in a full epoch."""
+        n = len(self.dataset)  # type: ignore[arg-type]
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def order(self, epoch: int) -> torch.Tensor:
+        """The epoch's sample order (the same on every rank)."""
+        if self._order_epoch != epoch:
+            n = len(self.dataset)  # type: ignore[arg-type]
+            if self.shuffle:
+                g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+                self._order = torch.randperm(n, generator=g)
+            else:
+                self._order = torch.arange(n)
+            self._order_epoch = epoch
+        return self._order
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        n = len(self.dataset)  # type: ignore[arg-type]
+        world, rank = self._context.world_size, self._context.rank
+        remaining = n - self.position
+        if remaining <= 0 or remaining < world or (self.drop_last and remaining < self.batch_size):
+            raise StopIteration
+        size = min(self.batch_size, remaining)
+        lo, hi = shard_bounds(size, world, rank)
+        start = self.position
+        indices = self.order(self.epoch)[start + lo : start + hi]
+        self.position += size
+        self.last_indices = indices.tolist()
+        parallel = getattr(self._context, "parallel", None)
+        if parallel is not None:
+            parallel.set_batch_share(hi - lo, size)
+        return self._fetch(indices)
+
+    def _fetch(self, indices: torch.Tensor) -> Any:
+        if isinstance(self.dataset, TensorDataset):
+            batch = tuple(t[indices] for t in self.dataset.tensors)
+        else:
+            batch = self.collate_fn([self.dataset[i] for i in indices.tolist()])
+        device = self._context.device
+        if device.type != "cpu":
+            batch = _to_device(batch, device)
+        return batch
+
+    def micro_batches(self, batch: Any) -> Iterator[Any]:
+        """Pieces of ``batch`` to run forward/backward on one after another; gradients are
+        accumulated locally and synchronised once, after the last piece."""
+        size = _batch_len(batch)
+        parallel = getattr(self._context, "parallel", None)
+        if self.micro_batch_size is None or size <= self.micro_batch_size or parallel is None:
+            yield batch
+            return
+        sizes = split_micro_batches(size, self.micro_batch_size)
+        offset = 0
+        for i, piece in enumerate(sizes):
+            with parallel.micro_batch(piece / size, sync=i == len(sizes) - 1):
+                yield _slice(batch, offset, offset + piece)
+            offset += piece
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its beginning."""
+        self.epoch = epoch
+        self.position = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Position in the data: enough to resume exactly, on any number of workers."""
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`."""
+        self.epoch = int(state["epoch"])
+        self.position = int(state["position"])
+        self.seed = int(state["seed"])
+        self.batch_size = int(state["batch_size"])
+
+
+def _batch_len(batch: Any) -> int:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0])
+    if isinstance(batch, tuple | list):
+        return _batch_len(batch[0])
+    if isinstance(batch, dict):
+        return _batch_len(next(iter(batch.values())))
+    raise TypeError(f"cannot split a batch of type {type(batch).__name__}")
+
+
+def _slice(batch: Any, lo: int, hi: int) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch[lo:hi]
+    if isinstance(batch, tuple | list):
+        return type(batch)(_slice(b, lo, hi) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _slice(v, lo, hi) for k, v in batch.items()}
+    return batch
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, tuple | list):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch

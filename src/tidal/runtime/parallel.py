@@ -1,0 +1,150 @@
+"""Data parallelism that survives membership changes.
+
+:class:`ElasticDataParallel` wraps the user's module and rebuilds a
+``DistributedDataParallel`` for each generation's process group. Its gradient hook does two
+things DDP's default cannot:
+
+* weights each rank's gradient by its share of the global batch (``n_r / B``) and sums, so
+  the result is the gradient of the mean over the global batch even when the batch does not
+  split evenly over the workers: the math does not depend on the number of workers;
+* routes every all-reduce through the context's failure guard, so a dead peer makes
+  ``backward()`` return promptly (the step is then dropped and redone) instead of raising
+  inside the user's loop or hanging until the timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from tidal.runtime.context import WorkerContext, current
+
+
+class _HookState:
+    """Mutable per-step inputs of the gradient hook."""
+
+    def __init__(self, context: WorkerContext) -> None:
+        self.context = context
+        self.weight = 1.0
+
+
+def _weighted_allreduce(
+    state: _HookState, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    tensor = bucket.buffer()
+    if state.weight != 1.0:
+        tensor.mul_(state.weight)
+    work = dist.all_reduce(tensor, async_op=True)
+    assert work is not None
+    future = work.get_future().then(lambda f: f.value()[0])
+    return state.context.guard(future, lambda: tensor)
+
+
+# DDP checks a hook's annotations at runtime; postponed (string) annotations fail that check.
+_weighted_allreduce.__annotations__ = {
+    "state": _HookState,
+    "bucket": dist.GradBucket,
+    "return": torch.futures.Future[torch.Tensor],
+}
+
+
+class ElasticDataParallel(nn.Module):
+    """``DistributedDataParallel`` whose world may change between steps.
+
+    Use it like DDP: call it, then ``loss.backward()``. ``state_dict()`` is the wrapped
+    module's, without DDP's ``module.`` prefix, so checkpoints load into a plain model.
+    """
+
+    def __init__(self, module: nn.Module, **ddp_options: Any) -> None:
+        super().__init__()
+        self.module = module
+        self._context = current()
+        self._ddp_options = {"forward_sync_buffers": False, **ddp_options}
+        self._hook_state = _HookState(self._context)
+        self._ddp: DistributedDataParallel | None = None
+        self._micro_weight = 1.0
+        self._context.parallel = self  # type: ignore[attr-defined]
+        if self._context.device.type == "cuda":
+            self.module.to(self._context.device)
+
+    def rebuild(self) -> None:
+        """Bind to the context's current process group (called on each generation)."""
+        self._ddp = None
+        if not self._context.is_member:
+            return
+        self._ddp = DistributedDataParallel(
+            self.module,
+            device_ids=[self._context.device.index] if self._context.device.type == "cuda" else None,
+            init_sync=False,  # the state broadcast already made every rank equal
+            **self._ddp_options,
+        )
+        self._ddp.register_comm_hook(self._hook_state, _weighted_allreduce)
+
+    def release(self) -> None:
+        """Drop the DDP wrapper, so the old process group has no holder left."""
+        self._ddp = None
+
+    def set_batch_share(self, local: int, global_: int) -> None:
+        """This rank computes ``local`` of the step's ``global_`` samples."""
+        self._hook_state.weight = local / global_ if global_ else 0.0
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the wrapped module (through DDP when part of a group)."""
+        out = self._ddp(*args, **kwargs) if self._ddp is not None else self.module(*args, **kwargs)
+        weight = self._micro_weight
+        if weight != 1.0 and torch.is_grad_enabled():
+            out = _scale_gradients(out, weight)
+        return out
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Accumulate gradients locally (no all-reduce) inside this block."""
+        if self._ddp is None:
+            yield
+        else:
+            with self._ddp.no_sync():
+                yield
+
+    @contextlib.contextmanager
+    def micro_batch(self, weight: float, *, sync: bool) -> Iterator[None]:
+        """Run one micro-batch whose gradient counts ``weight`` of the local batch."""
+        self._micro_weight = weight
+        try:
+            if sync:
+                yield
+            else:
+                with self.no_sync():
+                    yield
+        finally:
+            self._micro_weight = 1.0
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """The wrapped module's state dict."""
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:  # type: ignore[override]
+        """Load into the wrapped module."""
+        return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+def _scale_gradients(out: Any, weight: float) -> Any:
+    """Scale the gradient flowing back through every tensor of ``out`` by ``weight``.
+
+    Scaling the output's gradient scales every parameter's gradient by the same factor
+    (the chain rule is linear), which weights a micro-batch inside its local batch without
+    asking the user to rescale the loss."""
+    if isinstance(out, torch.Tensor):
+        if out.requires_grad:
+            out.register_hook(lambda g: g * weight)
+        return out
+    if isinstance(out, tuple | list):
+        return type(out)(_scale_gradients(o, weight) for o in out)
+    if isinstance(out, dict):
+        return {k: _scale_gradients(v, weight) for k, v in out.items()}
+    return out

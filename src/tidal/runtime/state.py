@@ -1,0 +1,357 @@
+"""The training state and the step boundary, where membership changes happen.
+
+``State.step()`` commits the step, then takes part in the agreement collective: each rank
+contributes the newest generation number its watcher has seen and the ranks take the
+maximum, so they all learn of a change at the same step and switch there together. The
+collective is started asynchronously at one step and waited for at the next, so it overlaps
+with the step's compute instead of adding a round trip to it.
+
+Failure: when a gradient all-reduce breaks, the optimizer step is skipped (model and
+optimizer stay as committed), the small per-step state is rolled back, and the survivors
+form the next generation and adopt rank 0's state. At most the step in flight is redone.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+import random
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from tidal.runtime import checkpoint
+from tidal.runtime.api import EXIT_RELEASED
+from tidal.runtime.context import PeerLost, WorkerContext, current
+from tidal.runtime.data import ElasticDataLoader
+from tidal.runtime.parallel import ElasticDataParallel
+from tidal.runtime.rendezvous import Generation
+from tidal.runtime.transfer import broadcast_state
+
+log = logging.getLogger("tidal.runtime")
+
+
+class Stateful(Protocol):
+    """Anything with ``state_dict`` / ``load_state_dict`` (modules, optimizers, schedulers)."""
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any, /) -> Any: ...
+
+
+class State:
+    """Everything a job must carry across membership changes and restarts.
+
+    Pass the model, optimizer, loader and LR scheduler you train with (and any other object
+    with ``state_dict``/``load_state_dict`` as a keyword); put plain values you want kept in
+    :attr:`extras`. Call :meth:`step` once per optimizer step, after ``optimizer.step()``.
+    """
+
+    def __init__(
+        self,
+        model: ElasticDataParallel | torch.nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        loader: ElasticDataLoader | None = None,
+        scheduler: Stateful | None = None,
+        *,
+        checkpoint_dir: str | None = None,
+        checkpoint_every_steps: int | None = None,
+        checkpoint_every_seconds: float | None = None,
+        keep_checkpoints: int = 2,
+        **objects: Stateful,
+    ) -> None:
+        self.context: WorkerContext = current()
+        config = self.context.config
+        self.model = model
+        self.optimizer = optimizer
+        self.loader = loader
+        self.scheduler = scheduler
+        self.objects = dict(objects)
+        #: Plain values kept with the state (must be picklable).
+        self.extras: dict[str, Any] = {}
+        self.checkpoint_dir = checkpoint_dir or config.checkpoint_dir
+        self.checkpoint_every_steps = (
+            config.checkpoint_every_steps
+            if checkpoint_every_steps is None
+            else checkpoint_every_steps
+        )
+        self.checkpoint_every_seconds = (
+            config.checkpoint_every_seconds
+            if checkpoint_every_seconds is None
+            else checkpoint_every_seconds
+        )
+        self.keep_checkpoints = keep_checkpoints
+        #: Optimizer steps committed by the job (all workers together count one per step).
+        self.global_step = 0
+        self._epoch = 0
+        self._has_state = False
+        self._commit: dict[str, Any] = {}
+        self._flag: tuple[torch.futures.Future[Any], torch.Tensor] | None = None
+        self._last_checkpoint_time = time.monotonic()
+        self._last_checkpoint_step = 0
+        #: Seconds from the end of the last step at the old size to the first at the new.
+        self.last_rescale_stall: float | None = None
+        if optimizer is not None:
+            _skip_failed_steps(optimizer, self.context)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self.loader.epoch if self.loader is not None else self._epoch
+
+    def epochs(self, count: int) -> Iterator[int]:
+        """Yield epoch numbers up to ``count``, resuming wherever the job's state is."""
+        self.start()
+        while self.epoch < count:
+            self.context.epoch = self.epoch
+            yield self.epoch
+            if self.loader is not None:
+                self.loader.set_epoch(self.loader.epoch + 1)
+            else:
+                self._epoch += 1
+
+    def start(self) -> None:
+        """Join the job (waiting to be admitted if it already runs) and adopt its state."""
+        if self.context.is_member:
+            return
+        self._enter(self.context.join(after=self.context.latest_seen, newcomer=True))
+
+    def step(self) -> None:
+        """The step boundary: commit, agree on membership, switch generation if asked."""
+        context = self.context
+        if context.failed:
+            # The gradient sync of this step broke; the optimizer step was skipped.
+            self._recover(rollback=True)
+            return
+        self.global_step += 1
+        context.step = self.global_step
+        self._snapshot()
+        self._maybe_checkpoint()
+        try:
+            target = self._agree()
+        except PeerLost:
+            self._recover(rollback=False)
+            return
+        if target is not None:
+            self._switch(target)
+
+    # -- agreement ----------------------------------------------------------------------
+
+    def _agree(self) -> int | None:
+        context = self.context
+        assert context.generation is not None
+        decided: int | None = None
+        if self._flag is not None:
+            future, seen = self._flag
+            self._flag = None
+            context.wait(future)
+            if int(seen.item()) > context.generation.number:
+                decided = int(seen.item())
+        if decided is None and self.global_step % context.config.sync_every == 0:
+            seen = torch.tensor([context.latest_seen], dtype=torch.long, device=context.device)
+            work = dist.all_reduce(seen, op=dist.ReduceOp.MAX, async_op=True)
+            assert work is not None
+            self._flag = (work.get_future(), seen)
+        return decided
+
+    def _switch(self, number: int) -> None:
+        context = self.context
+        stalled_from = time.perf_counter()
+        generation = context.rendezvous.generation(number)
+        if context.worker_id not in generation.members:
+            self._leave(generation)
+        self._detach()
+        self._enter(context.join(after=number - 1, newcomer=False))
+        self.last_rescale_stall = time.perf_counter() - stalled_from
+
+    def _leave(self, generation: Generation) -> None:
+        if not generation.members and self.context.rank == 0:
+            self.save_checkpoint()  # released down to zero workers: resume from here later
+        log.info(
+            "released worker=%s at step=%d (gen=%d)",
+            self.context.worker_id,
+            self.global_step,
+            generation.number,
+        )
+        self._detach()
+        self.context.close()
+        sys.exit(EXIT_RELEASED)
+
+    def _detach(self) -> None:
+        self._flag = None
+        if isinstance(self.model, ElasticDataParallel):
+            self.model.release()
+        self.context.teardown()
+
+    def _enter(self, generation: Generation) -> None:
+        """Train in ``generation``: adopt rank 0's state if anyone needs it."""
+        context = self.context
+        while True:
+            if context.worker_id not in generation.members:
+                self._leave(generation)
+            try:
+                if self._needs_sync(generation):
+                    self._sync()
+                if isinstance(self.model, ElasticDataParallel):
+                    self.model.rebuild()
+                context.mark_formed()
+                self._snapshot()
+                return
+            except PeerLost as exc:
+                log.warning("gen=%d lost a peer while forming: %s", generation.number, exc)
+                self._detach()
+                generation = context.join(after=generation.number, newcomer=False)
+
+    def _needs_sync(self, generation: Generation) -> bool:
+        if not self._has_state or generation.reason != "resize" or generation.number == 0:
+            return True
+        previous = self.context.rendezvous.generation(generation.number - 1)
+        return bool(set(generation.members) - set(previous.members))
+
+    def _sync(self) -> None:
+        context = self.context
+        if context.rank == 0 and not self._has_state:
+            self._resume_from_checkpoint()
+        payload = self.state_dict() if context.rank == 0 else None
+        received = broadcast_state(payload, context)
+        if context.rank != 0:
+            self.load_state_dict(received, restore_rng=False)
+            # Fork this rank's random stream from rank 0's, so ranks stay distinct.
+            torch.manual_seed(int(received["rng"]["torch"][:8].sum().item()) * 7919 + context.rank)
+        self._has_state = True
+
+    # -- failure ------------------------------------------------------------------------
+
+    def _recover(self, *, rollback: bool) -> None:
+        context = self.context
+        generation = context.generation
+        assert generation is not None
+        log.warning(
+            "recovering worker=%s gen=%d step=%d rollback=%s: %s",
+            context.worker_id,
+            generation.number,
+            self.global_step,
+            rollback,
+            context.failure,
+        )
+        stalled_from = time.perf_counter()
+        context.rendezvous.report_fault(generation.number)
+        self._detach()
+        if rollback:
+            self._restore_snapshot()
+        self._enter(context.join(after=generation.number, newcomer=False))
+        self.last_rescale_stall = time.perf_counter() - stalled_from
+
+    def _snapshot(self) -> None:
+        """Remember what a failed step can change besides model and optimizer."""
+        self._commit = {
+            "global_step": self.global_step,
+            "loader": self.loader.state_dict() if self.loader is not None else None,
+            "scheduler": copy.deepcopy(self.scheduler.state_dict()) if self.scheduler else None,
+            "extras": copy.deepcopy(self.extras),
+            "epoch": self._epoch,
+        }
+
+    def _restore_snapshot(self) -> None:
+        commit = self._commit
+        self.global_step = commit["global_step"]
+        self._epoch = commit["epoch"]
+        if self.loader is not None and commit["loader"] is not None:
+            self.loader.load_state_dict(commit["loader"])
+        if self.scheduler is not None and commit["scheduler"] is not None:
+            self.scheduler.load_state_dict(commit["scheduler"])
+        self.extras = commit["extras"]
+
+    # -- state and checkpoints ----------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The whole training state (what a newcomer receives and a checkpoint holds)."""
+        return {
+            "global_step": self.global_step,
+            "epoch": self._epoch,
+            "model": self.model.state_dict() if self.model is not None else None,
+            "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "loader": self.loader.state_dict() if self.loader is not None else None,
+            "objects": {name: obj.state_dict() for name, obj in self.objects.items()},
+            "extras": self.extras,
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "numpy": np.random.get_state(),
+                "python": random.getstate(),
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any], *, restore_rng: bool = True) -> None:
+        """Adopt a state from :meth:`state_dict`."""
+        self.global_step = int(state["global_step"])
+        self._epoch = int(state["epoch"])
+        self.context.step = self.global_step
+        if self.model is not None and state["model"] is not None:
+            self.model.load_state_dict(state["model"])
+        if self.optimizer is not None and state["optimizer"] is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state["scheduler"] is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.loader is not None and state["loader"] is not None:
+            self.loader.load_state_dict(state["loader"])
+        for name, obj in self.objects.items():
+            if name in state["objects"]:
+                obj.load_state_dict(state["objects"][name])
+        self.extras = dict(state["extras"])
+        if restore_rng:
+            torch.set_rng_state(state["rng"]["torch"])
+            np.random.set_state(state["rng"]["numpy"])
+            random.setstate(state["rng"]["python"])
+
+    def save_checkpoint(self) -> None:
+        """Write a durable checkpoint now (rank 0 only; a no-op without a directory)."""
+        if self.checkpoint_dir is None or self.context.rank != 0:
+            return
+        checkpoint.save_atomic(
+            self.state_dict(), self.checkpoint_dir, self.global_step, keep=self.keep_checkpoints
+        )
+        self._last_checkpoint_time = time.monotonic()
+        self._last_checkpoint_step = self.global_step
+
+    def _maybe_checkpoint(self) -> None:
+        if self.checkpoint_dir is None or self.context.rank != 0:
+            return
+        every_steps, every_seconds = self.checkpoint_every_steps, self.checkpoint_every_seconds
+        due_steps = every_steps > 0 and self.global_step - self._last_checkpoint_step >= every_steps
+        due_time = (
+            every_seconds > 0 and time.monotonic() - self._last_checkpoint_time >= every_seconds
+        )
+        if due_steps or due_time:
+            self.save_checkpoint()
+
+    def _resume_from_checkpoint(self) -> None:
+        if self.checkpoint_dir is None:
+            return
+        state = checkpoint.load_latest(self.checkpoint_dir)
+        if state is not None:
+            self.load_state_dict(state)
+            self._last_checkpoint_step = self.global_step
+
+
+def _skip_failed_steps(optimizer: torch.optim.Optimizer, context: WorkerContext) -> None:
+    """Make ``optimizer.step()`` a no-op while the step's gradient sync has failed, so
+    the model and optimizer stay exactly as committed (no per-step copy needed)."""
+    original = optimizer.step
+
+    # wraps() keeps the marker an LR scheduler sets on the method it wrapped.
+    @functools.wraps(original)
+    def step(*args: Any, **kwargs: Any) -> Any:
+        if context.failed:
+            return None
+        return original(*args, **kwargs)
+
+    optimizer.step = step  # type: ignore[method-assign]

@@ -1,0 +1,91 @@
+"""Training script driven by the runtime tests: digits, an MLP, and an audit trail.
+
+Every committed step appends one JSON line per rank to ``OUT/steps-<worker>.jsonl`` (written just before the step boundary): the
+generation and world it ran in, the dataset indices it consumed and a checksum of the
+parameters after the step. Rank 0 writes the final parameters to ``OUT/final.pt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+from sklearn.datasets import load_digits
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import tidal
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--micro-batch-size", type=int, default=None)
+    parser.add_argument("--step-delay", type=float, default=0.0, help="sleep inside each step")
+    parser.add_argument("--dtype", default="float64")
+    args = parser.parse_args()
+
+    dtype = getattr(torch, args.dtype)
+    ctx = tidal.init()
+    x, y = load_digits(return_X_y=True)
+    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
+    data = TensorDataset(torch.tensor(x, dtype=dtype), torch.tensor(y))
+    torch.manual_seed(0)
+    model = tidal.ElasticDataParallel(
+        nn.Sequential(nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 10)).to(dtype)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=20, gamma=0.7)
+    loader = tidal.ElasticDataLoader(
+        data, batch_size=args.batch_size, seed=1, micro_batch_size=args.micro_batch_size
+    )
+    state = tidal.State(model=model, optimizer=optimizer, loader=loader, scheduler=scheduler)
+    loss_fn = nn.CrossEntropyLoss()
+    log = open(os.path.join(args.out, f"steps-{ctx.worker_id}.jsonl"), "a", buffering=1)
+
+    for _epoch in state.epochs(args.epochs):
+        for batch in loader:
+            epoch, indices = loader.epoch, loader.last_indices
+            gen, world, rank = ctx.generation.number, ctx.world_size, ctx.rank
+            optimizer.zero_grad()
+            for xb, yb in loader.micro_batches(batch):
+                loss = loss_fn(model(xb), yb)
+                if args.step_delay:
+                    time.sleep(args.step_delay)  # so a kill lands mid-step
+                loss.backward()
+            optimizer.step()
+            scheduler.step()
+            # Logged before the step boundary: a released worker leaves inside
+            # state.step(), after its last step committed. A step that is rolled back is
+            # logged again by its redo, in a later generation, which supersedes this line.
+            with torch.no_grad():
+                flat = torch.cat([p.reshape(-1) for p in model.parameters()]).double()
+            log.write(
+                json.dumps(
+                    {
+                        "step": state.global_step + 1,
+                        "worker": ctx.worker_id,
+                        "epoch": epoch,
+                        "gen": gen,
+                        "world": world,
+                        "rank": rank,
+                        "indices": indices,
+                        "checksum": [flat.sum().item(), flat.abs().sum().item()],
+                        "stall": state.last_rescale_stall,
+                    }
+                )
+                + "\n"
+            )
+            state.step()
+    if ctx.rank == 0:
+        torch.save(model.module.state_dict(), os.path.join(args.out, "final.pt"))
+        print(f"finished at step {state.global_step}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
