@@ -27,10 +27,10 @@ def build_data(seed: int) -> tuple[TensorDataset, TensorDataset]:
         x, y, test_size=0.2, random_state=seed, stratify=y
     )
     mean, std = x_train.mean(0), x_train.std(0) + 1e-6
-    def to_set(a, b):  # noqa: ANN001, ANN202
-        return TensorDataset(
-            torch.tensor((a - mean) / std, dtype=torch.float32), torch.tensor(b)
-        )
+
+    def to_set(a, b):
+        return TensorDataset(torch.tensor((a - mean) / std, dtype=torch.float32), torch.tensor(b))
+
     return to_set(x_train, y_train), to_set(x_test, y_test)
 
 

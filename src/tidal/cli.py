@@ -7,9 +7,11 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 from rich.console import Console
+
+# typer ships its own copy of click; its exceptions are the ones raised here.
+from typer._click.exceptions import UsageError
 
 from tidal.launch.run import (
     RunOptions,
@@ -52,7 +54,9 @@ def run_command(
     low, high = parse_workers(workers)
     start = high if initial is None else initial
     if not low <= start <= high:
-        raise UsageProblem(f"--initial: expected a value within --workers {low}:{high}, got {start}")
+        raise UsageProblem(
+            f"--initial: expected a value within --workers {low}:{high}, got {start}"
+        )
     if max_restarts < 0:
         raise UsageProblem(f"--max-restarts: expected an integer >= 0, got {max_restarts}")
     if timeout <= 0:
@@ -104,14 +108,16 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except UsageProblem as exc:
-        console.print(f"tidal: {exc}", highlight=False, markup=False)
+        console.print(f"tidal: {exc}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
-    except click.UsageError as exc:
-        console.print(f"tidal: {exc.format_message()}", highlight=False, markup=False)
+    except UsageError as exc:
+        console.print(
+            f"tidal: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True
+        )
         sys.exit(2)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.Abort:
+    except typer.Abort:
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
 

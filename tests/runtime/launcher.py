@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -57,7 +58,7 @@ class Launch:
         with self._changed:
             while not predicate(self.lines):
                 left = deadline - time.monotonic()
-                if left <= 0 or self.process.poll() is not None and not predicate(self.lines):
+                if left <= 0 or (self.process.poll() is not None and not predicate(self.lines)):
                     if left > 0:
                         self._changed.wait(0.5)
                         if predicate(self.lines):
@@ -73,21 +74,19 @@ class Launch:
             code = self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.close()
-            raise AssertionError("launcher did not finish; output:\n" + "\n".join(self.lines[-60:]))
+            raise AssertionError(
+                "launcher did not finish; output:\n" + "\n".join(self.lines[-60:])
+            ) from None
         self._reader.join(timeout=10)
         return code
 
     def close(self) -> None:
         """Kill the launcher and every worker it started (by pid)."""
         for pid in [self.process.pid, *self.worker_pids.values()]:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
 
     def output(self) -> str:
         """Everything printed so far."""

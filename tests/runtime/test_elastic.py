@@ -38,14 +38,30 @@ def launches(tmp_path: Path) -> Iterator[list[Launch]]:
 
 
 def _run(
-    launches: list[Launch], tmp_path: Path, name: str, workers: str, *extra: str,
+    launches: list[Launch],
+    tmp_path: Path,
+    name: str,
+    workers: str,
+    *extra: str,
     script_args: tuple[str, ...] = (),
 ) -> tuple[Launch, Path]:
     out = tmp_path / name
     out.mkdir()
     launch = Launch(
-        ["--workers", workers, "--timeout", "5", *extra, "--", str(SCRIPT), "--out", str(out),
-         "--epochs", str(EPOCHS), *script_args],
+        [
+            "--workers",
+            workers,
+            "--timeout",
+            "5",
+            *extra,
+            "--",
+            str(SCRIPT),
+            "--out",
+            str(out),
+            "--epochs",
+            str(EPOCHS),
+            *script_args,
+        ],
         home=tmp_path / "home",
     )
     launches.append(launch)
@@ -73,7 +89,14 @@ def test_resized_run_matches_fixed_run(
     launches: list[Launch], tmp_path: Path, reference: Path
 ) -> None:
     launch, out = _run(
-        launches, tmp_path, "resized", "1:4", "--initial", "2", "--resize-at", "3:4,40:1,50:3",
+        launches,
+        tmp_path,
+        "resized",
+        "1:4",
+        "--initial",
+        "2",
+        "--resize-at",
+        "3:4,40:1,50:3",
         script_args=("--step-delay", "0.1"),
     )
     assert launch.finish(timeout=240) == 0, launch.output()
@@ -94,9 +117,7 @@ def test_resized_run_matches_fixed_run(
 def test_micro_batches_match_fixed_run(
     launches: list[Launch], tmp_path: Path, reference: Path
 ) -> None:
-    launch, out = _run(
-        launches, tmp_path, "micro", "3:3", script_args=("--micro-batch-size", "7")
-    )
+    launch, out = _run(launches, tmp_path, "micro", "3:3", script_args=("--micro-batch-size", "7"))
     assert launch.finish(timeout=180) == 0, launch.output()
     assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
 
@@ -106,7 +127,12 @@ def test_sigkill_one_worker_redoes_at_most_one_step(
     launches: list[Launch], tmp_path: Path, reference: Path, victim: str
 ) -> None:
     launch, out = _run(
-        launches, tmp_path, f"kill-{victim}", "1:3", "--initial", "3",
+        launches,
+        tmp_path,
+        f"kill-{victim}",
+        "1:3",
+        "--initial",
+        "3",
         script_args=("--step-delay", "0.03"),
     )
     launch.wait_for(lambda _: len(final_history(steps(out))) >= 15, timeout=120)
@@ -132,8 +158,15 @@ def test_sigkill_all_workers_resumes_from_checkpoint(
 ) -> None:
     ckpt = tmp_path / "ckpt"
     launch, out = _run(
-        launches, tmp_path, "kill-all", "2:2", "--checkpoint-dir", str(ckpt),
-        "--checkpoint-every", "5", script_args=("--step-delay", "0.03"),
+        launches,
+        tmp_path,
+        "kill-all",
+        "2:2",
+        "--checkpoint-dir",
+        str(ckpt),
+        "--checkpoint-every",
+        "5",
+        script_args=("--step-delay", "0.03"),
     )
     launch.wait_for(lambda _: len(final_history(steps(out))) >= 22, timeout=120)
     for pid in list(launch.worker_pids.values()):

@@ -1,6 +1,6 @@
 """Training script driven by the runtime tests: digits, an MLP, and an audit trail.
 
-Every committed step appends one JSON line per rank to ``OUT/steps-<worker>.jsonl`` (written just before the step boundary): the
+Every step appends one JSON line per rank to ``OUT/steps-<worker>.jsonl``: the
 generation and world it ran in, the dataset indices it consumed and a checksum of the
 parameters after the step. Rank 0 writes the final parameters to ``OUT/final.pt``.
 """
@@ -46,7 +46,7 @@ def main() -> None:
     )
     state = tidal.State(model=model, optimizer=optimizer, loader=loader, scheduler=scheduler)
     loss_fn = nn.CrossEntropyLoss()
-    log = open(os.path.join(args.out, f"steps-{ctx.worker_id}.jsonl"), "a", buffering=1)
+    log = open(os.path.join(args.out, f"steps-{ctx.worker_id}.jsonl"), "a", buffering=1)  # noqa: SIM115
 
     for _epoch in state.epochs(args.epochs):
         for batch in loader:

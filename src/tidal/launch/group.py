@@ -10,6 +10,7 @@ the controller's local backend both drive it.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -221,7 +222,9 @@ class WorkerGroup:
             if not alive:
                 codes = [self.workers[m].exit_code for m in self.members]
                 self.outcome = (
-                    Outcome.SUCCEEDED if all(c in (0, EXIT_RELEASED) for c in codes) else Outcome.FAILED
+                    Outcome.SUCCEEDED
+                    if all(c in (0, EXIT_RELEASED) for c in codes)
+                    else Outcome.FAILED
                 )
                 self._terminate_all()
             return
@@ -240,7 +243,9 @@ class WorkerGroup:
         if self.outcome is not None:
             return
         survivors = [
-            m for m in self.members if m not in lost and self.workers[m].state is not WorkerState.EXITED
+            m
+            for m in self.members
+            if m not in lost and self.workers[m].state is not WorkerState.EXITED
         ]
         ready = self._ready_newcomers()
         if survivors:
@@ -301,7 +306,8 @@ class WorkerGroup:
         first = not members
         if first:
             waiting = [
-                w for w in self.workers.values()
+                w
+                for w in self.workers.values()
                 if w.state is WorkerState.STARTING and w.slot in self.desired
             ]
             if waiting or not ready:
@@ -392,10 +398,8 @@ class WorkerGroup:
 
     def _kill(self, worker: Worker) -> None:
         if worker.process.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         worker.process.wait(timeout=10)
         worker.exit_code = worker.process.returncode
         if worker.state is not WorkerState.MEMBER:
@@ -429,7 +433,10 @@ class WorkerGroup:
 
     def _emit(self, kind: str, message: str, *, stall: float | None = None) -> None:
         event = GroupEvent(
-            kind, message, generation=self.generation.number if self.generation else None, stall=stall
+            kind,
+            message,
+            generation=self.generation.number if self.generation else None,
+            stall=stall,
         )
         log.info("run=%s %s: %s", self.spec.run_id, kind, message)
         if self._on_event is not None:

@@ -100,7 +100,9 @@ def run(options: RunOptions, console: Console) -> int:
     def show_event(event: GroupEvent) -> None:
         stall = f" in {event.stall * 1e3:.0f} ms" if event.stall is not None else ""
         with lock:
-            console.print(f"[bold cyan]tidal[/] {event.kind}: {event.message}{stall}", highlight=False)
+            console.print(
+                f"[bold cyan]tidal[/] {event.kind}: {event.message}{stall}", highlight=False
+            )
 
     spec = WorkerSpec(
         argv=worker_argv(options.command),
@@ -117,7 +119,11 @@ def run(options: RunOptions, console: Console) -> int:
     group.start(pool[: options.initial])
     register(
         RunRecord(
-            options.run_id, os.getpid(), group.host.address, options.min_workers, options.max_workers
+            options.run_id,
+            os.getpid(),
+            group.host.address,
+            options.min_workers,
+            options.max_workers,
         )
     )
     console.print(

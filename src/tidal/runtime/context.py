@@ -54,7 +54,9 @@ class WorkerContext:
             host, _, port = address.rpartition(":")
             self.worker_id = os.environ.get(ENV_WORKER_ID, f"w{os.getpid()}")
             self._store_address = (host, int(port))
-            store = connect_store(host, int(port), timeout=max(30.0, self.config.timeout))
+            store: dist.Store = connect_store(
+                host, int(port), timeout=max(30.0, self.config.timeout)
+            )
         else:
             # Alone: host a private store so one code path serves both cases.
             self._local_host = RendezvousHost()
@@ -182,7 +184,9 @@ class WorkerContext:
 
     # -- failure guard ------------------------------------------------------------------
 
-    def guard(self, future: torch.futures.Future[T], fallback: Callable[[], T]) -> torch.futures.Future[T]:
+    def guard(
+        self, future: torch.futures.Future[T], fallback: Callable[[], T]
+    ) -> torch.futures.Future[T]:
         """A future that completes with ``future``'s value, or with ``fallback()`` as soon
         as the current generation is known to be broken (then :attr:`failed` is set)."""
         out: torch.futures.Future[T] = torch.futures.Future()
@@ -212,10 +216,11 @@ class WorkerContext:
 
     def wait(self, future: torch.futures.Future[T]) -> T:
         """Wait for a collective's future; raises :class:`PeerLost` if the generation broke."""
-        value = self.guard(future, lambda: None).wait()
-        if self.failed:
+        guarded: torch.futures.Future[T | None] = self.guard(future, lambda: None)  # type: ignore[arg-type]
+        value = guarded.wait()
+        if self.failed or value is None:
             raise PeerLost(self.failure or "peer lost")
-        return value  # type: ignore[return-value]
+        return value
 
     def _break(self, reason: str, *, report: bool) -> None:
         """Fail every pending collective of the current generation at once."""

@@ -80,7 +80,9 @@ class ElasticDataParallel(nn.Module):
             return
         self._ddp = DistributedDataParallel(
             self.module,
-            device_ids=[self._context.device.index] if self._context.device.type == "cuda" else None,
+            device_ids=[self._context.device.index]
+            if self._context.device.type == "cuda"
+            else None,
             init_sync=False,  # the state broadcast already made every rank equal
             **self._ddp_options,
         )
@@ -124,11 +126,11 @@ class ElasticDataParallel(nn.Module):
         finally:
             self._micro_weight = 1.0
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped module's state dict."""
         return self.module.state_dict(*args, **kwargs)
 
-    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:  # type: ignore[override]
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """Load into the wrapped module."""
         return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
 
@@ -141,7 +143,7 @@ def _scale_gradients(out: Any, weight: float) -> Any:
     asking the user to rescale the loss."""
     if isinstance(out, torch.Tensor):
         if out.requires_grad:
-            out.register_hook(lambda g: g * weight)
+            out.register_hook(lambda g: g * weight)  # type: ignore[no-untyped-call]
         return out
     if isinstance(out, tuple | list):
         return type(out)(_scale_gradients(o, weight) for o in out)

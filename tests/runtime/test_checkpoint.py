@@ -1,0 +1,61 @@
+"""Durable checkpoints: complete or absent, even when the writer is SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from tidal.runtime.checkpoint import list_checkpoints, load_latest, save_atomic
+
+WRITER = """
+import sys, torch
+from tidal.runtime.checkpoint import save_atomic
+big = torch.arange(2_000_000, dtype=torch.float64)
+step = 0
+while True:
+    step += 1
+    save_atomic({"step": step, "weights": big + step}, sys.argv[1], step, keep=3)
+"""
+
+
+def test_keeps_the_newest_and_loads_the_latest(tmp_path: Path) -> None:
+    for step in (3, 10, 7):
+        save_atomic({"step": step}, tmp_path, step, keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == [
+        "checkpoint-000000007.pt",
+        "checkpoint-000000010.pt",
+    ]
+    state = load_latest(tmp_path)
+    assert state is not None and state["step"] == 10
+
+
+def test_an_unreadable_newest_file_falls_back_to_the_previous(tmp_path: Path) -> None:
+    save_atomic({"step": 1}, tmp_path, 1)
+    (tmp_path / "checkpoint-000000002.pt").write_bytes(b"not a checkpoint")
+    state = load_latest(tmp_path)
+    assert state is not None and state["step"] == 1
+
+
+def test_no_checkpoint_is_half_written_when_the_writer_is_killed(tmp_path: Path) -> None:
+    for delay in (0.0, 0.05, 0.13):
+        folder = tmp_path / f"kill-{delay}"
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(folder)])
+        try:
+            deadline = time.monotonic() + 60
+            while not list_checkpoints(folder) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(delay)  # land somewhere inside a later write
+        finally:
+            os.kill(writer.pid, signal.SIGKILL)
+            writer.wait(timeout=10)
+        assert list_checkpoints(folder), "the writer never completed a checkpoint"
+        for path in list_checkpoints(folder):
+            state = torch.load(path, weights_only=True)
+            assert torch.equal(state["weights"], torch.arange(2_000_000) + state["step"])
+        assert all(p.suffix in (".pt", ".tmp") for p in folder.iterdir())

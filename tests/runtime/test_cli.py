@@ -1,0 +1,48 @@
+"""Bad input to ``tidal run`` / ``tidal resize``: one line naming the argument, status 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.py")
+
+
+def _tidal(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tidal.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, TIDAL_HOME=str(home)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["run", "--workers", "1:2", "--", "missing.py"], "SCRIPT"),
+        (["run", "--workers", "4:2", "--", EXAMPLE], "--workers"),
+        (["run", "--workers", "-1:2", "--", EXAMPLE], "--workers"),
+        (["run", "--workers", "a:b", "--", EXAMPLE], "--workers"),
+        (["run", "--workers", "1:2:3", "--", EXAMPLE], "--workers"),
+        (["run", "--workers", "1:2", "--initial", "5", "--", EXAMPLE], "--initial"),
+        (["run", "--workers", "1:2", "--initial", "x", "--", EXAMPLE], "--initial"),
+        (["run", "--workers", "1:2", "--resize-at", "5", "--", EXAMPLE], "--resize-at"),
+        (["run", "--workers", "1:2", "--timeout", "0", "--", EXAMPLE], "--timeout"),
+        (["resize", "no-such-run", "--workers", "2"], "RUN"),
+        (["resize", "some-run"], "--workers"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(args: list[str], names: str, tmp_path: Path) -> None:
+    result = _tidal(*args, home=tmp_path)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert names in lines[0], lines[0]
+    assert result.stdout == ""
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())

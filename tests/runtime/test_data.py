@@ -1,0 +1,49 @@
+"""Sharding arithmetic and the loader alone (world of one)."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils.data import TensorDataset
+
+import tidal
+from tidal.runtime.data import shard_bounds, split_micro_batches
+
+
+@given(batch=st.integers(1, 5000), world=st.integers(1, 64))
+def test_shards_cover_the_batch_contiguously_and_evenly(batch: int, world: int) -> None:
+    bounds = [shard_bounds(batch, world, r) for r in range(world)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == batch
+    for (_, hi), (lo, _) in zip(bounds, bounds[1:], strict=False):
+        assert hi == lo
+    sizes = [hi - lo for lo, hi in bounds]
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes == sorted(sizes, reverse=True)  # the remainder goes to the lowest ranks
+
+
+@given(size=st.integers(1, 5000), limit=st.integers(1, 600))
+def test_micro_batches_are_few_bounded_and_even(size: int, limit: int) -> None:
+    sizes = split_micro_batches(size, limit)
+    assert sum(sizes) == size
+    assert max(sizes) <= limit
+    assert len(sizes) == -(-size // limit)
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_loader_resumes_mid_epoch_exactly() -> None:
+    data = TensorDataset(torch.arange(103).float())
+    first = tidal.ElasticDataLoader(data, batch_size=10, seed=3)
+    seen = [first.last_indices for _ in zip(range(4), first, strict=False)]
+    resumed = tidal.ElasticDataLoader(data, batch_size=10, seed=0)
+    resumed.load_state_dict(first.state_dict())
+    rest = [resumed.last_indices for _ in resumed]
+    flat = [i for batch in seen + rest for i in batch]
+    assert sorted(flat) == list(range(103))
+    assert [len(b) for b in rest][-1] == 3  # the last, partial batch is kept
+
+
+def test_each_epoch_has_its_own_order() -> None:
+    loader = tidal.ElasticDataLoader(TensorDataset(torch.arange(50).float()), batch_size=50)
+    assert not torch.equal(loader.order(0), loader.order(1))
+    assert torch.equal(loader.order(1), loader.order(1))
