@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,7 +17,7 @@ from tidal.runtime.data import shard_bounds, split_micro_batches
 def test_shards_cover_the_batch_contiguously_and_evenly(batch: int, world: int) -> None:
     bounds = [shard_bounds(batch, world, r) for r in range(world)]
     assert bounds[0][0] == 0 and bounds[-1][1] == batch
-    for (_, hi), (lo, _) in zip(bounds, bounds[1:], strict=False):
+    for (_, hi), (lo, _) in itertools.pairwise(bounds):
         assert hi == lo
     sizes = [hi - lo for lo, hi in bounds]
     assert max(sizes) - min(sizes) <= 1

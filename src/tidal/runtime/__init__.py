@@ -5,14 +5,17 @@ from tidal.runtime.context import PeerLost, WorkerContext, current, init
 from tidal.runtime.data import ElasticDataLoader
 from tidal.runtime.parallel import ElasticDataParallel
 from tidal.runtime.state import State
+from tidal.runtime.trainer import FitResult, Trainer
 
 __all__ = [
     "EXIT_RELEASED",
     "ElasticDataLoader",
     "ElasticDataParallel",
+    "FitResult",
     "PeerLost",
     "RuntimeConfig",
     "State",
+    "Trainer",
     "WorkerContext",
     "current",
     "init",
