@@ -1,0 +1,139 @@
+"""``fairshare``: slots in proportion to priority, within each job's min and max.
+
+The controller's default policy. For the admitted jobs of one pool of ``S`` slots, job ``j``
+with priority ``p_j`` is owed ``S * p_j / sum(p)`` slots; shares outside ``[min_j, cap_j]``
+are clipped (``cap_j`` is ``max_workers``, or ``target_workers`` when a user set one) and the
+slack is shared again in proportion to priority among the others (water-filling). Whole
+slots are handed out by largest remainder.
+
+Admission: running jobs stay admitted; queued jobs are admitted in priority, then
+submission order while the sum of admitted minimums fits, so a newcomer first shrinks the
+elastic jobs towards their minimum and only queues when even that does not make room. The
+queue is strict: a job whose minimum does not fit holds back the jobs behind it.
+
+Groups: jobs of a group share that group's hosts; jobs without a group share what the
+grouped jobs leave of the whole cluster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
+from tidal.policy.placement import group_capacities, held_counts, place
+
+#: A job keeps its extra rounding slot unless another job's fractional claim beats its own
+#: by more than this: stops a slot bouncing between two jobs over rounding noise.
+ROUNDING_HYSTERESIS = 0.25
+
+
+def _cap(job: JobRequest) -> int:
+    """Most slots ``job`` may get: its manual target if set, else its maximum."""
+    if job.target_workers is not None:
+        return max(0, min(job.target_workers, job.max_workers))
+    return max(0, job.max_workers)
+
+
+def _floor_size(job: JobRequest) -> int:
+    """Fewest slots ``job`` can run on."""
+    return max(1, min(job.min_workers, _cap(job)))
+
+
+def _queue_key(job: JobRequest) -> tuple[int, float, str]:
+    """Priority first (higher first), then submission order."""
+    return (-job.priority, job.submitted_at, job.job_id)
+
+
+def proportional_shares(jobs: Sequence[JobRequest], slots: int) -> dict[str, float]:
+    """Real-valued shares of ``slots`` ∝ priority, clipped to each job's bounds.
+
+    Water-filling: jobs whose share falls below their minimum (or above their cap) are
+    fixed there and the rest is divided again among the others, until nothing changes.
+    """
+    shares: dict[str, float] = {}
+    free = list(jobs)
+    remaining = float(slots)
+    while free:
+        weight = sum(max(j.priority, 1) for j in free)
+        ideal = {j.job_id: remaining * max(j.priority, 1) / weight for j in free}
+        low = [j for j in free if ideal[j.job_id] < _floor_size(j)]
+        fixed = low or [j for j in free if ideal[j.job_id] > _cap(j)]
+        if not fixed:
+            shares.update(ideal)
+            break
+        for job in fixed:
+            bound = _floor_size(job) if low else _cap(job)
+            shares[job.job_id] = float(bound)
+            remaining -= bound
+        fixed_ids = {j.job_id for j in fixed}
+        free = [j for j in free if j.job_id not in fixed_ids]
+    return shares
+
+
+def whole_shares(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -> dict[str, int]:
+    """Integer shares by largest remainder, with hysteresis towards what jobs hold now."""
+    shares = proportional_shares(jobs, slots)
+    counts = {job_id: math.floor(share + 1e-9) for job_id, share in shares.items()}
+    leftover = min(slots, sum(_cap(j) for j in jobs)) - sum(counts.values())
+
+    def claim(job: JobRequest) -> tuple[float, int, float, str]:
+        remainder = shares[job.job_id] - counts[job.job_id]
+        if held.get(job.job_id, 0) > counts[job.job_id]:
+            remainder += ROUNDING_HYSTERESIS
+        return (-remainder, -job.priority, job.submitted_at, job.job_id)
+
+    candidates = sorted((j for j in jobs if counts[j.job_id] < _cap(j)), key=claim)
+    for job in candidates[: max(0, leftover)]:
+        counts[job.job_id] += 1
+    return counts
+
+
+class FairSharePolicy:
+    """Priority-proportional shares of the slots; see the module docstring."""
+
+    name = "fairshare"
+
+    def allocate(
+        self,
+        jobs: Sequence[JobRequest],
+        cluster: Cluster,
+        previous: Allocation,
+    ) -> dict[str, tuple[Slot, ...]]:
+        """Admit, share out and place; deterministic for equal inputs."""
+        capacity = group_capacities(cluster)
+        held = held_counts(previous)
+        by_id = {job.job_id: job for job in jobs}
+        counts: dict[str, int] = {}
+        pools = sorted({j.group for j in jobs if j.group is not None})
+        used_by_groups = 0
+        for group in [*pools, None]:
+            members = [j for j in jobs if j.group == group and _cap(j) > 0]
+            slots = capacity.get(group, 0) if group is not None else capacity[None]
+            if group is None:
+                slots -= used_by_groups
+            admitted = _admit(members, slots, held)
+            pool_counts = whole_shares(admitted, slots, held)
+            counts.update(pool_counts)
+            if group is not None:
+                used_by_groups += sum(pool_counts.values())
+        return place(counts, by_id, cluster, previous)
+
+
+def _admit(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -> list[JobRequest]:
+    """Running jobs first, then the queue in order while the minimums fit."""
+    admitted: list[JobRequest] = []
+    need = 0
+    running = sorted((j for j in jobs if held.get(j.job_id, 0) > 0), key=_queue_key)
+    queued = sorted((j for j in jobs if held.get(j.job_id, 0) == 0), key=_queue_key)
+    for job in running:
+        # Only a cluster that lost hosts can fail this: the least important go back to the queue.
+        if need + _floor_size(job) <= slots:
+            admitted.append(job)
+            need += _floor_size(job)
+    for job in queued:
+        if need + _floor_size(job) > slots:
+            break
+        admitted.append(job)
+        need += _floor_size(job)
+    return admitted
