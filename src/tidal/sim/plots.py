@@ -1,0 +1,58 @@
+"""Charts of simulation results (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from tidal.sim.engine import SimResult
+
+
+def _pyplot() -> ModuleType:
+    """matplotlib's pyplot on the file-only Agg backend (imported late: optional extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_jct_cdf(results: Mapping[str, Sequence[SimResult]], path: Path) -> None:
+    """CDF of job completion times per policy, pooled over all its runs."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    for policy, runs in results.items():
+        jcts = np.sort([j.jct for run in runs for j in run.jobs if j.jct is not None])
+        if jcts.size:
+            ax.step(
+                jcts / 3600, np.arange(1, jcts.size + 1) / jcts.size, where="post", label=policy
+            )
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (hours, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_gpus_per_job(results: Mapping[str, SimResult], path: Path) -> None:
+    """Mean GPUs per running job over time, one line per policy (one workload)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    for policy, run in results.items():
+        times = np.array([t for t, _ in run.timeline]) / 3600
+        mean = np.array([np.mean(list(held.values())) if held else 0.0 for _, held in run.timeline])
+        ax.plot(times, mean, label=policy, linewidth=1)
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("GPUs per running job (mean)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
