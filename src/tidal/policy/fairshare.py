@@ -48,27 +48,34 @@ def _queue_key(job: JobRequest) -> tuple[int, float, str]:
 def proportional_shares(jobs: Sequence[JobRequest], slots: int) -> dict[str, float]:
     """Real-valued shares of ``slots`` ∝ priority, clipped to each job's bounds.
 
-    Water-filling: jobs whose share falls below their minimum (or above their cap) are
-    fixed there and the rest is divided again among the others, until nothing changes.
+    Water-filling: find the level ``L`` with ``sum(clip(L * p_j, min_j, cap_j)) == slots``.
+    The sum is piecewise linear in ``L`` with a kink where a job reaches its minimum or its
+    cap, so walking the kinks in order finds ``L`` exactly in ``O(n log n)``.
     """
-    shares: dict[str, float] = {}
-    free = list(jobs)
-    remaining = float(slots)
-    while free:
-        weight = sum(max(j.priority, 1) for j in free)
-        ideal = {j.job_id: remaining * max(j.priority, 1) / weight for j in free}
-        low = [j for j in free if ideal[j.job_id] < _floor_size(j)]
-        fixed = low or [j for j in free if ideal[j.job_id] > _cap(j)]
-        if not fixed:
-            shares.update(ideal)
+    low = {j.job_id: float(_floor_size(j)) for j in jobs}
+    high = {j.job_id: float(_cap(j)) for j in jobs}
+    if sum(high.values()) <= slots:
+        return high
+    if sum(low.values()) >= slots:
+        return low
+    weight = {j.job_id: float(max(j.priority, 1)) for j in jobs}
+    kinks = sorted(
+        [(low[j] / weight[j], 0, j) for j in weight] + [(high[j] / weight[j], 1, j) for j in weight]
+    )
+    # Below the first kink every job sits at its minimum: the sum is ``base + slope * L``.
+    base, slope = sum(low.values()), 0.0
+    level = kinks[-1][0]
+    for at, kind, job_id in kinks:
+        if slope > 0 and base + slope * at >= slots:
+            level = (slots - base) / slope
             break
-        for job in fixed:
-            bound = _floor_size(job) if low else _cap(job)
-            shares[job.job_id] = float(bound)
-            remaining -= bound
-        fixed_ids = {j.job_id for j in fixed}
-        free = [j for j in free if j.job_id not in fixed_ids]
-    return shares
+        if kind == 0:  # the job starts growing with the level
+            base -= low[job_id]
+            slope += weight[job_id]
+        else:  # the job stops at its cap
+            base += high[job_id]
+            slope -= weight[job_id]
+    return {j: min(high[j], max(low[j], level * weight[j])) for j in weight}
 
 
 def whole_shares(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -> dict[str, int]:

@@ -50,34 +50,24 @@ def _check_policy(name: str) -> str:
 
 
 def _summary_table(summaries: list[Summary], title: str) -> Table:
-    """A rich table of headline metrics, one row per run."""
+    """A rich table of headline metrics: one row per metric, one column per run."""
     table = Table(title=title)
-    for column in (
-        "policy",
-        "jobs",
-        "avg JCT",
-        "median JCT",
-        "p99 JCT",
-        "makespan",
-        "GPU util",
-        "reallocs/job",
-        "FTF mean",
-        "FTF max",
-    ):
-        table.add_column(column, justify="left" if column == "policy" else "right")
+    table.add_column("metric")
     for s in summaries:
-        table.add_row(
-            s.policy,
-            f"{s.finished}/{s.jobs}",
-            f"{s.avg_jct:,.0f} s",
-            f"{s.median_jct:,.0f} s",
-            f"{s.p99_jct:,.0f} s",
-            f"{s.makespan / 3600:.1f} h",
-            f"{s.gpu_utilisation:.0%}",
-            f"{s.reallocations_per_job:.2f}",
-            f"{s.ftf_mean:.2f}",
-            f"{s.ftf_max:.2f}",
-        )
+        table.add_column(s.policy, justify="right")
+    rows: list[tuple[str, list[str]]] = [
+        ("jobs finished", [f"{s.finished}/{s.jobs}" for s in summaries]),
+        ("average JCT", [f"{s.avg_jct:,.0f} s" for s in summaries]),
+        ("median JCT", [f"{s.median_jct:,.0f} s" for s in summaries]),
+        ("p99 JCT", [f"{s.p99_jct:,.0f} s" for s in summaries]),
+        ("makespan", [f"{s.makespan / 3600:.1f} h" for s in summaries]),
+        ("GPU utilisation", [f"{s.gpu_utilisation:.0%}" for s in summaries]),
+        ("reallocations per job", [f"{s.reallocations_per_job:.2f}" for s in summaries]),
+        ("finish-time fairness, mean", [f"{s.ftf_mean:.2f}" for s in summaries]),
+        ("finish-time fairness, worst", [f"{s.ftf_max:.2f}" for s in summaries]),
+    ]
+    for label, values in rows:
+        table.add_row(label, *values)
     return table
 
 

@@ -177,7 +177,11 @@ def advance(job: _Job, seconds: float, now: float, placement: tuple[int, ...]) -
 
 
 def isolated_time(profile: ModelProfile, replicas: int, batch: int, config: SimConfig) -> float:
-    """Seconds ``replicas`` workers packed on nodes take alone at ``batch`` (one start-up)."""
+    """Seconds ``replicas`` workers packed on nodes take alone at ``batch`` (one start-up).
+
+    Gradient statistics are taken at the start of each epoch; the engine also re-reads them
+    at every scheduling interval, so the two differ by a fraction of a percent.
+    """
     per_node = config.gpus_per_node
     placement = tuple(
         [per_node] * (replicas // per_node) + ([replicas % per_node] if replicas % per_node else [])
