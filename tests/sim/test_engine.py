@@ -69,10 +69,8 @@ def test_an_allocation_that_oversubscribes_is_rejected(profiles: dict[str, Model
         def allocate(
             self, jobs: Sequence[JobRequest], cluster: Cluster, previous: Allocation
         ) -> dict[str, tuple[Slot, ...]]:
-            return {
-                job.job_id: (cluster.hosts[0].name, 0) and ((cluster.hosts[0].name, 0),)
-                for job in jobs
-            }
+            # Every job on the same slot.
+            return {job.job_id: ((cluster.hosts[0].name, 0),) for job in jobs}
 
     jobs = [WorkloadJob(f"ncf-{i}", 0.0, "ncf", 1, 256) for i in range(2)]
     with pytest.raises(AllocationError):
