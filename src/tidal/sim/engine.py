@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -111,7 +112,7 @@ class _Job:
     reallocations: int = 0
     start_time: float | None = None
     finish_time: float | None = None
-    #: (placement, batch) -> (seconds per step, global batch), the step's cost.
+    #: (placement, global batch) -> seconds per step; placements repeat, so this saves work.
     step_cache: dict[tuple[tuple[int, ...], int], float] = field(default_factory=dict)
 
 
@@ -235,24 +236,28 @@ class Simulator:
         """What the policy sees of ``job``."""
         spec, profile = job.spec, job.profile
         total = self.cluster.total_slots
-        common = {
-            "job_id": spec.name,
-            "submitted_at": spec.submit_time,
-            "attained_service": job.attained,
-            "age": now - spec.submit_time,
-            "reallocations": job.reallocations,
-        }
+        throughput = None
         if self.sizing is Sizing.FIXED:
-            size = min(spec.num_replicas, total)
-            return JobRequest(min_workers=size, max_workers=size, **common)  # type: ignore[arg-type]
-        if self.sizing is Sizing.ELASTIC:
-            return JobRequest(min_workers=1, max_workers=min(spec.num_replicas, total), **common)  # type: ignore[arg-type]
-        sqr, var = profile.grad_stats(job.progress)
-        model = replace(
-            profile.throughput, grad_noise_scale=noise_scale(sqr, var, profile.init_batch)
+            low = high = min(spec.num_replicas, total)
+        elif self.sizing is Sizing.ELASTIC:
+            low, high = 1, min(spec.num_replicas, total)
+        else:
+            sqr, var = profile.grad_stats(job.progress)
+            throughput = replace(
+                profile.throughput, grad_noise_scale=noise_scale(sqr, var, profile.init_batch)
+            )
+            # More workers than the largest batch has samples per worker cannot help.
+            low, high = 1, min(total, max(1, profile.max_batch // max(profile.min_local_batch, 1)))
+        return JobRequest(
+            job_id=spec.name,
+            min_workers=low,
+            max_workers=high,
+            submitted_at=spec.submit_time,
+            attained_service=job.attained,
+            throughput=throughput,
+            age=now - spec.submit_time,
+            reallocations=job.reallocations,
         )
-        useful = max(1, profile.max_batch // max(profile.min_local_batch, 1))
-        return JobRequest(min_workers=1, max_workers=min(useful, total), throughput=model, **common)  # type: ignore[arg-type]
 
     def _choose_batch(self, job: _Job, placement: tuple[int, ...]) -> int:
         """Global batch for ``job`` on ``placement`` under this run's sizing."""
@@ -268,8 +273,6 @@ class Simulator:
 
     def run(self, workload: Sequence[WorkloadJob]) -> SimResult:
         """Simulate until every job finished (or ``max_time``)."""
-        import time
-
         config = self.config
         jobs = [
             _Job(spec, self.profiles[spec.model])
