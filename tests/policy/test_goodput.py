@@ -107,3 +107,14 @@ def test_decides_160_jobs_on_64_gpus_within_a_second() -> None:
     started = time.perf_counter()
     GoodputPolicy().allocate(jobs, cluster, {})
     assert time.perf_counter() - started < 1.0
+
+
+def test_a_job_moved_too_often_still_makes_room_for_newcomers() -> None:
+    # age 0 and many moves: the re-allocation factor is at its floor, not zero.
+    held = {"old": tuple((f"n{n}", i) for n in range(4) for i in range(4))}
+    old = job("old", SCALES_WELL, age=0.0, reallocations=9)
+    alloc = GoodputPolicy().allocate([old, job("new", SCALES_WELL)], CLUSTER, held)
+    assert len(alloc["new"]) >= 1
+    # Moving it is expensive, so it keeps most of its slots (and only gives some up).
+    assert len(alloc["old"]) > len(alloc["new"])
+    assert set(alloc["old"]) <= set(held["old"])

@@ -30,6 +30,9 @@ from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
 from tidal.policy.goodput_model import FloatArray, best_goodput_table
 from tidal.policy.placement import group_capacities, held_counts, place
 
+#: Smallest re-allocation factor; see :meth:`GoodputPolicy._reallocation_factor`.
+MIN_REALLOCATION_FACTOR = 0.05
+
 
 @dataclass
 class _JobState:
@@ -126,11 +129,17 @@ class GoodputPolicy:
         return _JobState(job=job, utility=utility, cap=cap)
 
     def _reallocation_factor(self, job: JobRequest) -> float:
-        """Pollux's discount on moving a running job (0 for a job moved too often)."""
+        """Pollux's discount on moving a running job.
+
+        Floored at :data:`MIN_REALLOCATION_FACTOR` rather than zero: a job moved very often
+        (or whose ``age`` the caller left at 0) becomes very hard to move, but can still be
+        shrunk when that is the only way to start others.
+        """
         delay = self.reallocation_delay
         if delay <= 0:
             return 1.0
-        return max(0.0, (job.age - job.reallocations * delay) / (job.age + delay))
+        factor = (job.age - job.reallocations * delay) / (job.age + delay)
+        return max(MIN_REALLOCATION_FACTOR, factor)
 
     def _push(
         self,

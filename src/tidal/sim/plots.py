@@ -46,9 +46,16 @@ def plot_gpus_per_job(results: Mapping[str, SimResult], path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
     for policy, run in results.items():
-        times = np.array([t for t, _ in run.timeline]) / 3600
-        mean = np.array([np.mean(list(held.values())) if held else 0.0 for _, held in run.timeline])
-        ax.plot(times, mean, label=policy, linewidth=1)
+        times: list[float] = []
+        means: list[float] = []
+        for i, (at, held) in enumerate(run.timeline):
+            if i and at - run.timeline[i - 1][0] > run.config.interval:
+                # The cluster sat idle in between: break the line instead of bridging it.
+                times.append(run.timeline[i - 1][0] / 3600 + run.config.interval / 3600)
+                means.append(float("nan"))
+            times.append(at / 3600)
+            means.append(float(np.mean(list(held.values()))) if held else 0.0)
+        ax.plot(times, means, label=policy, linewidth=1, drawstyle="steps-post")
     ax.set_xlabel("time (hours)")
     ax.set_ylabel("GPUs per running job (mean)")
     ax.grid(True, alpha=0.3)
