@@ -85,9 +85,17 @@ def main(
 
             img_dir.mkdir(parents=True, exist_ok=True)
             tag = f"{cost:g}s"
-            plot_jct_cdf(results, img_dir / f"sim-jct-cdf-{tag}.png")
+            plot_jct_cdf(
+                results,
+                img_dir / f"sim-jct-cdf-{tag}.png",
+                f"all {len(traces)} workloads, reallocation cost {cost:g} s",
+            )
             first = {name: runs[0] for name, runs in results.items()}
-            plot_gpus_per_job(first, img_dir / f"sim-gpus-per-job-{tag}.png")
+            plot_gpus_per_job(
+                first,
+                img_dir / f"sim-gpus-per-job-{tag}.png",
+                f"{next(iter(traces))}, reallocation cost {cost:g} s",
+            )
     if markdown is not None:
         markdown.write_text("\n".join(sections))
 

@@ -173,10 +173,9 @@ def compare(
     output_dir.mkdir(parents=True, exist_ok=True)
     markdown = comparison_markdown([p.stem for p in files], results)
     (output_dir / "comparison.md").write_text(markdown)
-    plot_jct_cdf(results, output_dir / "jct_cdf.png")
-    plot_gpus_per_job(
-        {name: runs[0] for name, runs in results.items()}, output_dir / "gpus_per_job.png"
-    )
+    plot_jct_cdf(results, output_dir / "jct_cdf.png", f"{len(files)} workloads")
+    first = {name: runs[0] for name, runs in results.items()}
+    plot_gpus_per_job(first, output_dir / "gpus_per_job.png", files[0].stem)
     pooled = [summarise(runs[0]) for runs in results.values()]
     console.print(_summary_table(pooled, f"{files[0].stem} (first workload)"))
     console.print(markdown)

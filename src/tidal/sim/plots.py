@@ -21,7 +21,9 @@ def _pyplot() -> ModuleType:
     return plt
 
 
-def plot_jct_cdf(results: Mapping[str, Sequence[SimResult]], path: Path) -> None:
+def plot_jct_cdf(
+    results: Mapping[str, Sequence[SimResult]], path: Path, title: str | None = None
+) -> None:
     """CDF of job completion times per policy, pooled over all its runs."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
@@ -36,12 +38,16 @@ def plot_jct_cdf(results: Mapping[str, Sequence[SimResult]], path: Path) -> None
     ax.set_ylabel("fraction of jobs")
     ax.grid(True, alpha=0.3)
     ax.legend()
+    if title:
+        ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
-def plot_gpus_per_job(results: Mapping[str, SimResult], path: Path) -> None:
+def plot_gpus_per_job(
+    results: Mapping[str, SimResult], path: Path, title: str | None = None
+) -> None:
     """Mean GPUs per running job over time, one line per policy (one workload)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
@@ -60,6 +66,8 @@ def plot_gpus_per_job(results: Mapping[str, SimResult], path: Path) -> None:
     ax.set_ylabel("GPUs per running job (mean)")
     ax.grid(True, alpha=0.3)
     ax.legend()
+    if title:
+        ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
