@@ -185,3 +185,27 @@ def test_simulator_replays_the_controllers_fairshare() -> None:
     policy = build_policy("fairshare", reallocation_cost=30.0)
     assert type(policy) is controller_module.FairSharePolicy
     assert type(policy).allocate is controller_module.FairSharePolicy.allocate
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    host_groups=st.lists(st.sampled_from(["a", "b", None]), min_size=1, max_size=6),
+    job_groups=st.lists(st.sampled_from(["a", "b", None]), min_size=1, max_size=8),
+    held_first=st.booleans(),
+)
+def test_groups_are_honoured(
+    host_groups: list[str | None], job_groups: list[str | None], held_first: bool
+) -> None:
+    cluster = Cluster(tuple(Host(f"h{i}", 4, group=g) for i, g in enumerate(host_groups)))
+    group_of = {h.name: h.group for h in cluster.hosts}
+    jobs = [JobRequest(f"j{i}", 1, 6, group=g, submitted_at=i) for i, g in enumerate(job_groups)]
+    policy = FairSharePolicy()
+    # Replaying a previous decision with the groups' jobs swapped around exercises eviction.
+    previous = policy.allocate(list(reversed(jobs)), cluster, {}) if held_first else {}
+    alloc = policy.allocate(jobs, cluster, previous)
+    assert_valid(alloc, cluster)
+    for job in jobs:
+        slots = alloc.get(job.job_id, ())
+        if job.group is not None:
+            assert all(group_of[host] == job.group for host, _ in slots)
+        assert not slots or 1 <= len(slots) <= 6

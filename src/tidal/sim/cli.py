@@ -131,6 +131,12 @@ def run(
         source = f"{jobs} jobs sampled from {philly.name} (load {load}, seed {seed})"
     result = simulate(policy, trace, model_profiles, config)
     console.print(_summary_table([summarise(result)], f"{source} on {nodes}x{gpus_per_node} GPUs"))
+    if result.decision_seconds:
+        decisions = sorted(result.decision_seconds)
+        console.print(
+            f"{len(decisions)} decisions: median {decisions[len(decisions) // 2] * 1000:.1f} ms, "
+            f"slowest {decisions[-1] * 1000:.1f} ms"
+        )
     if output is not None:
         _write_jobs(result, output)
         console.print(f"per-job results: {output}")
