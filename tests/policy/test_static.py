@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 
 from tidal.policy.api import Cluster, Host, JobRequest
-from tidal.policy.static import StaticPolicy, requested_size
+from tidal.policy.budget import requested_size
+from tidal.policy.static import StaticPolicy
 
 from .strategies import assert_valid, clusters, job_lists
 

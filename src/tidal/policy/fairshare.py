@@ -21,28 +21,17 @@ import math
 from collections.abc import Sequence
 
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
-from tidal.policy.placement import group_capacities, held_counts, place
+from tidal.policy.budget import SlotBudget, queue_order, worker_cap
+from tidal.policy.placement import held_counts, place
 
 #: A job keeps its extra rounding slot unless another job's fractional claim beats its own
 #: by more than this: stops a slot bouncing between two jobs over rounding noise.
 ROUNDING_HYSTERESIS = 0.25
 
 
-def _cap(job: JobRequest) -> int:
-    """Most slots ``job`` may get: its manual target if set, else its maximum."""
-    if job.target_workers is not None:
-        return max(0, min(job.target_workers, job.max_workers))
-    return max(0, job.max_workers)
-
-
 def _floor_size(job: JobRequest) -> int:
     """Fewest slots ``job`` can run on."""
-    return max(1, min(job.min_workers, _cap(job)))
-
-
-def _queue_key(job: JobRequest) -> tuple[int, float, str]:
-    """Priority first (higher first), then submission order."""
-    return (-job.priority, job.submitted_at, job.job_id)
+    return max(1, min(job.min_workers, worker_cap(job)))
 
 
 def proportional_shares(jobs: Sequence[JobRequest], slots: int) -> dict[str, float]:
@@ -53,7 +42,7 @@ def proportional_shares(jobs: Sequence[JobRequest], slots: int) -> dict[str, flo
     cap, so walking the kinks in order finds ``L`` exactly in ``O(n log n)``.
     """
     low = {j.job_id: float(_floor_size(j)) for j in jobs}
-    high = {j.job_id: float(_cap(j)) for j in jobs}
+    high = {j.job_id: float(worker_cap(j)) for j in jobs}
     if sum(high.values()) <= slots:
         return high
     if sum(low.values()) >= slots:
@@ -82,7 +71,7 @@ def whole_shares(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -
     """Integer shares by largest remainder, with hysteresis towards what jobs hold now."""
     shares = proportional_shares(jobs, slots)
     counts = {job_id: math.floor(share + 1e-9) for job_id, share in shares.items()}
-    leftover = min(slots, sum(_cap(j) for j in jobs)) - sum(counts.values())
+    leftover = min(slots, sum(worker_cap(j) for j in jobs)) - sum(counts.values())
 
     def claim(job: JobRequest) -> tuple[float, int, float, str]:
         remainder = shares[job.job_id] - counts[job.job_id]
@@ -90,7 +79,7 @@ def whole_shares(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -
             remainder += ROUNDING_HYSTERESIS
         return (-remainder, -job.priority, job.submitted_at, job.job_id)
 
-    candidates = sorted((j for j in jobs if counts[j.job_id] < _cap(j)), key=claim)
+    candidates = sorted((j for j in jobs if counts[j.job_id] < worker_cap(j)), key=claim)
     for job in candidates[: max(0, leftover)]:
         counts[job.job_id] += 1
     return counts
@@ -108,22 +97,19 @@ class FairSharePolicy:
         previous: Allocation,
     ) -> dict[str, tuple[Slot, ...]]:
         """Admit, share out and place; deterministic for equal inputs."""
-        capacity = group_capacities(cluster)
+        budget = SlotBudget(cluster)
         held = held_counts(previous)
         by_id = {job.job_id: job for job in jobs}
         counts: dict[str, int] = {}
+        # Grouped pools first: ungrouped jobs share whatever the groups leave.
         pools = sorted({j.group for j in jobs if j.group is not None})
-        used_by_groups = 0
         for group in [*pools, None]:
-            members = [j for j in jobs if j.group == group and _cap(j) > 0]
-            slots = capacity.get(group, 0) if group is not None else capacity[None]
-            if group is None:
-                slots -= used_by_groups
+            members = [j for j in jobs if j.group == group and worker_cap(j) > 0]
+            slots = budget.room(group)
             admitted = _admit(members, slots, held)
             pool_counts = whole_shares(admitted, slots, held)
             counts.update(pool_counts)
-            if group is not None:
-                used_by_groups += sum(pool_counts.values())
+            budget.take(group, sum(pool_counts.values()))
         return place(counts, by_id, cluster, previous)
 
 
@@ -131,8 +117,8 @@ def _admit(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -> list
     """Running jobs first, then the queue in order while the minimums fit."""
     admitted: list[JobRequest] = []
     need = 0
-    running = sorted((j for j in jobs if held.get(j.job_id, 0) > 0), key=_queue_key)
-    queued = sorted((j for j in jobs if held.get(j.job_id, 0) == 0), key=_queue_key)
+    running = sorted((j for j in jobs if held.get(j.job_id, 0) > 0), key=queue_order)
+    queued = sorted((j for j in jobs if held.get(j.job_id, 0) == 0), key=queue_order)
     for job in running:
         # Only a cluster that lost hosts can fail this: the least important go back to the queue.
         if need + _floor_size(job) <= slots:

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
+from tidal.policy.budget import SlotBudget, queue_order, worker_cap
 from tidal.policy.goodput_model import FloatArray, best_goodput_table
-from tidal.policy.placement import group_capacities, held_counts, place
+from tidal.policy.placement import held_counts, place
 
 #: Smallest re-allocation factor; see :meth:`GoodputPolicy._reallocation_factor`.
 MIN_REALLOCATION_FACTOR = 0.05
@@ -63,42 +64,42 @@ class GoodputPolicy:
         previous: Allocation,
     ) -> dict[str, tuple[Slot, ...]]:
         """Greedy marginal-utility allocation, then placement."""
-        capacity = group_capacities(cluster)
+        budget = SlotBudget(cluster)
         held = held_counts(previous)
         by_id = {job.job_id: job for job in jobs}
-        if not jobs or capacity[None] == 0:
+        if not jobs or cluster.total_slots == 0:
             return {}
         slots_per_node = max(h.slots for h in cluster.hosts)
-        fair = max(1, capacity[None] // len(jobs))
+        fair = max(1, cluster.total_slots // len(jobs))
         # Positions follow the queue order, so ties break the same way for any input order.
         states = [
-            self._state(job, min(_cap(job), capacity.get(job.group, 0)), held, fair, slots_per_node)
-            for job in sorted(jobs, key=_queue_key)
+            self._state(
+                job, min(worker_cap(job), budget.size_of(job.group)), held, fair, slots_per_node
+            )
+            for job in sorted(jobs, key=queue_order)
         ]
-        free = dict(capacity)
 
         # Minimums first: the p-norm is -inf while any job sits at zero, so everyone who
         # can be started is; the order only matters when there are more jobs than slots.
         for state in states:
             size = max(1, state.job.min_workers)
-            if size <= state.cap and _fits(free, state.job.group, size):
+            if size <= state.cap and size <= budget.room(state.job.group):
                 state.workers = size
-                _take(free, state.job.group, size)
+                budget.take(state.job.group, size)
 
         heap: list[tuple[float, int, int]] = []
         for position, state in enumerate(states):
-            self._push(heap, position, state, free)
-        while heap and free[None] > 0:
+            self._push(heap, position, state, budget)
+        while heap and budget.room(None) > 0:
             _, position, step = heapq.heappop(heap)
             state = states[position]
-            room = _room(free, state.job.group)
-            if step > room:
+            if step > budget.room(state.job.group):
                 # Stale: other jobs took the slots this step needed; re-price and retry.
-                self._push(heap, position, state, free)
+                self._push(heap, position, state, budget)
                 continue
             state.workers += step
-            _take(free, state.job.group, step)
-            self._push(heap, position, state, free)
+            budget.take(state.job.group, step)
+            self._push(heap, position, state, budget)
 
         counts = {s.job.job_id: s.workers for s in states if s.workers > 0}
         return place(counts, by_id, cluster, previous)
@@ -146,12 +147,12 @@ class GoodputPolicy:
         heap: list[tuple[float, int, int]],
         position: int,
         state: _JobState,
-        free: dict[str | None, int],
+        budget: SlotBudget,
     ) -> None:
         """Queue ``state``'s best step (slots to add, gain per slot), if it gains anything."""
         if state.workers == 0:
             return
-        room = min(_room(free, state.job.group), state.cap - state.workers)
+        room = min(budget.room(state.job.group), state.cap - state.workers)
         if room <= 0:
             return
         now = state.utility[state.workers]
@@ -161,32 +162,3 @@ class GoodputPolicy:
         gain = float(per_slot[best])
         if gain > 0 and math.isfinite(gain):
             heapq.heappush(heap, (-gain, position, best + 1))
-
-
-def _cap(job: JobRequest) -> int:
-    """Most slots ``job`` may get."""
-    if job.target_workers is not None:
-        return max(0, min(job.target_workers, job.max_workers))
-    return max(0, job.max_workers)
-
-
-def _queue_key(job: JobRequest) -> tuple[int, float, str]:
-    """Priority first (higher first), then submission order."""
-    return (-job.priority, job.submitted_at, job.job_id)
-
-
-def _room(free: dict[str | None, int], group: str | None) -> int:
-    """Slots still free for a job of ``group``."""
-    return free[None] if group is None else min(free[None], free.get(group, 0))
-
-
-def _fits(free: dict[str | None, int], group: str | None, size: int) -> bool:
-    """Whether ``size`` more slots are free for a job of ``group``."""
-    return size <= _room(free, group)
-
-
-def _take(free: dict[str | None, int], group: str | None, size: int) -> None:
-    """Book ``size`` slots."""
-    free[None] -= size
-    if group is not None:
-        free[group] -= size

@@ -20,15 +20,6 @@ from collections.abc import Iterable, Mapping
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
 
 
-def group_capacities(cluster: Cluster) -> dict[str | None, int]:
-    """Slots per host group; the ``None`` key holds the whole cluster's total."""
-    capacity: dict[str | None, int] = {None: cluster.total_slots}
-    for host in cluster.hosts:
-        if host.group is not None:
-            capacity[host.group] = capacity.get(host.group, 0) + host.slots
-    return capacity
-
-
 def held_counts(previous: Allocation) -> dict[str, int]:
     """How many slots each job holds in ``previous``."""
     return {job_id: len(slots) for job_id, slots in previous.items() if slots}

@@ -14,8 +14,8 @@ import bisect
 from collections.abc import Sequence
 
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
-from tidal.policy.placement import group_capacities, place
-from tidal.policy.static import requested_size
+from tidal.policy.budget import SlotBudget, requested_size
+from tidal.policy.placement import place
 
 #: Attained service (slot-seconds) at which a job drops to the next queue.
 DEFAULT_THRESHOLDS = (3600.0, 36000.0)
@@ -41,16 +41,13 @@ class TiresiasPolicy:
         previous: Allocation,
     ) -> dict[str, tuple[Slot, ...]]:
         """Serve the queues in order; jobs that do not fit wait (or are preempted)."""
-        capacity = group_capacities(cluster)
-        free = dict(capacity)
+        budget = SlotBudget(cluster)
         by_id = {job.job_id: job for job in jobs}
         counts: dict[str, int] = {}
         for job in sorted(jobs, key=lambda j: (self.queue_of(j), j.submitted_at, j.job_id)):
-            size = min(requested_size(job), capacity.get(job.group, 0))
-            if size <= 0 or size > free[None] or size > free.get(job.group, 0):
+            size = min(requested_size(job), budget.size_of(job.group))
+            if size <= 0 or size > budget.room(job.group):
                 continue
             counts[job.job_id] = size
-            free[None] -= size
-            if job.group is not None:
-                free[job.group] -= size
+            budget.take(job.group, size)
         return place(counts, by_id, cluster, previous)
