@@ -84,6 +84,10 @@ class JobRequest:
     #: A user's manual target (``tidal scale``) inside ``[min_workers, max_workers]``.
     target_workers: int | None = None
     throughput: ThroughputModel | None = None
+    #: Seconds since submission (``goodput`` discounts moving young jobs less than old ones).
+    age: float = 0.0
+    #: How many times this job's allocation has changed so far.
+    reallocations: int = 0
 
 
 class Policy(Protocol):

@@ -1,0 +1,164 @@
+"""``goodput``: slots where they buy the most training progress, fairly (after Pollux).
+
+For each job a table of its best goodput for every worker count (each at its best batch
+size, on as few nodes as possible) is built with :mod:`tidal.policy.goodput_model`. A job's
+*speed-up* at ``w`` workers is that goodput over its goodput at an equal share of the
+cluster. The policy maximises the p-norm (``p < 0``, Pollux uses ``-1``) of the speed-ups,
+weighted by priority, which trades total progress against fairness: with ``p = -1`` it
+minimises ``sum(priority_j / speedup_j)``.
+
+Search is greedy instead of Pollux's genetic algorithm: every job first gets its minimum
+(in priority, then submission order), then slots go, a batch at a time, to the job whose
+utility rises most per slot; looking ahead over all larger sizes copes with tables that
+are not concave (crossing a node boundary can cost more than a worker adds).
+
+A job that holds slots pays for any change: its speed-up at every other size is scaled by
+Pollux's re-allocation factor ``(age - reallocations * delay) / (age + delay)``, so young
+jobs and jobs moved often are left where they are unless a move clearly pays.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
+from tidal.policy.budget import SlotBudget, queue_order, worker_cap
+from tidal.policy.goodput_model import FloatArray, best_goodput_table
+from tidal.policy.placement import held_counts, place
+
+#: Smallest re-allocation factor; see :meth:`GoodputPolicy._reallocation_factor`.
+MIN_REALLOCATION_FACTOR = 0.05
+
+
+@dataclass
+class _JobState:
+    """Greedy bookkeeping for one job."""
+
+    job: JobRequest
+    utility: FloatArray  # utility at 0..cap workers; -inf where the job cannot run
+    cap: int
+    workers: int = 0
+
+
+class GoodputPolicy:
+    """Pollux-style goodput maximisation with a fairness p-norm; see the module docstring."""
+
+    name = "goodput"
+
+    def __init__(self, p: float = -1.0, reallocation_delay: float = 30.0) -> None:
+        """``p``: fairness exponent (< 0); ``reallocation_delay``: seconds one move costs a job."""
+        if p >= 0:
+            raise ValueError("p must be negative")
+        self.p = p
+        self.reallocation_delay = reallocation_delay
+
+    def allocate(
+        self,
+        jobs: Sequence[JobRequest],
+        cluster: Cluster,
+        previous: Allocation,
+    ) -> dict[str, tuple[Slot, ...]]:
+        """Greedy marginal-utility allocation, then placement."""
+        budget = SlotBudget(cluster)
+        held = held_counts(previous)
+        by_id = {job.job_id: job for job in jobs}
+        if not jobs or cluster.total_slots == 0:
+            return {}
+        slots_per_node = max(h.slots for h in cluster.hosts)
+        fair = max(1, cluster.total_slots // len(jobs))
+        # Positions follow the queue order, so ties break the same way for any input order.
+        states = [
+            self._state(
+                job, min(worker_cap(job), budget.size_of(job.group)), held, fair, slots_per_node
+            )
+            for job in sorted(jobs, key=queue_order)
+        ]
+
+        # Minimums first: the p-norm is -inf while any job sits at zero, so everyone who
+        # can be started is; the order only matters when there are more jobs than slots.
+        for state in states:
+            size = max(1, state.job.min_workers)
+            if size <= state.cap and size <= budget.room(state.job.group):
+                state.workers = size
+                budget.take(state.job.group, size)
+
+        heap: list[tuple[float, int, int]] = []
+        for position, state in enumerate(states):
+            self._push(heap, position, state, budget)
+        while heap and budget.room(None) > 0:
+            _, position, step = heapq.heappop(heap)
+            state = states[position]
+            if step > budget.room(state.job.group):
+                # Stale: other jobs took the slots this step needed; re-price and retry.
+                self._push(heap, position, state, budget)
+                continue
+            state.workers += step
+            budget.take(state.job.group, step)
+            self._push(heap, position, state, budget)
+
+        counts = {s.job.job_id: s.workers for s in states if s.workers > 0}
+        return place(counts, by_id, cluster, previous)
+
+    def _state(
+        self, job: JobRequest, cap: int, held: dict[str, int], fair: int, slots_per_node: int
+    ) -> _JobState:
+        """Utility table of ``job`` at every size it may get."""
+        if job.throughput is None or cap <= 0:
+            # Nothing known about scaling: more than the minimum buys nothing.
+            speed = np.zeros(cap + 1)
+            speed[min(max(1, job.min_workers), cap) :] = 1.0 if cap > 0 else 0.0
+        else:
+            goodput, _ = best_goodput_table(job.throughput, cap, slots_per_node)
+            reference = goodput[min(fair, cap)]
+            speed = goodput / reference if reference > 0 else goodput
+        current = held.get(job.job_id, 0)
+        if current > 0:
+            factor = self._reallocation_factor(job)
+            keep = speed[current] if current <= cap else None
+            speed = speed * factor
+            if keep is not None:
+                speed[current] = keep
+        with np.errstate(divide="ignore"):
+            utility = np.where(speed > 0, -(speed**self.p), -np.inf) * max(job.priority, 1)
+        utility[: max(1, job.min_workers)] = -np.inf
+        utility[0] = -math.inf
+        return _JobState(job=job, utility=utility, cap=cap)
+
+    def _reallocation_factor(self, job: JobRequest) -> float:
+        """Pollux's discount on moving a running job.
+
+        Floored at :data:`MIN_REALLOCATION_FACTOR` rather than zero: a job moved very often
+        (or whose ``age`` the caller left at 0) becomes very hard to move, but can still be
+        shrunk when that is the only way to start others.
+        """
+        delay = self.reallocation_delay
+        if delay <= 0:
+            return 1.0
+        factor = (job.age - job.reallocations * delay) / (job.age + delay)
+        return max(MIN_REALLOCATION_FACTOR, factor)
+
+    def _push(
+        self,
+        heap: list[tuple[float, int, int]],
+        position: int,
+        state: _JobState,
+        budget: SlotBudget,
+    ) -> None:
+        """Queue ``state``'s best step (slots to add, gain per slot), if it gains anything."""
+        if state.workers == 0:
+            return
+        room = min(budget.room(state.job.group), state.cap - state.workers)
+        if room <= 0:
+            return
+        now = state.utility[state.workers]
+        ahead = state.utility[state.workers + 1 : state.workers + room + 1]
+        per_slot = (ahead - now) / np.arange(1, room + 1)
+        best = int(np.argmax(per_slot))
+        gain = float(per_slot[best])
+        if gain > 0 and math.isfinite(gain):
+            heapq.heappush(heap, (-gain, position, best + 1))

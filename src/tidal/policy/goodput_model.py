@@ -1,0 +1,183 @@
+"""Goodput arithmetic after Pollux (OSDI'21): step time, statistical efficiency, best batch.
+
+Units: *progress* counts optimiser steps at the job's initial batch size, so a job's
+goodput (progress per second) is ``gain(batch) / step_time``. ``gain`` is how many initial
+-batch steps one step at ``batch`` is worth::
+
+    gain = (var + sqr) / (var / scale + sqr),    scale = batch / init_batch
+
+with ``sqr`` the squared gradient norm and ``var`` the gradient variance at the initial
+batch. Only their ratio matters; a :class:`~tidal.policy.api.ThroughputModel` carries it as
+``grad_noise_scale = init_batch * var / sqr`` (the gradient noise scale, in samples).
+
+Step time for ``w`` workers on ``n`` nodes with per-worker batch ``b``::
+
+    compute = alpha_compute + beta_compute * b
+    sync    = 0                                        if w == 1
+              alpha_sync_local + beta_sync_local * (w - 2)   if n == 1
+              alpha_sync_node + beta_sync_node * (w - 2)     otherwise
+    step    = (compute ** gamma + sync ** gamma) ** (1 / gamma)
+
+Every function accepts numpy arrays for the worker, node and batch arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from tidal.policy.api import ThroughputModel
+
+FloatArray = npt.NDArray[np.float64]
+ArrayLike = npt.ArrayLike
+
+#: Batch sizes tried per worker count when searching for the best one (log-spaced).
+BATCH_GRID_POINTS = 32
+
+
+class StepSample(NamedTuple):
+    """One measured configuration: the input of :func:`fit_throughput_model`."""
+
+    workers: int
+    nodes: int
+    local_batch: float
+    step_time: float
+    sync_time: float
+
+
+def step_time(
+    model: ThroughputModel, workers: ArrayLike, nodes: ArrayLike, local_batch: ArrayLike
+) -> FloatArray:
+    """Seconds per optimiser step (see the module docstring)."""
+    w = np.asarray(workers, dtype=np.float64)
+    n = np.asarray(nodes, dtype=np.float64)
+    b = np.asarray(local_batch, dtype=np.float64)
+    compute = model.alpha_compute + model.beta_compute * b
+    local = model.alpha_sync_local + model.beta_sync_local * (w - 2)
+    remote = model.alpha_sync_node + model.beta_sync_node * (w - 2)
+    sync = np.where(w <= 1, 0.0, np.where(n <= 1, local, remote))
+    sync = np.maximum(sync, 0.0)
+    compute = np.maximum(compute, 1e-9)
+    gamma = max(model.gamma, 1.0)
+    if gamma == 1.0:
+        return np.asarray(compute + sync, dtype=np.float64)
+    return np.asarray((compute**gamma + sync**gamma) ** (1.0 / gamma), dtype=np.float64)
+
+
+def noise_scale(grad_sqr: float, grad_var: float, init_batch: int) -> float:
+    """Gradient noise scale (samples) from the gradient statistics at ``init_batch``."""
+    if grad_sqr <= 0.0:
+        # No signal left: every extra sample is noise averaging, worth as much as a step.
+        return float("inf")
+    return float(init_batch * max(grad_var, 0.0) / grad_sqr)
+
+
+def statistical_gain(model: ThroughputModel, global_batch: ArrayLike) -> FloatArray:
+    """Initial-batch steps one step at ``global_batch`` is worth (``1`` at the initial batch)."""
+    scale = np.asarray(global_batch, dtype=np.float64) / max(model.init_batch_size, 1)
+    ratio = model.grad_noise_scale / max(model.init_batch_size, 1)
+    if np.isinf(ratio):
+        return np.asarray(scale, dtype=np.float64)
+    return np.asarray((ratio + 1.0) / (ratio / scale + 1.0), dtype=np.float64)
+
+
+def statistical_efficiency(model: ThroughputModel, global_batch: ArrayLike) -> FloatArray:
+    """Progress per sample at ``global_batch`` relative to the initial batch (in ``(0, 1]``)."""
+    scale = np.asarray(global_batch, dtype=np.float64) / max(model.init_batch_size, 1)
+    return np.asarray(statistical_gain(model, global_batch) / scale, dtype=np.float64)
+
+
+def goodput(
+    model: ThroughputModel, workers: ArrayLike, nodes: ArrayLike, global_batch: ArrayLike
+) -> FloatArray:
+    """Progress per second for ``workers`` on ``nodes`` at ``global_batch``."""
+    w = np.maximum(np.asarray(workers, dtype=np.float64), 1.0)
+    batch = np.asarray(global_batch, dtype=np.float64)
+    return np.asarray(
+        statistical_gain(model, batch) / step_time(model, w, nodes, batch / w), dtype=np.float64
+    )
+
+
+def _batch_bounds(model: ThroughputModel, workers: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Smallest and largest global batch worth trying for each worker count."""
+    high = np.minimum(float(model.max_global_batch), workers * float(model.max_local_batch))
+    low = np.minimum(float(max(model.init_batch_size, 1)), high)
+    return low, high
+
+
+def best_goodput_table(
+    model: ThroughputModel, max_workers: int, slots_per_node: int
+) -> tuple[FloatArray, FloatArray]:
+    """Best goodput and its global batch for ``0..max_workers`` workers, packed on nodes.
+
+    A job of ``w`` workers is assumed to use ``ceil(w / slots_per_node)`` nodes. Index 0 is
+    the job holding nothing (goodput 0).
+    """
+    if max_workers <= 0:
+        return np.zeros(1), np.zeros(1)
+    workers = np.arange(1, max_workers + 1, dtype=np.float64)
+    nodes = np.ceil(workers / max(slots_per_node, 1))
+    low, high = _batch_bounds(model, workers)
+    steps = np.linspace(0.0, 1.0, BATCH_GRID_POINTS)
+    batches = np.exp(np.log(low)[:, None] + (np.log(high) - np.log(low))[:, None] * steps[None, :])
+    values = goodput(model, workers[:, None], nodes[:, None], batches)
+    best = np.argmax(values, axis=1)
+    rows = np.arange(max_workers)
+    table = np.concatenate([[0.0], values[rows, best]])
+    chosen = np.concatenate([[0.0], batches[rows, best]])
+    return table, chosen
+
+
+def best_batch(model: ThroughputModel, workers: int, nodes: int) -> tuple[int, float]:
+    """The global batch that maximises goodput for ``workers`` on ``nodes``, and that goodput."""
+    w = np.array([float(max(workers, 1))])
+    low, high = _batch_bounds(model, w)
+    steps = np.linspace(0.0, 1.0, BATCH_GRID_POINTS)
+    batches = np.exp(np.log(low[0]) + (np.log(high[0]) - np.log(low[0])) * steps)
+    # Whole samples per worker: the runtime cannot split a sample.
+    batches = np.unique(np.maximum(np.round(batches / w[0]), 1.0) * w[0])
+    values = goodput(model, w[0], nodes, batches)
+    best = int(np.argmax(values))
+    return int(batches[best]), float(values[best])
+
+
+def fit_throughput_model(
+    samples: Sequence[StepSample], template: ThroughputModel
+) -> ThroughputModel:
+    """Least-squares fit of the step-time parameters to measured samples (``gamma = 1``).
+
+    Compute time is fitted on ``step_time - sync_time`` against the per-worker batch, the
+    sync terms on ``sync_time`` against the worker count, separately within one node and
+    across nodes. Parameters not fitted (batch limits, noise scale) come from ``template``.
+    """
+
+    def line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+        if not xs:
+            return 0.0, 0.0
+        if len(set(xs)) == 1:
+            return max(float(np.mean(ys)), 0.0), 0.0
+        design = np.column_stack([np.ones(len(xs)), np.asarray(xs)])
+        (alpha, beta), *_ = np.linalg.lstsq(design, np.asarray(ys), rcond=None)
+        return max(float(alpha), 0.0), max(float(beta), 0.0)
+
+    alpha_c, beta_c = line(
+        [s.local_batch for s in samples], [s.step_time - s.sync_time for s in samples]
+    )
+    local = [s for s in samples if s.nodes == 1 and s.workers > 1]
+    remote = [s for s in samples if s.nodes > 1]
+    alpha_l, beta_l = line([s.workers - 2.0 for s in local], [s.sync_time for s in local])
+    alpha_n, beta_n = line([s.workers - 2.0 for s in remote], [s.sync_time for s in remote])
+    return replace(
+        template,
+        alpha_compute=alpha_c,
+        beta_compute=beta_c,
+        alpha_sync_local=alpha_l,
+        beta_sync_local=beta_l,
+        alpha_sync_node=alpha_n,
+        beta_sync_node=beta_n,
+        gamma=1.0,
+    )

@@ -1,0 +1,217 @@
+"""``tidal sim``: replay workloads through the scheduling policies.
+
+``sim_app`` is a Typer sub-application: ``run`` simulates one workload with one policy,
+``compare`` every workload of a folder with several policies (markdown table and charts).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tidal.sim.engine import SimConfig, SimResult
+from tidal.sim.locations import DEFAULT_PHILLY, DEFAULT_PROFILES, DEFAULT_WORKLOADS
+from tidal.sim.metrics import Summary, summarise
+from tidal.sim.policies import POLICY_NAMES
+from tidal.sim.profiles import load_profiles
+from tidal.sim.runner import simulate, synthetic_workload
+from tidal.sim.workload import WorkloadJob, load_workload
+
+log = logging.getLogger(__name__)
+console = Console()
+
+sim_app = typer.Typer(
+    help="Replay cluster workloads through tidal's scheduling policies.", no_args_is_help=True
+)
+
+ProfilesOpt = Annotated[Path, typer.Option("--profiles", help="Folder of model profiles.")]
+NodesOpt = Annotated[int, typer.Option("--nodes", min=1, help="Nodes in the simulated cluster.")]
+GpusOpt = Annotated[int, typer.Option("--gpus-per-node", min=1, help="GPUs per node.")]
+IntervalOpt = Annotated[
+    float, typer.Option("--interval", min=1.0, help="Seconds between scheduling decisions.")
+]
+CostOpt = Annotated[
+    float,
+    typer.Option("--realloc-cost", min=0.0, help="Seconds without progress per allocation change."),
+]
+
+
+def _check_policy(name: str) -> str:
+    """Reject unknown policy names with the list of known ones."""
+    if name not in POLICY_NAMES:
+        raise typer.BadParameter(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
+    return name
+
+
+def _summary_table(summaries: list[Summary], title: str) -> Table:
+    """A rich table of headline metrics: one row per metric, one column per run."""
+    table = Table(title=title)
+    table.add_column("metric")
+    for s in summaries:
+        table.add_column(s.policy, justify="right")
+    rows: list[tuple[str, list[str]]] = [
+        ("jobs finished", [f"{s.finished}/{s.jobs}" for s in summaries]),
+        ("average JCT", [f"{s.avg_jct:,.0f} s" for s in summaries]),
+        ("median JCT", [f"{s.median_jct:,.0f} s" for s in summaries]),
+        ("p99 JCT", [f"{s.p99_jct:,.0f} s" for s in summaries]),
+        ("makespan", [f"{s.makespan / 3600:.1f} h" for s in summaries]),
+        ("GPU utilisation", [f"{s.gpu_utilisation:.0%}" for s in summaries]),
+        ("reallocations per job", [f"{s.reallocations_per_job:.2f}" for s in summaries]),
+        ("finish-time fairness, mean", [f"{s.ftf_mean:.2f}" for s in summaries]),
+        ("finish-time fairness, worst", [f"{s.ftf_max:.2f}" for s in summaries]),
+    ]
+    for label, values in rows:
+        table.add_row(label, *values)
+    return table
+
+
+def _write_jobs(result: SimResult, path: Path) -> None:
+    """One JSON line per job."""
+    with path.open("w") as handle:
+        for job in result.jobs:
+            record = {
+                "policy": result.policy,
+                "name": job.name,
+                "model": job.model,
+                "submit_time": job.submit_time,
+                "start_time": job.start_time,
+                "finish_time": job.finish_time,
+                "jct": job.jct,
+                "reallocations": job.reallocations,
+                "gpu_seconds": job.gpu_seconds,
+                "isolated_time": job.isolated_time,
+            }
+            handle.write(json.dumps(record) + "\n")
+
+
+@sim_app.command()
+def run(
+    policy: Annotated[
+        str, typer.Option("--policy", help=f"One of: {', '.join(POLICY_NAMES)}.")
+    ] = "goodput",
+    workload: Annotated[
+        Path | None,
+        typer.Option("--workload", help="Workload CSV; omit to sample one from the Philly trace."),
+    ] = None,
+    profiles: ProfilesOpt = DEFAULT_PROFILES,
+    nodes: NodesOpt = 16,
+    gpus_per_node: GpusOpt = 4,
+    interval: IntervalOpt = 60.0,
+    realloc_cost: CostOpt = 30.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampled workload.")] = 0,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Jobs in a sampled workload.")] = 160,
+    load: Annotated[
+        float, typer.Option("--load", min=0.01, help="Offered load of a sampled workload.")
+    ] = 0.5,
+    philly: Annotated[
+        Path, typer.Option("--philly", help="Philly trace to sample from.")
+    ] = DEFAULT_PHILLY,
+    output: Annotated[
+        Path | None, typer.Option("--output", help="Write per-job results (JSON lines).")
+    ] = None,
+) -> None:
+    """Simulate one workload with one policy and print a summary."""
+    _check_policy(policy)
+    config = SimConfig(
+        nodes=nodes, gpus_per_node=gpus_per_node, interval=interval, reallocation_cost=realloc_cost
+    )
+    model_profiles = load_profiles(profiles)
+    trace: list[WorkloadJob]
+    if workload is not None:
+        trace = load_workload(workload)
+        source = workload.name
+    else:
+        trace = synthetic_workload(philly, model_profiles, jobs, load, config, seed)
+        source = f"{jobs} jobs sampled from {philly.name} (load {load}, seed {seed})"
+    result = simulate(policy, trace, model_profiles, config)
+    console.print(_summary_table([summarise(result)], f"{source} on {nodes}x{gpus_per_node} GPUs"))
+    if result.decision_seconds:
+        decisions = sorted(result.decision_seconds)
+        console.print(
+            f"{len(decisions)} decisions: median {decisions[len(decisions) // 2] * 1000:.1f} ms, "
+            f"slowest {decisions[-1] * 1000:.1f} ms"
+        )
+    if output is not None:
+        _write_jobs(result, output)
+        console.print(f"per-job results: {output}")
+
+
+@sim_app.command()
+def compare(
+    workloads: Annotated[
+        Path, typer.Option("--workloads", help="Folder of workload-*.csv files.")
+    ] = DEFAULT_WORKLOADS,
+    policies: Annotated[
+        str, typer.Option("--policies", help="Comma-separated policy names.")
+    ] = ",".join(POLICY_NAMES),
+    profiles: ProfilesOpt = DEFAULT_PROFILES,
+    nodes: NodesOpt = 16,
+    gpus_per_node: GpusOpt = 4,
+    interval: IntervalOpt = 60.0,
+    realloc_cost: CostOpt = 30.0,
+    output_dir: Annotated[
+        Path, typer.Option("--output-dir", help="Where the table and charts go.")
+    ] = Path("sim-results"),
+) -> None:
+    """Simulate every workload with every policy; write a markdown table and PNG charts."""
+    from tidal.sim.plots import plot_gpus_per_job, plot_jct_cdf
+
+    names = [_check_policy(p.strip()) for p in policies.split(",") if p.strip()]
+    files = sorted(workloads.glob("workload-*.csv"), key=lambda p: (len(p.name), p.name))
+    if not files:
+        raise typer.BadParameter(f"no workload-*.csv in {workloads}")
+    config = SimConfig(
+        nodes=nodes, gpus_per_node=gpus_per_node, interval=interval, reallocation_cost=realloc_cost
+    )
+    model_profiles = load_profiles(profiles)
+    results: dict[str, list[SimResult]] = {name: [] for name in names}
+    for path in files:
+        trace = load_workload(path)
+        for name in names:
+            log.info("simulating %s with %s", path.name, name)
+            results[name].append(simulate(name, trace, model_profiles, config))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    markdown = comparison_markdown([p.stem for p in files], results)
+    (output_dir / "comparison.md").write_text(markdown)
+    plot_jct_cdf(results, output_dir / "jct_cdf.png", f"{len(files)} workloads")
+    first = {name: runs[0] for name, runs in results.items()}
+    plot_gpus_per_job(first, output_dir / "gpus_per_job.png", files[0].stem)
+    pooled = [summarise(runs[0]) for runs in results.values()]
+    console.print(_summary_table(pooled, f"{files[0].stem} (first workload)"))
+    console.print(markdown)
+    console.print(f"written: {output_dir}/comparison.md, jct_cdf.png, gpus_per_job.png")
+
+
+def comparison_markdown(workloads: list[str], results: dict[str, list[SimResult]]) -> str:
+    """Average JCT (s) per workload and policy, their mean, and other metrics' means."""
+    names = list(results)
+    summaries = {name: [summarise(run) for run in runs] for name, runs in results.items()}
+    lines = ["| workload | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for i, workload in enumerate(workloads):
+        lines.append(
+            f"| {workload} | " + " | ".join(f"{summaries[n][i].avg_jct:.0f}" for n in names) + " |"
+        )
+    for label, field in (
+        ("**mean avg JCT**", "avg_jct"),
+        ("mean median JCT", "median_jct"),
+        ("mean p99 JCT", "p99_jct"),
+        ("mean makespan", "makespan"),
+        ("mean GPU utilisation", "gpu_utilisation"),
+        ("reallocations per job", "reallocations_per_job"),
+        ("mean finish-time fairness", "ftf_mean"),
+        ("worst finish-time fairness", "ftf_max"),
+    ):
+        values = [sum(getattr(s, field) for s in summaries[n]) / len(summaries[n]) for n in names]
+        fmt = (
+            "{:.2f}"
+            if field in ("gpu_utilisation", "reallocations_per_job", "ftf_mean", "ftf_max")
+            else "{:.0f}"
+        )
+        lines.append(f"| {label} | " + " | ".join(fmt.format(v) for v in values) + " |")
+    return "\n".join(lines) + "\n"

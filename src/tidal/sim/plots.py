@@ -1,0 +1,73 @@
+"""Charts of simulation results (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from tidal.sim.engine import SimResult
+
+
+def _pyplot() -> ModuleType:
+    """matplotlib's pyplot on the file-only Agg backend (imported late: optional extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_jct_cdf(
+    results: Mapping[str, Sequence[SimResult]], path: Path, title: str | None = None
+) -> None:
+    """CDF of job completion times per policy, pooled over all its runs."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    for policy, runs in results.items():
+        jcts = np.sort([j.jct for run in runs for j in run.jobs if j.jct is not None])
+        if jcts.size:
+            ax.step(
+                jcts / 3600, np.arange(1, jcts.size + 1) / jcts.size, where="post", label=policy
+            )
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (hours, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_gpus_per_job(
+    results: Mapping[str, SimResult], path: Path, title: str | None = None
+) -> None:
+    """Mean GPUs per running job over time, one line per policy (one workload)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    for policy, run in results.items():
+        times: list[float] = []
+        means: list[float] = []
+        for i, (at, held) in enumerate(run.timeline):
+            if i and at - run.timeline[i - 1][0] > run.config.interval:
+                # The cluster sat idle in between: break the line instead of bridging it.
+                times.append(run.timeline[i - 1][0] / 3600 + run.config.interval / 3600)
+                means.append(float("nan"))
+            times.append(at / 3600)
+            means.append(float(np.mean(list(held.values()))) if held else 0.0)
+        ax.plot(times, means, label=policy, linewidth=1, drawstyle="steps-post")
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("GPUs per running job (mean)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,120 @@
+"""goodput policy: uses slots where they pay, shares fairly, does not bounce jobs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidal.policy.api import Cluster, Host, JobRequest, ThroughputModel
+from tidal.policy.goodput import GoodputPolicy
+
+from .strategies import assert_valid
+
+CLUSTER = Cluster(tuple(Host(f"n{i}", 4) for i in range(4)))
+
+SCALES_WELL = ThroughputModel(
+    alpha_compute=0.1,
+    beta_compute=0.001,
+    alpha_sync_local=0.001,
+    beta_sync_local=0.0,
+    alpha_sync_node=0.002,
+    beta_sync_node=0.0,
+    grad_noise_scale=1e6,
+    init_batch_size=64,
+    max_local_batch=128,
+    max_global_batch=65536,
+)
+#: Gradient noise tiny and sync expensive: a second worker buys almost nothing.
+SCALES_BADLY = replace(SCALES_WELL, grad_noise_scale=1.0, alpha_sync_local=0.5, alpha_sync_node=2.0)
+
+
+def job(name: str, model: ThroughputModel, **extra: float) -> JobRequest:
+    return JobRequest(name, 1, 16, throughput=model, **extra)  # type: ignore[arg-type]
+
+
+def test_alone_a_scalable_job_takes_the_cluster_and_a_poor_one_does_not() -> None:
+    policy = GoodputPolicy()
+    assert len(policy.allocate([job("good", SCALES_WELL)], CLUSTER, {})["good"]) == 16
+    assert len(policy.allocate([job("bad", SCALES_BADLY)], CLUSTER, {})["bad"]) == 1
+
+
+def test_slots_go_where_they_buy_speed_up_and_everyone_runs() -> None:
+    alloc = GoodputPolicy().allocate(
+        [job("good", SCALES_WELL), job("bad", SCALES_BADLY)], CLUSTER, {}
+    )
+    assert len(alloc["bad"]) >= 1
+    assert len(alloc["good"]) == 15
+
+
+def test_a_young_running_job_is_not_moved_for_a_small_gain() -> None:
+    policy = GoodputPolicy(reallocation_delay=30.0)
+    held = {"a": tuple(("n0", i) for i in range(4)) + tuple(("n1", i) for i in range(4))}
+    young = job("a", SCALES_WELL, age=60.0, reallocations=1)
+    assert policy.allocate([young], CLUSTER, held) == held
+    # Without a moving cost it would take the whole cluster.
+    assert len(GoodputPolicy(reallocation_delay=0.0).allocate([young], CLUSTER, held)["a"]) == 16
+
+
+def test_packs_jobs_onto_whole_nodes() -> None:
+    jobs = [job(f"j{i}", SCALES_WELL) for i in range(4)]
+    alloc = GoodputPolicy().allocate(jobs, CLUSTER, {})
+    for slots in alloc.values():
+        assert len({host for host, _ in slots}) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    count=st.integers(1, 30),
+    noise=st.lists(st.floats(1.0, 1e6), min_size=30, max_size=30),
+    held_seed=st.integers(0, 3),
+)
+def test_properties(count: int, noise: list[float], held_seed: int) -> None:
+    jobs = [
+        JobRequest(
+            f"j{i}",
+            1,
+            1 + (i * 7 + held_seed) % 16,
+            throughput=replace(SCALES_WELL, grad_noise_scale=noise[i]),
+        )
+        for i in range(count)
+    ]
+    policy = GoodputPolicy()
+    alloc = policy.allocate(jobs, CLUSTER, {})
+    assert_valid(alloc, CLUSTER)
+    for request in jobs:
+        held = len(alloc.get(request.job_id, ()))
+        assert held == 0 or request.min_workers <= held <= request.max_workers
+    # As many jobs run as there are slots for.
+    assert len(alloc) == min(count, CLUSTER.total_slots)
+    assert policy.allocate(list(reversed(jobs)), CLUSTER, {}) == alloc
+
+
+def test_decides_160_jobs_on_64_gpus_within_a_second() -> None:
+    cluster = Cluster(tuple(Host(f"n{i}", 4) for i in range(16)))
+    jobs = [
+        JobRequest(
+            f"j{i}",
+            1,
+            64,
+            submitted_at=i,
+            throughput=replace(SCALES_WELL, grad_noise_scale=10.0 ** (i % 6)),
+        )
+        for i in range(160)
+    ]
+    started = time.perf_counter()
+    GoodputPolicy().allocate(jobs, cluster, {})
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_job_moved_too_often_still_makes_room_for_newcomers() -> None:
+    # age 0 and many moves: the re-allocation factor is at its floor, not zero.
+    held = {"old": tuple((f"n{n}", i) for n in range(4) for i in range(4))}
+    old = job("old", SCALES_WELL, age=0.0, reallocations=9)
+    alloc = GoodputPolicy().allocate([old, job("new", SCALES_WELL)], CLUSTER, held)
+    assert len(alloc["new"]) >= 1
+    # Moving it is expensive, so it keeps most of its slots (and only gives some up).
+    assert len(alloc["old"]) > len(alloc["new"])
+    assert set(alloc["old"]) <= set(held["old"])

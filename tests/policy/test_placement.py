@@ -1,0 +1,44 @@
+"""Shared placement rules."""
+
+from __future__ import annotations
+
+from tidal.policy.api import Cluster, Host, JobRequest
+from tidal.policy.placement import place
+
+CLUSTER = Cluster((Host("h0", 4), Host("h1", 4), Host("h2", 2)))
+
+
+def jobs(*names: str, group: str | None = None) -> dict[str, JobRequest]:
+    return {n: JobRequest(n, 1, 8, group=group) for n in names}
+
+
+def test_growing_job_keeps_its_slots_and_fills_its_hosts_first() -> None:
+    held = {"a": (("h1", 2),)}
+    alloc = place({"a": 3}, jobs("a"), CLUSTER, held)
+    assert alloc["a"] == (("h1", 0), ("h1", 1), ("h1", 2))
+
+
+def test_best_fit_host_for_a_small_job() -> None:
+    alloc = place({"a": 2}, jobs("a"), CLUSTER, {})
+    assert alloc["a"] == (("h2", 0), ("h2", 1))
+
+
+def test_large_job_uses_fewest_hosts() -> None:
+    alloc = place({"a": 8}, jobs("a"), CLUSTER, {})
+    assert {host for host, _ in alloc["a"]} == {"h0", "h1"}
+
+
+def test_stale_or_duplicate_slots_are_not_kept() -> None:
+    held = {"a": (("gone", 0), ("h0", 0)), "b": (("h0", 0), ("h0", 9))}
+    alloc = place({"a": 1, "b": 2}, jobs("a", "b"), CLUSTER, held)
+    assert alloc["a"] == (("h0", 0),)
+    assert ("h0", 0) not in alloc["b"] and len(alloc["b"]) == 2
+
+
+def test_grouped_job_evicts_ungrouped_job_from_its_hosts() -> None:
+    cluster = Cluster((Host("g0", 2, group="gpu-a"), Host("x0", 2)))
+    requests = {**jobs("free"), **jobs("grouped", group="gpu-a")}
+    held = {"free": (("g0", 0), ("g0", 1))}
+    alloc = place({"free": 2, "grouped": 2}, requests, cluster, held)
+    assert {host for host, _ in alloc["grouped"]} == {"g0"}
+    assert {host for host, _ in alloc["free"]} == {"x0"}
