@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m tidal.cli run --workers 1:4 --initial 2 --resize-at 40:4,120:1 -- examples/digits_mlp.py --epochs 8
+	$(PY) -m tidal.cli run --workers 1:4 --initial 2 --resize-at 25:4,90:1,130:3 -- \
+		examples/digits_mlp.py --epochs 10 --step-delay 0.05
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples benchmarks

@@ -22,6 +22,7 @@ from tidal.launch.run import (
 )
 from tidal.launch.runs import lookup
 from tidal.runtime.rendezvous import connect_store, request_resize
+from tidal.sim.cli import sim_app
 
 app = typer.Typer(
     name="tidal",
@@ -31,6 +32,7 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console(stderr=True)
+app.add_typer(sim_app, name="sim", help="Replay cluster traces through tidal's policies.")
 
 
 @app.command(
