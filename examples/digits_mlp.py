@@ -11,9 +11,11 @@ import json
 import logging
 import os
 
+import numpy as np
 import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -26,10 +28,13 @@ def build_data(seed: int) -> tuple[TensorDataset, TensorDataset]:
     x_train, x_test, y_train, y_test = train_test_split(
         x, y, test_size=0.2, random_state=seed, stratify=y
     )
-    mean, std = x_train.mean(0), x_train.std(0) + 1e-6
+    # Pixels that never vary in the training split get unit scale, not a division by ~0.
+    scaler = StandardScaler().fit(x_train)
 
-    def to_set(a, b):
-        return TensorDataset(torch.tensor((a - mean) / std, dtype=torch.float32), torch.tensor(b))
+    def to_set(a: np.ndarray, b: np.ndarray) -> TensorDataset:
+        return TensorDataset(
+            torch.tensor(scaler.transform(a), dtype=torch.float32), torch.tensor(b)
+        )
 
     return to_set(x_train, y_train), to_set(x_test, y_test)
 

@@ -11,6 +11,7 @@ import json
 import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -23,13 +24,13 @@ def digits() -> tuple[TensorDataset, TensorDataset]:
     x_train, x_test, y_train, y_test = train_test_split(
         x, y, test_size=0.2, random_state=0, stratify=y
     )
-    mean, std = x_train.mean(0), x_train.std(0) + 1e-6
+    scaler = StandardScaler().fit(x_train)  # constant pixels keep unit scale
     return (
         TensorDataset(
-            torch.tensor((x_train - mean) / std, dtype=torch.float32), torch.tensor(y_train)
+            torch.tensor(scaler.transform(x_train), dtype=torch.float32), torch.tensor(y_train)
         ),
         TensorDataset(
-            torch.tensor((x_test - mean) / std, dtype=torch.float32), torch.tensor(y_test)
+            torch.tensor(scaler.transform(x_test), dtype=torch.float32), torch.tensor(y_test)
         ),
     )
 

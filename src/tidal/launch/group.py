@@ -86,6 +86,10 @@ class Worker:
     state: WorkerState = WorkerState.STARTING
     exit_code: int | None = None
     started_at: float = field(default_factory=time.monotonic)
+    #: Formed a generation at least once: it holds (or held) the training state.
+    trained: bool = False
+    #: Killed by the group itself (never admitted, or left behind by a finished job).
+    killed: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,8 @@ class WorkerGroup:
         self._next_id = 0
         self._forming_since: float | None = None
         self._finishing = False
+        self._finishing_since = 0.0
+        self._failed_while_finishing = False
         self._readers: list[threading.Thread] = []
         self._log_files: list[IO[str]] = []
         self._lock = threading.Lock()
@@ -203,14 +209,20 @@ class WorkerGroup:
             was = worker.state
             worker.state, worker.exit_code = WorkerState.EXITED, code
             if code == 0 and worker.id in members:
-                self._finishing = True
+                if not self._finishing:
+                    self._finishing, self._finishing_since = True, time.monotonic()
                 self._emit("finished", f"{worker.id} finished")
             elif code == EXIT_RELEASED and was in (WorkerState.LEAVING, WorkerState.MEMBER):
                 self._emit("released", f"{worker.id} released from slot {worker.slot}")
             elif was is WorkerState.LEAVING:
                 self._emit("released", f"{worker.id} left with status {code}")
-            elif self._finishing and code != 0:
-                lost.append(worker.id)
+            elif self._finishing and (code != 0 and not worker.killed):
+                self._failed_while_finishing = True
+                self._emit(
+                    "failed", f"{worker.id} exited with status {code} after the job finished"
+                )
+            elif worker.killed:
+                self._emit("released", f"{worker.id} stopped before it was admitted")
             else:
                 self._emit("failed", f"{worker.id} on slot {worker.slot} exited with status {code}")
                 if worker.id in members:
@@ -218,14 +230,23 @@ class WorkerGroup:
                 else:
                     self._count_restart()
         if self._finishing:
-            alive = [m for m in self.members if self.workers[m].state is not WorkerState.EXITED]
+            # Training is over: a newcomer still waiting to be admitted holds nothing.
+            for worker in self.workers.values():
+                if not worker.trained and worker.state is not WorkerState.EXITED:
+                    self._kill(worker)
+                    worker.state = WorkerState.EXITED
+            alive = [w for w in self.workers.values() if w.state is not WorkerState.EXITED]
+            if alive and time.monotonic() - self._finishing_since > 3 * self.spec.timeout + 30:
+                for worker in alive:
+                    log.warning(
+                        "worker=%s still running after the job finished: killing", worker.id
+                    )
+                    self._kill(worker)
+                    worker.state = WorkerState.EXITED
+                alive = []
             if not alive:
-                codes = [self.workers[m].exit_code for m in self.members]
-                self.outcome = (
-                    Outcome.SUCCEEDED
-                    if all(c in (0, EXIT_RELEASED) for c in codes)
-                    else Outcome.FAILED
-                )
+                failed = self._failed_while_finishing
+                self.outcome = Outcome.FAILED if failed else Outcome.SUCCEEDED
                 self._terminate_all()
             return
         if lost:
@@ -260,9 +281,14 @@ class WorkerGroup:
             self._forming_since = None
 
     def _check_formation(self) -> None:
-        if self._forming_since is None or self.generation is None:
+        if self._forming_since is None or self.generation is None or self._finishing:
             return
-        pending = [m for m in self.members if not self.host.is_formed(self.generation.number, m)]
+        pending = []
+        for m in self.members:
+            if self.host.is_formed(self.generation.number, m):
+                self.workers[m].trained = True
+            else:
+                pending.append(m)
         if not pending:
             stall = time.monotonic() - self._forming_since
             self._forming_since = None
@@ -380,7 +406,9 @@ class WorkerGroup:
         sink: IO[str] | None = None
         if self.spec.log_dir is not None:
             self.spec.log_dir.mkdir(parents=True, exist_ok=True)
-            sink = open(self.spec.log_dir / f"{worker.id}.log", "a", buffering=1)  # noqa: SIM115
+            sink = open(  # noqa: SIM115
+                self.spec.log_dir / f"worker-{worker.id.lstrip('w')}.log", "a", buffering=1
+            )
             self._log_files.append(sink)
 
         def pump() -> None:
@@ -397,6 +425,7 @@ class WorkerGroup:
         self._readers.append(reader)
 
     def _kill(self, worker: Worker) -> None:
+        worker.killed = True
         if worker.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.process.pid, signal.SIGKILL)

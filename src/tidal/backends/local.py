@@ -1,0 +1,284 @@
+"""The local backend: each job's workers run as subprocesses of a per-job agent.
+
+Agents (:mod:`tidal.launch.agent`) run in their own sessions, so jobs outlive the
+controller: after a crash the next :class:`LocalBackend` on the same state folder finds
+the live agents again and keeps polling them. Slots ``host:i`` on GPU machines pin worker
+``i`` to GPU ``i`` (``CUDA_VISIBLE_DEVICES``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch.distributed as dist
+
+from tidal.backends.base import JobLaunch, JobStatus, WorkerState, WorkerStatus
+from tidal.launch.agent import (
+    KEY_ASSIGN,
+    KEY_STATUS,
+    KEY_STOP,
+    AgentConfig,
+    AgentStatus,
+    final_path,
+    record_path,
+)
+from tidal.policy.api import Slot
+from tidal.runtime.rendezvous import connect_store
+
+log = logging.getLogger("tidal.backends.local")
+
+_WORKER_LOG = re.compile(r"^worker-(\d+)\.log$")
+_START_TIMEOUT = 60.0
+
+
+def slot_name(slot: Slot) -> str:
+    """``(host, i)`` as the agent names it."""
+    return f"{slot[0]}:{slot[1]}"
+
+
+def parse_slot(name: str) -> Slot:
+    """The inverse of :func:`slot_name`."""
+    host, _, index = name.rpartition(":")
+    return host, int(index)
+
+
+@dataclass
+class _Agent:
+    job_id: str
+    pid: int
+    store: dist.Store | None
+    log_dir: Path | None
+    process: subprocess.Popen[bytes] | None = None
+    assign_seq: int = 0
+    stopped: bool = False
+    last: AgentStatus | None = None
+
+
+class LocalBackend:
+    """Runs every job's workers on this machine; see the module docstring."""
+
+    def __init__(self, state_dir: Path, *, gpus: bool = False, timeout: float = 10.0) -> None:
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.gpus = gpus
+        self.timeout = timeout
+        self._agents: dict[str, _Agent] = {}
+        self._log_dirs: dict[str, Path] = {}
+        self._reattach()
+
+    def _reattach(self) -> None:
+        for record in sorted(self.state_dir.glob("*.agent.json")):
+            try:
+                data = json.loads(record.read_text())
+                os.kill(int(data["pid"]), 0)
+            except (ValueError, KeyError, ProcessLookupError, PermissionError):
+                record.unlink(missing_ok=True)
+                continue
+            job_id = str(data["job_id"])
+            launch = self.state_dir / f"{job_id}.launch.json"
+            log_dir = None
+            if launch.exists():
+                raw = json.loads(launch.read_text()).get("log_dir")
+                log_dir = Path(raw) if raw else None
+            host, _, port = str(data["store"]).rpartition(":")
+            store = connect_store(host, int(port), timeout=10)
+            agent = _Agent(job_id, int(data["pid"]), store, log_dir)
+            if store.check([KEY_STATUS]):
+                agent.last = AgentStatus.from_json(store.get(KEY_STATUS))
+                agent.assign_seq = agent.last.assign_seq
+            self._agents[job_id] = agent
+            if log_dir is not None:
+                self._log_dirs[job_id] = log_dir
+            log.info("re-attached to job=%s agent pid=%d", job_id, agent.pid)
+
+    @property
+    def job_ids(self) -> list[str]:
+        """Jobs this backend currently runs (including re-attached ones)."""
+        return sorted(self._agents)
+
+    def start(self, launch: JobLaunch, slots: Sequence[Slot]) -> None:
+        """Start the job's agent, which starts one worker per slot."""
+        if launch.job_id in self._agents and not self._agents[launch.job_id].stopped:
+            self.assign(launch.job_id, slots)
+            return
+        final_path(self.state_dir, launch.job_id).unlink(missing_ok=True)
+        config = AgentConfig(
+            job_id=launch.job_id,
+            argv=list(launch.argv),
+            slots=[slot_name(s) for s in slots],
+            env=dict(launch.env),
+            working_dir=str(launch.working_dir) if launch.working_dir else None,
+            log_dir=str(launch.log_dir) if launch.log_dir else None,
+            checkpoint_dir=str(launch.checkpoint_dir) if launch.checkpoint_dir else None,
+            gpus=self.gpus and launch.gpu,
+            timeout=self.timeout,
+        )
+        config_path = self.state_dir / f"{launch.job_id}.launch.json"
+        config_path.write_text(json.dumps(asdict(config)))
+        agent_log = self.state_dir / f"{launch.job_id}.agent.log"
+        with open(agent_log, "ab") as sink:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tidal.launch.agent", str(config_path), str(self.state_dir)],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # outlives the controller
+            )
+        agent = _Agent(launch.job_id, process.pid, None, launch.log_dir, process=process)
+        self._agents[launch.job_id] = agent
+        if launch.log_dir is not None:
+            self._log_dirs[launch.job_id] = launch.log_dir
+        self._connect(agent, deadline=time.monotonic() + _START_TIMEOUT)
+
+    def _connect(self, agent: _Agent, *, deadline: float) -> None:
+        record = record_path(self.state_dir, agent.job_id)
+        while not record.exists():
+            if agent.process is not None and agent.process.poll() is not None:
+                raise RuntimeError(
+                    f"job {agent.job_id}: agent exited with status {agent.process.returncode}; "
+                    f"see {self.state_dir / (agent.job_id + '.agent.log')}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {agent.job_id}: agent did not start in time")
+            time.sleep(0.01)
+        host, _, port = str(json.loads(record.read_text())["store"]).rpartition(":")
+        agent.store = connect_store(host, int(port), timeout=10)
+
+    def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
+        """Set the job's slots (applied at its next step boundary)."""
+        agent = self._agents[job_id]
+        if agent.store is None:
+            return
+        agent.assign_seq += 1
+        payload = {"slots": [slot_name(s) for s in slots], "seq": agent.assign_seq}
+        with contextlib.suppress(Exception):  # an agent that just ended: poll reports it
+            agent.store.set(KEY_ASSIGN, json.dumps(payload))
+
+    def stop(self, job_id: str) -> None:
+        """Release the job's workers (rank 0 checkpoints) and end its agent."""
+        agent = self._agents.get(job_id)
+        if agent is None or agent.stopped:
+            return
+        agent.stopped = True
+        if agent.store is not None:
+            with contextlib.suppress(Exception):
+                agent.store.set(KEY_STOP, "1")
+
+    def poll(self) -> Mapping[str, JobStatus]:
+        """Every job's workers as their agents last reported them."""
+        statuses: dict[str, JobStatus] = {}
+        for job_id, agent in list(self._agents.items()):
+            status = self._read(agent)
+            alive = _pid_alive(agent)
+            if status is not None:
+                agent.last = status
+            if agent.last is None:
+                if not alive:
+                    statuses[job_id] = JobStatus(job_id, -1, failed=True, reason="agent died")
+                    del self._agents[job_id]
+                continue
+            statuses[job_id] = _job_status(agent.last)
+            if not alive and (agent.last.outcome is not None or agent.stopped):
+                del self._agents[job_id]
+            elif not alive:
+                final = final_path(self.state_dir, job_id)
+                if final.exists():
+                    statuses[job_id] = _job_status(AgentStatus.from_json(final.read_text()))
+                else:
+                    statuses[job_id] = JobStatus(
+                        job_id, agent.last.generation, failed=True, reason="agent died"
+                    )
+                del self._agents[job_id]
+        return statuses
+
+    def _read(self, agent: _Agent) -> AgentStatus | None:
+        if agent.store is None:
+            return None
+        try:
+            if agent.store.check([KEY_STATUS]):
+                return AgentStatus.from_json(agent.store.get(KEY_STATUS))
+        except Exception:  # the agent (and its store) is gone
+            final = final_path(self.state_dir, agent.job_id)
+            if final.exists():
+                return AgentStatus.from_json(final.read_text())
+        return None
+
+    def events(self, job_id: str) -> list[dict[str, object]]:
+        """The agent's recent events (rescales with their stall, failures) for a job."""
+        agent = self._agents.get(job_id)
+        return list(agent.last.events) if agent is not None and agent.last is not None else []
+
+    def log_paths(self, job_id: str) -> Mapping[int, Path]:
+        """Each worker's log file by worker id."""
+        log_dir = self._log_dirs.get(job_id)
+        if log_dir is None or not log_dir.is_dir():
+            return {}
+        found = [
+            (int(m.group(1)), p) for p in log_dir.iterdir() if (m := _WORKER_LOG.match(p.name))
+        ]
+        return dict(sorted(found))
+
+    def close(self, grace: float = 30.0) -> None:
+        """Stop every job (workers checkpoint and leave) and wait for the agents to end."""
+        for job_id in list(self._agents):
+            self.stop(job_id)
+        deadline = time.monotonic() + grace
+        for agent in list(self._agents.values()):
+            while _pid_alive(agent) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if _pid_alive(agent):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(agent.pid, signal.SIGKILL)
+            if agent.process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    agent.process.wait(timeout=5)
+        self._agents.clear()
+
+
+def _pid_alive(agent: _Agent) -> bool:
+    if agent.process is not None:
+        return agent.process.poll() is None
+    try:
+        os.kill(agent.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A re-attached agent is not our child: a zombie cannot be reaped here, so look at it.
+    try:
+        with open(f"/proc/{agent.pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _job_status(status: AgentStatus) -> JobStatus:
+    workers = tuple(
+        WorkerStatus(
+            worker_id=w.id,
+            slot=parse_slot(w.slot),
+            state=WorkerState(w.state),
+            pid=w.pid,
+            exit_code=w.exit_code,
+        )
+        for w in status.workers
+    )
+    return JobStatus(
+        job_id=status.job_id,
+        generation=status.generation,
+        workers=workers,
+        finished=status.outcome == "succeeded",
+        failed=status.outcome == "failed",
+        reason=status.reason,
+    )
