@@ -47,6 +47,9 @@ def run_command(
     run_id: Annotated[str | None, typer.Option(help="name of this run")] = None,
     checkpoint_dir: Annotated[Path | None, typer.Option(help="durable checkpoints here")] = None,
     checkpoint_every: Annotated[int, typer.Option(help="checkpoint every N steps (0: never)")] = 0,
+    checkpoint_every_seconds: Annotated[
+        float, typer.Option(help="checkpoint every S seconds (0: never)")
+    ] = 0.0,
     timeout: Annotated[float, typer.Option(help="seconds before a silent peer is dead")] = 10.0,
     sync_every: Annotated[int, typer.Option(help="agree on membership every K steps")] = 1,
     log_dir: Annotated[Path | None, typer.Option(help="also write each worker's log here")] = None,
@@ -67,6 +70,10 @@ def run_command(
         raise UsageProblem(f"--sync-every: expected an integer >= 1, got {sync_every}")
     if checkpoint_every < 0:
         raise UsageProblem(f"--checkpoint-every: expected an integer >= 0, got {checkpoint_every}")
+    if checkpoint_every_seconds < 0:
+        raise UsageProblem(
+            f"--checkpoint-every-seconds: expected seconds >= 0, got {checkpoint_every_seconds}"
+        )
     options = RunOptions(
         command=list(command),
         min_workers=low,
@@ -75,6 +82,7 @@ def run_command(
         max_restarts=max_restarts,
         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
         checkpoint_every=checkpoint_every,
+        checkpoint_every_seconds=checkpoint_every_seconds,
         timeout=timeout,
         sync_every=sync_every,
         log_dir=log_dir,

@@ -25,6 +25,7 @@ from typing import IO
 
 from tidal.runtime.api import (
     ENV_CHECKPOINT_DIR,
+    ENV_CHECKPOINT_EVERY_SECONDS,
     ENV_CHECKPOINT_EVERY_STEPS,
     ENV_RUN_ID,
     ENV_SLOT,
@@ -68,6 +69,7 @@ class WorkerSpec:
     log_dir: Path | None = None
     checkpoint_dir: str | None = None
     checkpoint_every_steps: int = 0
+    checkpoint_every_seconds: float = 0.0
     max_restarts: int = 3
     #: Bound on collectives and joins inside the workers, in seconds.
     timeout: float = 10.0
@@ -378,6 +380,7 @@ class WorkerGroup:
                 ENV_TIMEOUT: str(self.spec.timeout),
                 ENV_SYNC_EVERY: str(self.spec.sync_every),
                 ENV_CHECKPOINT_EVERY_STEPS: str(self.spec.checkpoint_every_steps),
+                ENV_CHECKPOINT_EVERY_SECONDS: str(self.spec.checkpoint_every_seconds),
                 "PYTHONUNBUFFERED": "1",
             }
         )

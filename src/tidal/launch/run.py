@@ -82,6 +82,7 @@ class RunOptions:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
+    checkpoint_every_seconds: float = 0.0
     timeout: float = 10.0
     sync_every: int = 1
     log_dir: Path | None = None
@@ -110,6 +111,7 @@ def run(options: RunOptions, console: Console) -> int:
         log_dir=options.log_dir,
         checkpoint_dir=options.checkpoint_dir,
         checkpoint_every_steps=options.checkpoint_every,
+        checkpoint_every_seconds=options.checkpoint_every_seconds,
         max_restarts=options.max_restarts,
         timeout=options.timeout,
         sync_every=options.sync_every,
