@@ -1,0 +1,119 @@
+"""The backend interface: what the controller asks of whatever runs the workers.
+
+A backend does what the controller says and reports what happened. It never replaces a
+failed worker by itself and never moves a job between slots on its own: the controller
+counts failures against the job's restart budget and asks again with :meth:`Backend.assign`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Protocol
+
+from tidal.policy.api import Slot
+
+__all__ = ["Backend", "JobLaunch", "JobStatus", "WorkerState", "WorkerStatus"]
+
+
+class WorkerState(str, Enum):
+    """Where one worker process is in its life."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    #: Left on request (scale in, preemption, job stop): not a failure.
+    RELEASED = "released"
+    #: The user's program returned 0.
+    EXITED = "exited"
+    FAILED = "failed"
+
+    @property
+    def alive(self) -> bool:
+        """Whether the worker still holds its slot."""
+        return self in (WorkerState.STARTING, WorkerState.RUNNING)
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """One worker as the backend sees it. ``worker_id`` is never reused within a job."""
+
+    worker_id: int
+    slot: Slot
+    state: WorkerState
+    pid: int | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job's workers as of the last poll."""
+
+    job_id: str
+    #: Membership generation the job's workers are in (bumped by every change).
+    generation: int
+    workers: tuple[WorkerStatus, ...] = ()
+    #: Every worker finished its program successfully: the job is done.
+    finished: bool = False
+    #: The job cannot go on (e.g. no survivor and no checkpoint to resume from).
+    failed: bool = False
+    #: Why, when ``failed``.
+    reason: str = ""
+
+    def alive_slots(self) -> set[Slot]:
+        """Slots whose worker still holds them."""
+        return {w.slot for w in self.workers if w.state.alive}
+
+
+@dataclass(frozen=True)
+class JobLaunch:
+    """Everything a backend needs to run one job's workers; built by the controller."""
+
+    job_id: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    working_dir: Path | None = None
+    log_dir: Path | None = None
+    checkpoint_dir: Path | None = None
+    #: Per-worker CPU and memory hints (bytes); a backend may use them to size its limits.
+    cpus: float = 1.0
+    memory: int | None = None
+    #: Whether slots are accelerators (the backend pins each worker to its GPU).
+    gpu: bool = True
+
+
+class Backend(Protocol):
+    """Runs workers on slots. Every method returns promptly; the work happens behind it."""
+
+    def start(self, launch: JobLaunch, slots: Sequence[Slot]) -> None:
+        """Start the job with one worker per slot (resuming from its checkpoint if any)."""
+        ...
+
+    def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
+        """Set a running job's slots, applied at its next step boundary.
+
+        Workers on slots that stay keep running, workers on slots not listed leave, and a
+        new worker starts on each listed slot that has no live worker (a new slot, or one
+        whose worker failed).
+        """
+        ...
+
+    def stop(self, job_id: str) -> None:
+        """Stop every worker of the job (cancel, or preemption down to zero slots).
+
+        Workers save a durable checkpoint on the way out, so a later :meth:`start` resumes.
+        """
+        ...
+
+    def poll(self) -> Mapping[str, JobStatus]:
+        """The status of every job this backend runs or has not yet forgotten."""
+        ...
+
+    def log_paths(self, job_id: str) -> Mapping[int, Path]:
+        """Each worker's log file by worker id (workers that ever ran, newest last)."""
+        ...
+
+    def close(self) -> None:
+        """Stop everything and release resources; the controller is shutting down."""
+        ...
