@@ -1,0 +1,112 @@
+"""Running the controller: the loop in a thread and the API under uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from tidal.controller.api import create_app
+from tidal.controller.auth import ensure_token
+from tidal.controller.cluster import detect_local
+from tidal.controller.discovery import ServerInfo, clear_server_info, write_server_info
+from tidal.controller.loop import Controller
+from tidal.controller.plugins import load_backend, load_policy
+from tidal.controller.store import Store
+
+__all__ = ["ApiServer", "ServerConfig", "run_server"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What ``tidal server`` was asked for."""
+
+    data_dir: Path
+    #: Virtual CPU slots; ``None`` detects GPUs (or uses one slot per core).
+    slots: int | None = None
+    policy: str = "fairshare"
+    backend: str = "local"
+    host: str = "127.0.0.1"
+    port: int = 0
+    #: Any SQLAlchemy URL; ``None`` is a SQLite file in ``data_dir``.
+    db_url: str | None = None
+    interval: float = 0.5
+
+
+class ApiServer:
+    """uvicorn on a socket bound up front, so port 0 yields a real port to report."""
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        # Listening now means early clients queue instead of being refused.
+        self._sock.listen(128)
+        real_port = self._sock.getsockname()[1]
+        shown = f"[{host}]" if family == socket.AF_INET6 else host
+        self.url = f"http://{shown}:{real_port}"
+        config = uvicorn.Config(
+            app, log_level="warning", timeout_graceful_shutdown=3, access_log=False
+        )
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    def serve(self) -> None:
+        """Serve until interrupted (SIGINT/SIGTERM when called from the main thread)."""
+        self._server.run(sockets=[self._sock])
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Serve from a background thread; returns once requests are being answered."""
+        self._thread = threading.Thread(target=self.serve, name="tidal-api", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("API server did not start")
+            time.sleep(0.01)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving and wait (bounded) for the thread to end."""
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self._sock.close()
+
+
+def run_server(config: ServerConfig, on_ready: Callable[[str], None] | None = None) -> None:
+    """Run controller and API until interrupted; ``on_ready(url)`` once both are up."""
+    data_dir = config.data_dir
+    token = ensure_token(data_dir)
+    store = Store(config.db_url) if config.db_url else Store.open(data_dir)
+    policy = load_policy(config.policy)
+    backend = load_backend(config.backend)
+    cluster = detect_local(config.slots)
+    controller = Controller(store, cluster, policy, backend, data_dir)
+    server = ApiServer(create_app(controller, token), config.host, config.port)
+    pid = os.getpid()
+    controller.start(config.interval)
+    try:
+        write_server_info(data_dir, ServerInfo(url=server.url, pid=pid))
+        log.info("serving %s (policy %s, %d slots)", server.url, policy.name, cluster.total_slots)
+        if on_ready is not None:
+            on_ready(server.url)
+        server.serve()
+    finally:
+        controller.stop()
+        clear_server_info(data_dir, pid)
+        try:
+            backend.close()
+        finally:
+            store.close()
