@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -43,6 +45,10 @@ class ServerConfig:
     interval: float = 0.5
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 class ApiServer:
     """uvicorn on a socket bound up front, so port 0 yields a real port to report."""
 
@@ -63,8 +69,20 @@ class ApiServer:
         self._thread: threading.Thread | None = None
 
     def serve(self) -> None:
-        """Serve until interrupted (SIGINT/SIGTERM when called from the main thread)."""
-        self._server.run(sockets=[self._sock])
+        """Serve until interrupted (SIGINT/SIGTERM when called from the main thread).
+
+        Returns normally after a graceful shutdown, so callers' cleanup runs.
+        """
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+        try:
+            self._server.run(sockets=[self._sock])
+        except KeyboardInterrupt:
+            # uvicorn re-raises the signal it shut down for; the shutdown is done already.
+            pass
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
 
     def start(self, timeout: float = 10.0) -> None:
         """Serve from a background thread; returns once requests are being answered."""
@@ -87,26 +105,31 @@ class ApiServer:
 
 def run_server(config: ServerConfig, on_ready: Callable[[str], None] | None = None) -> None:
     """Run controller and API until interrupted; ``on_ready(url)`` once both are up."""
-    data_dir = config.data_dir
-    token = ensure_token(data_dir)
-    store = Store(config.db_url) if config.db_url else Store.open(data_dir)
+    # Everything that can be refused is checked before anything is written to the data dir.
     policy = load_policy(config.policy)
-    backend = load_backend(config.backend)
     cluster = detect_local(config.slots)
-    controller = Controller(store, cluster, policy, backend, data_dir)
-    server = ApiServer(create_app(controller, token), config.host, config.port)
-    pid = os.getpid()
-    controller.start(config.interval)
+    backend = load_backend(config.backend)
     try:
-        write_server_info(data_dir, ServerInfo(url=server.url, pid=pid))
-        log.info("serving %s (policy %s, %d slots)", server.url, policy.name, cluster.total_slots)
-        if on_ready is not None:
-            on_ready(server.url)
-        server.serve()
-    finally:
-        controller.stop()
-        clear_server_info(data_dir, pid)
+        data_dir = config.data_dir
+        token = ensure_token(data_dir)
+        store = Store(config.db_url) if config.db_url else Store.open(data_dir)
         try:
-            backend.close()
+            controller = Controller(store, cluster, policy, backend, data_dir)
+            server = ApiServer(create_app(controller, token), config.host, config.port)
+            pid = os.getpid()
+            controller.start(config.interval)
+            try:
+                write_server_info(data_dir, ServerInfo(url=server.url, pid=pid))
+                log.info(
+                    "serving %s (policy %s, %d slots)", server.url, policy.name, cluster.total_slots
+                )
+                if on_ready is not None:
+                    on_ready(server.url)
+                server.serve()
+            finally:
+                controller.stop()
+                clear_server_info(data_dir, pid)
         finally:
             store.close()
+    finally:
+        backend.close()
