@@ -76,7 +76,7 @@ def _job_view(job: JobRecord) -> JobView:
         started_at=job.started_at,
         finished_at=job.finished_at,
         updated_at=job.updated_at,
-        spec=job.spec.model_dump(mode="json"),
+        spec=dict(job.spec_data),
     )
 
 

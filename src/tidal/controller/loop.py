@@ -20,6 +20,7 @@ from tidal.controller.cluster import ClusterModel
 from tidal.controller.metrics import ControllerMetrics
 from tidal.controller.store import ACTIVE_STATES, Event, JobRecord, JobState, Store
 from tidal.policy.api import JobRequest, Policy, Slot
+from tidal.spec import JobSpec
 
 __all__ = ["Controller"]
 
@@ -53,6 +54,8 @@ class Controller:
         self._thread: threading.Thread | None = None
         # Last problem reported per job, so a condition that lasts is one event, not one a tick.
         self._noted: dict[str, str] = {}
+        # Specs never change after submission; parsing each one once keeps ticks cheap.
+        self._specs: dict[str, JobSpec] = {}
         self.metrics.slots_total.set(cluster.total_slots)
 
     # -- running ---------------------------------------------------------------------------
@@ -92,20 +95,23 @@ class Controller:
             elapsed = 0.0 if self._last_tick is None else max(0.0, now - self._last_tick)
             self._last_tick = now
             statuses = dict(self.backend.poll())
+            jobs = []
             for job in self.store.list_jobs(states=ACTIVE_STATES):
-                self._observe(job, statuses.get(job.id), now, elapsed)
-            jobs = [
-                self._check_deadline(j, now) for j in self.store.list_jobs(states=ACTIVE_STATES)
-            ]
-            self._schedule(jobs, statuses, now)
-            self._refresh_gauges()
+                observed = self._observe(job, statuses.get(job.id), now, elapsed)
+                if observed is not None:
+                    jobs.append(self._check_deadline(observed, now))
+            live = {j.id for j in jobs}
+            self._specs = {k: v for k, v in self._specs.items() if k in live}
+            held = self._schedule(jobs, statuses, now)
+            self._refresh_gauges(held)
             self.metrics.ticks.inc()
 
     # -- observing -------------------------------------------------------------------------
 
     def _observe(
         self, job: JobRecord, status: JobStatus | None, now: float, elapsed: float
-    ) -> None:
+    ) -> JobRecord | None:
+        """Apply what the backend reports; the job as it is now, or None once it is over."""
         if job.cancel_requested:
             if job.state.holds_slots:
                 self._call(job, "stop", lambda: self.backend.stop(job.id))
@@ -119,13 +125,13 @@ class Controller:
                 scale_deadline=None,
                 event=Event("cancelled", "cancelled by user"),
             )
-            return
+            return None
         if not job.state.holds_slots:
-            return
+            return job
         if status is None:
             # The backend does not run it (e.g. the controller restarted): queue it again so
             # it resumes from its checkpoint instead of being counted as running forever.
-            self.store.update_job(
+            return self.store.update_job(
                 job.id,
                 now,
                 slots=(),
@@ -133,7 +139,6 @@ class Controller:
                 reason="workers lost; requeued to resume from checkpoint",
                 event=Event("lost", "the backend no longer runs this job's workers"),
             )
-            return
         newly_failed = self.store.sync_workers(job.id, status.workers, now)
         if status.finished:
             self.store.update_job(
@@ -146,14 +151,13 @@ class Controller:
                 scale_deadline=None,
                 event=Event("succeeded", "all workers finished"),
             )
-            return
+            return None
         if status.failed:
             self._call(job, "stop", lambda: self.backend.stop(job.id))
             self._fail(job, now, status.reason or "the backend reported the job failed")
-            return
+            return None
         if newly_failed:
-            self._on_failures(job, newly_failed, now)
-            return
+            return self._on_failures(job, newly_failed, now)
         changes: dict[str, Any] = {
             "attained_service": job.attained_service + elapsed * len(job.slots)
         }
@@ -167,16 +171,18 @@ class Controller:
                 rescale_started_at=None,
             )
             event = Event("rescaled", f"now {len(job.slots)} worker(s)", {"stall_s": stall})
-        self.store.update_job(job.id, now, event=event, **changes)
+        return self.store.update_job(job.id, now, event=event, **changes)
 
     @staticmethod
     def _settled(job: JobRecord, status: JobStatus) -> bool:
         running = {w.slot for w in status.workers if w.state is WorkerState.RUNNING}
         return status.alive_slots() == set(job.slots) and running == set(job.slots)
 
-    def _on_failures(self, job: JobRecord, failed: Sequence[WorkerStatus], now: float) -> None:
+    def _on_failures(
+        self, job: JobRecord, failed: Sequence[WorkerStatus], now: float
+    ) -> JobRecord | None:
         restarts = job.restarts + len(failed)
-        limit = job.spec.restart.max_restarts
+        limit = self._spec(job).restart.max_restarts
         ids = ", ".join(str(w.worker_id) for w in failed)
         codes = [w.exit_code for w in failed]
         if restarts > limit:
@@ -187,10 +193,10 @@ class Controller:
                 f"worker {ids} failed (exit {codes}); restart limit {limit} reached",
                 restarts=restarts,
             )
-            return
+            return None
         # Same slots again: the backend starts a fresh worker on each slot without a live one.
         self._call(job, "assign", lambda: self.backend.assign(job.id, job.slots))
-        self.store.update_job(
+        return self.store.update_job(
             job.id,
             now,
             state=JobState.RESCALING,
@@ -249,7 +255,9 @@ class Controller:
 
     def _schedule(
         self, jobs: Sequence[JobRecord], statuses: Mapping[str, JobStatus], now: float
-    ) -> None:
+    ) -> dict[str, tuple[Slot, ...]]:
+        """Allocate and apply; returns the slots each job holds afterwards."""
+        held = {j.id: j.slots for j in jobs if j.slots}
         placeable = [j for j in jobs if self._placeable(j, now)]
         requests = [
             JobRequest(
@@ -270,10 +278,10 @@ class Controller:
         except Exception as exc:
             log.exception("policy %s failed", getattr(self.policy, "name", "?"))
             self.store.add_event(None, "policy_error", f"{type(exc).__name__}: {exc}", now=now)
-            return
+            return held
         allocation = self._checked(proposed, placeable)
         if allocation is None:
-            return
+            return held
         changes = [
             (j, tuple(sorted(allocation.get(j.id, ()))))
             for j in jobs
@@ -289,10 +297,11 @@ class Controller:
             if busy:
                 self._note(job, f"waiting for {len(busy)} slot(s) to be released")
                 continue
-            self._apply(job, slots, now)
+            held[job.id] = self._apply(job, slots, now)
+        return held
 
     def _placeable(self, job: JobRecord, now: float) -> bool:
-        spec = job.spec
+        spec = self._spec(job)
         if self.cluster.can_place(job.target_group, spec.target.labels, job.min_workers):
             return True
         if job.state is JobState.QUEUED:
@@ -329,7 +338,7 @@ class Controller:
                 model = self.cluster.host(host)
                 if model is None or not 0 <= index < model.slots:
                     problems.append(f"{job_id}: no slot {host}:{index}")
-                elif not model.matches(job.target_group, job.spec.target.labels):
+                elif not model.matches(job.target_group, self._spec(job).target.labels):
                     problems.append(f"{job_id}: host {host} does not match the job's target")
         if problems:
             message = "; ".join(problems)
@@ -340,14 +349,15 @@ class Controller:
             return None
         return {k: tuple(v) for k, v in proposed.items() if v}
 
-    def _apply(self, job: JobRecord, slots: tuple[Slot, ...], now: float) -> None:
+    def _apply(self, job: JobRecord, slots: tuple[Slot, ...], now: float) -> tuple[Slot, ...]:
+        """Tell the backend and record it; returns the slots the job holds afterwards."""
         self._noted.pop(job.id, None)
         old = len(job.slots)
         if not job.slots:
             resumed = job.started_at is not None
             if not self._call(job, "start", lambda: self.backend.start(self._launch(job), slots)):
                 self._fail(job, now, "the backend could not start the job")
-                return
+                return ()
             self.store.update_job(
                 job.id,
                 now,
@@ -364,7 +374,7 @@ class Controller:
             )
         elif not slots:
             if not self._call(job, "stop", lambda: self.backend.stop(job.id)):
-                return
+                return job.slots
             self.store.update_job(
                 job.id,
                 now,
@@ -376,7 +386,7 @@ class Controller:
             )
         else:
             if not self._call(job, "assign", lambda: self.backend.assign(job.id, slots)):
-                return
+                return job.slots
             self.metrics.rescales.inc()
             self.store.update_job(
                 job.id,
@@ -390,9 +400,10 @@ class Controller:
                     "rescale", f"{old} → {len(slots)} worker(s)", {"from": old, "to": len(slots)}
                 ),
             )
+        return slots
 
     def _launch(self, job: JobRecord) -> JobLaunch:
-        spec = job.spec
+        spec = self._spec(job)
         root = self.data_dir / "jobs" / job.id
         return JobLaunch(
             job_id=job.id,
@@ -408,6 +419,12 @@ class Controller:
             gpu=self.cluster.gpu and spec.resources.gpus > 0,
         )
 
+    def _spec(self, job: JobRecord) -> JobSpec:
+        spec = self._specs.get(job.id)
+        if spec is None:
+            spec = self._specs[job.id] = job.spec
+        return spec
+
     def _call(self, job: JobRecord, what: str, action: Callable[[], None]) -> bool:
         try:
             action()
@@ -422,12 +439,7 @@ class Controller:
             self._noted[job.id] = message
             self.store.add_event(job.id, "waiting", message)
 
-    def _refresh_gauges(self) -> None:
-        counts = self.store.count_by_state()
-        for state, n in counts.items():
+    def _refresh_gauges(self, held: Mapping[str, tuple[Slot, ...]]) -> None:
+        for state, n in self.store.count_by_state().items():
             self.metrics.jobs.labels(state=state.value).set(n)
-        used = sum(
-            len(j.slots)
-            for j in self.store.list_jobs(states=[JobState.RUNNING, JobState.RESCALING])
-        )
-        self.metrics.slots_used.set(used)
+        self.metrics.slots_used.set(sum(len(slots) for slots in held.values()))

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +182,8 @@ class JobRecord:
 
     id: str
     name: str
-    spec: JobSpec
+    #: The spec as stored (JSON); :attr:`spec` parses it on first use.
+    spec_data: Mapping[str, Any]
     state: JobState
     reason: str
     priority: int
@@ -203,12 +205,17 @@ class JobRecord:
     finished_at: float | None
     updated_at: float
 
+    @cached_property
+    def spec(self) -> JobSpec:
+        """The job's spec (validated when it was submitted, so parsing cannot fail)."""
+        return JobSpec.model_validate(self.spec_data)
+
     @classmethod
     def _of(cls, row: _JobRow) -> JobRecord:
         return cls(
             id=row.id,
             name=row.name,
-            spec=JobSpec.model_validate(row.spec),
+            spec_data=row.spec,
             state=JobState(row.state),
             reason=row.reason,
             priority=row.priority,
@@ -432,6 +439,8 @@ class Store:
             query = query.where(_JobRow.state.in_([st.value for st in states]))
         if name is not None:
             query = query.where(_JobRow.name == name)
+        if limit is not None and not labels:
+            query = query.limit(limit)
         with self._transaction() as s:
             rows = s.scalars(query).all()
             jobs = [JobRecord._of(r) for r in rows]
