@@ -86,23 +86,30 @@ async def phase(
     and the phase's wall time."""
     latencies: list[float] = []
     headers = {"Authorization": f"Bearer {token}"}
-    limits = httpx.Limits(max_connections=clients)
-    async with httpx.AsyncClient(
-        base_url=url, headers=headers, timeout=60.0, limits=limits
-    ) as http:
+    # One connection per client, as separate users' CLIs and SDKs would have; one shared
+    # pool of 50 connections measures the client library's pool more than the server.
+    https = [
+        httpx.AsyncClient(
+            base_url=url, headers=headers, timeout=60.0, limits=httpx.Limits(max_connections=1)
+        )
+        for _ in range(clients)
+    ]
+    try:
         # Untimed first request per client: connection setup is not what is measured.
-        await asyncio.gather(*(http.get("/health") for _ in range(clients)))
+        await asyncio.gather(*(http.get("/health") for http in https))
 
         async def one_client(c: int) -> None:
             for i in range(per_client):
                 start = time.perf_counter()
-                response = await request(http, c * per_client + i)
+                response = await request(https[c], c * per_client + i)
                 latencies.append(time.perf_counter() - start)
                 response.raise_for_status()
 
         began = time.perf_counter()
         await asyncio.gather(*(one_client(c) for c in range(clients)))
         return latencies, time.perf_counter() - began
+    finally:
+        await asyncio.gather(*(http.aclose() for http in https))
 
 
 def start_server(data_dir: Path) -> subprocess.Popen[bytes]:

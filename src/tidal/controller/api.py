@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import TypeAdapter
 
 import tidal
 from tidal.controller.auth import BearerAuth
@@ -49,13 +50,16 @@ __all__ = ["create_app"]
 
 #: Spelled out: the status constant's name differs between Starlette versions.
 _UNPROCESSABLE = 422
+_JOB_LIST = TypeAdapter(list[JobView])
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 #: How often a followed log is checked for new lines.
 _FOLLOW_POLL_S = 0.25
 
 
 def _job_view(job: JobRecord) -> JobView:
-    return JobView(
+    # model_construct: the store's data is already valid, and validating every field of
+    # every job again made listing jobs the API's slowest call.
+    return JobView.model_construct(
         id=job.id,
         name=job.name,
         state=job.state.value,
@@ -200,11 +204,13 @@ def create_app(controller: Controller, token: str) -> FastAPI:
         name: str | None = None,
         label: Annotated[list[str] | None, Query(description="KEY=VALUE, repeatable")] = None,
         limit: Annotated[int | None, Query(ge=1)] = None,
-    ) -> list[JobView]:
+    ) -> Response:
         """Jobs in submission order, filtered by state (repeatable), name and labels."""
         labels = _parse_labels(label or [])
         jobs = store.list_jobs(states=state, name=name, labels=labels, limit=limit)
-        return [_job_view(j) for j in jobs]
+        # Serialised here in one go rather than re-validated item by item by FastAPI.
+        body = _JOB_LIST.dump_json([_job_view(j) for j in jobs])
+        return Response(content=body, media_type="application/json")
 
     @api.get("/jobs/{ref}", response_model=JobDetail, tags=["jobs"])
     def get_job(ref: str) -> JobDetail:
