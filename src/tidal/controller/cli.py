@@ -204,8 +204,13 @@ def server(
         str | None, typer.Option(help="SQLAlchemy URL [default: SQLite in the data dir].")
     ] = None,
     interval: Annotated[float, typer.Option(min=0.05, help="Seconds between ticks.")] = 0.5,
+    group: Annotated[str | None, typer.Option(help="Resource group of this host.")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option(help="Node label KEY=VALUE of this host, repeatable.")
+    ] = None,
 ) -> None:
     """Run the controller and its REST API until interrupted."""
+    labels = _pairs(label, "--label")
     from tidal.controller.server import ServerConfig, run_server  # heavy: only for this verb
 
     logging.basicConfig(
@@ -221,6 +226,8 @@ def server(
         port=port,
         db_url=db_url,
         interval=interval,
+        group=group,
+        labels=labels,
     )
 
     def ready(url: str) -> None:

@@ -8,8 +8,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
@@ -43,6 +43,9 @@ class ServerConfig:
     #: Any SQLAlchemy URL; ``None`` is a SQLite file in ``data_dir``.
     db_url: str | None = None
     interval: float = 0.5
+    #: Resource group and node labels of this host (jobs may target them).
+    group: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -110,7 +113,7 @@ def run_server(config: ServerConfig, on_ready: Callable[[str], None] | None = No
     """Run controller and API until interrupted; ``on_ready(url)`` once both are up."""
     # Everything that can be refused is checked before anything is written to the data dir.
     policy = load_policy(config.policy)
-    cluster = detect_local(config.slots)
+    cluster = detect_local(config.slots, group=config.group, labels=config.labels)
     backend = load_backend(config.backend)
     try:
         data_dir = config.data_dir
