@@ -20,6 +20,8 @@ from tidal.controller.store import Store
 
 @dataclass
 class Served:
+    """A running API server and what it runs on."""
+
     url: str
     token: str
     data_dir: Path
@@ -28,11 +30,13 @@ class Served:
     controller: Controller
 
     def client(self, **kw: object) -> Client:
+        """An SDK client with the admin token."""
         return Client(url=self.url, token=self.token, timeout=5.0, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
+    """The server, stopped (and its store closed) after the test."""
     data_dir = tmp_path / "data"
     token = ensure_token(data_dir)
     store = Store.open(data_dir)

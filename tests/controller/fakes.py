@@ -35,6 +35,7 @@ class FakeBackend:
     # -- the Backend interface --------------------------------------------------------------
 
     def start(self, launch: JobLaunch, slots: Sequence[Slot]) -> None:
+        """Record the launch and put a worker on each slot."""
         self.calls.append(("start", launch.job_id, len(slots)))
         old = self.jobs.get(launch.job_id)
         job = _FakeJob(launch=launch, workers=list(old.workers) if old else [])
@@ -43,16 +44,19 @@ class FakeBackend:
         self._set(job, tuple(slots))
 
     def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
+        """Release workers off ``slots``, start one on each uncovered slot."""
         self.calls.append(("assign", job_id, len(slots)))
         self._set(self.jobs[job_id], tuple(slots))
 
     def stop(self, job_id: str) -> None:
+        """Release every worker of the job."""
         self.calls.append(("stop", job_id, 0))
         job = self.jobs.get(job_id)
         if job is not None:
             self._set(job, ())
 
     def poll(self) -> Mapping[str, JobStatus]:
+        """Snapshots of every job ever started."""
         return {
             job_id: JobStatus(
                 job_id=job_id,
@@ -66,12 +70,14 @@ class FakeBackend:
         }
 
     def log_paths(self, job_id: str) -> Mapping[int, Path]:
+        """The log file each worker wrote when it started."""
         job = self.jobs.get(job_id)
         if job is None or job.launch.log_dir is None:
             return {}
         return {w.worker_id: job.launch.log_dir / f"worker-{w.worker_id}.log" for w in job.workers}
 
     def close(self) -> None:
+        """Stop every job."""
         for job_id in list(self.jobs):
             self.stop(job_id)
 
@@ -106,6 +112,7 @@ class FakeBackend:
         del self.jobs[job_id]
 
     def alive(self, job_id: str) -> set[Slot]:
+        """Slots the job's live workers are on."""
         return {w.slot for w in self.jobs[job_id].workers if w.state.alive}
 
     # -- internals ------------------------------------------------------------------------
@@ -146,6 +153,7 @@ class GreedyPolicy:
     def allocate(
         self, jobs: Sequence[JobRequest], cluster: Cluster, previous: Allocation
     ) -> dict[str, tuple[Slot, ...]]:
+        """Jobs in priority order, each its target or max if at least its min is free."""
         held = {s for slots in previous.values() for s in slots}
         taken: set[Slot] = set()
         out: dict[str, tuple[Slot, ...]] = {}
@@ -171,4 +179,5 @@ class BrokenPolicy:
     def allocate(
         self, jobs: Sequence[JobRequest], cluster: Cluster, previous: Allocation
     ) -> dict[str, tuple[Slot, ...]]:
+        """Slot 0 for everyone."""
         return {j.job_id: (cluster.slots()[0],) for j in jobs}

@@ -15,6 +15,8 @@ import pytest
 
 from tidal.controller.cli import controller_app, parse_duration, run_app
 from tidal.controller.discovery import read_server_info
+from tidal.controller.schema import JobView
+from tidal.spec import JobSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,6 +64,24 @@ def test_bad_spec_file_lists_every_problem(
     assert len(err.strip().splitlines()) == 1
     for path in ("name:", "workers.min:", "priority:"):
         assert path in err
+
+
+def test_spec_file_working_dir_is_relative_to_the_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[JobSpec] = []
+
+    def submit(self: object, spec: JobSpec) -> JobView:
+        sent.append(spec)
+        return JobView.model_construct(id="a-1", state="queued")
+
+    monkeypatch.setattr("tidal.client.Client.submit", submit)
+    (tmp_path / "jobs").mkdir()
+    spec = tmp_path / "jobs" / "job.yaml"
+    spec.write_text("name: a\ncommand: python t.py\nworking_dir: ../code\n")
+    code, out, _ = run(capsys, "submit", str(spec), "--url", "http://127.0.0.1:9", "--token", "t")
+    assert code == 0, out
+    assert sent[0].working_dir == str((tmp_path / "code").resolve())
 
 
 def test_no_server_is_exit_1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -132,6 +152,7 @@ def test_verbs_against_a_real_server(capsys: pytest.CaptureFixture[str], server:
     job = json.loads(out)
     assert job["spec"]["command"] == ["python", "train.py", "--lr", "0.1"]
     assert job["priority"] == 7000
+    assert job["spec"]["working_dir"] == str(Path.cwd().resolve())
 
     def state() -> dict[str, object]:
         code, out, _ = run(capsys, "get", job["id"], "--json", *d)

@@ -108,8 +108,10 @@ def test_higher_priority_job_shrinks_the_running_one(
     assert backend.alive(low.id).isdisjoint(backend.alive(high.id))
     assert [r.count for r in store.allocations(low.id)] == [4, 2]
     assert [r.count for r in store.allocations(high.id)] == [2]
-    assert ctl.metrics.rescales._value.get() == 1
-    assert ctl.metrics.rescale_stall._sum.get() == pytest.approx(2.0)
+    assert ctl.metrics.registry.get_sample_value("tidal_rescales_total") == 1
+    assert ctl.metrics.registry.get_sample_value(
+        "tidal_rescale_stall_seconds_sum"
+    ) == pytest.approx(2.0)
 
 
 def test_preempted_to_zero_then_resumed(store: Store, tmp_path: Path, clock: Clock) -> None:

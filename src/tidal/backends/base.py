@@ -84,7 +84,11 @@ class JobLaunch:
 
 
 class Backend(Protocol):
-    """Runs workers on slots. Every method returns promptly; the work happens behind it."""
+    """Runs workers on slots. Every method returns promptly; the work happens behind it.
+
+    The controller loop makes every call but one from its own thread; :meth:`log_paths`
+    is also called from the API's threads, so it must be safe to call concurrently.
+    """
 
     def start(self, launch: JobLaunch, slots: Sequence[Slot]) -> None:
         """Start the job with one worker per slot (resuming from its checkpoint if any)."""

@@ -303,6 +303,11 @@ def submit(
             data["target"] = {**data.get("target", {}), "group": group}
         if max_restarts is not None:
             data["restart"] = {"max_restarts": max_restarts}
+        # The server runs elsewhere (another cwd): pin the directory the user means now.
+        # A relative working_dir in a spec file is relative to that file.
+        anchor = Path(args[0]).resolve().parent if name is None else Path.cwd()
+        given = data.get("working_dir")
+        data["working_dir"] = str((anchor / given).resolve()) if given else str(Path.cwd())
         spec = parse_spec(data, source=args[0] if name is None else None)
     except SpecError as exc:
         _fail(exc.summary(), 2)
