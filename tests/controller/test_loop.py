@@ -72,11 +72,23 @@ def test_queued_job_starts_and_timeline_is_recorded(
     assert launch.argv == ("python", "train.py")
     assert launch.env["SEED"] == "1"
     assert launch.log_dir == tmp_path / "jobs" / a.id / "logs"
+    assert launch.checkpoint_dir == tmp_path / "jobs" / a.id / "checkpoints"
     assert [(r.count, r.time) for r in store.allocations(a.id)] == [(4, clock.now)]
     assert [e.kind for e in store.events(a.id)] == ["submitted", "started"]
     assert [w.state.value for w in store.workers(a.id)] == []  # seen at the next poll
     ctl.tick()
     assert len(store.workers(a.id)) == 4
+
+
+def test_checkpoint_dir_is_relative_to_working_dir(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, backend = make(store, tmp_path, clock)
+    a = submit(store, clock, working_dir=str(tmp_path / "code"), checkpoint_dir="ckpt")
+    ctl.tick()
+    launch = backend.jobs[a.id].launch
+    assert launch.working_dir == tmp_path / "code"
+    assert launch.checkpoint_dir == tmp_path / "code" / "ckpt"
 
 
 def test_higher_priority_job_shrinks_the_running_one(

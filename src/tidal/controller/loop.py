@@ -405,15 +405,18 @@ class Controller:
     def _launch(self, job: JobRecord) -> JobLaunch:
         spec = self._spec(job)
         root = self.data_dir / "jobs" / job.id
+        working_dir = Path(spec.working_dir) if spec.working_dir else None
+        checkpoint_dir = root / "checkpoints"
+        if spec.checkpoint_dir:
+            # Relative to the job's working directory, like the paths in its command.
+            checkpoint_dir = (working_dir or Path()) / spec.checkpoint_dir
         return JobLaunch(
             job_id=job.id,
             argv=tuple(spec.command),
             env={**spec.env, "TIDAL_JOB_ID": job.id},
-            working_dir=Path(spec.working_dir) if spec.working_dir else None,
+            working_dir=working_dir,
             log_dir=root / "logs",
-            checkpoint_dir=Path(spec.checkpoint_dir)
-            if spec.checkpoint_dir
-            else root / "checkpoints",
+            checkpoint_dir=checkpoint_dir,
             cpus=spec.resources.cpus,
             memory=spec.resources.memory,
             gpu=self.cluster.gpu and spec.resources.gpus > 0,
