@@ -30,6 +30,7 @@ class FakeBackend:
         self.instant = instant
         self.jobs: dict[str, _FakeJob] = {}
         self.calls: list[tuple[str, str, int]] = []
+        self.stopped: set[str] = set()
         self._next_worker = 0
 
     # -- the Backend interface --------------------------------------------------------------
@@ -37,6 +38,7 @@ class FakeBackend:
     def start(self, launch: JobLaunch, slots: Sequence[Slot]) -> None:
         """Record the launch and put a worker on each slot."""
         self.calls.append(("start", launch.job_id, len(slots)))
+        self.stopped.discard(launch.job_id)
         old = self.jobs.get(launch.job_id)
         job = _FakeJob(launch=launch, workers=list(old.workers) if old else [])
         job.generation = (old.generation if old else 0) + 1
@@ -51,9 +53,11 @@ class FakeBackend:
     def stop(self, job_id: str) -> None:
         """Release every worker of the job."""
         self.calls.append(("stop", job_id, 0))
+        self.stopped.add(job_id)
         job = self.jobs.get(job_id)
         if job is not None:
             self._set(job, ())
+        self._forget_stopped()
 
     def poll(self) -> Mapping[str, JobStatus]:
         """Snapshots of every job ever started."""
@@ -89,6 +93,13 @@ class FakeBackend:
             if job.pending is not None:
                 self._apply(job, job.pending)
                 job.pending = None
+        self._forget_stopped()
+
+    def _forget_stopped(self) -> None:
+        for job_id in self.stopped & set(self.jobs):
+            job = self.jobs[job_id]
+            if job.pending is None and not any(w.state.alive for w in job.workers):
+                del self.jobs[job_id]
 
     def fail_worker(self, job_id: str, index: int = 0, exit_code: int = 1) -> WorkerStatus:
         """Make the ``index``-th live worker of the job fail."""
@@ -112,8 +123,9 @@ class FakeBackend:
         del self.jobs[job_id]
 
     def alive(self, job_id: str) -> set[Slot]:
-        """Slots the job's live workers are on."""
-        return {w.slot for w in self.jobs[job_id].workers if w.state.alive}
+        """Slots the job's live workers are on (none once it is forgotten)."""
+        job = self.jobs.get(job_id)
+        return {w.slot for w in job.workers if w.state.alive} if job else set()
 
     # -- internals ------------------------------------------------------------------------
 

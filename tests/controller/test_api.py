@@ -149,6 +149,9 @@ def test_logs_tail_and_follow(served: Served) -> None:
     reader.join(10)
     assert not reader.is_alive()
     assert lines == ["[0] worker 0 line 4", "[0] fresh line"]
+    # The backend has forgotten the finished job; its logs are still there to read.
+    assert a.id not in served.backend.jobs
+    assert c.logs(a.id, tail=1, worker=0) == "[0] fresh line\n"
 
 
 def test_cluster_and_metrics(served: Served) -> None:

@@ -143,6 +143,14 @@ def test_preempted_to_zero_then_resumed(store: Store, tmp_path: Path, clock: Clo
     assert job(store, low.id).state is JobState.RUNNING
     assert [e.kind for e in store.events(low.id)][-1] == "resumed"
     assert [r.count for r in store.allocations(low.id)] == [2, 0, 2]
+    # Preempted and resumed through the same backend job, not restarted from scratch.
+    assert [c for c in backend.calls if c[1] == low.id] == [
+        ("start", low.id, 2),
+        ("assign", low.id, 0),
+        ("assign", low.id, 2),
+    ]
+    # The finished job was stopped, which released what the backend held for it.
+    assert ("stop", high.id, 0) in backend.calls and high.id not in backend.jobs
 
 
 def test_failed_worker_is_replaced_within_max_restarts(
@@ -182,8 +190,8 @@ def test_cancel_stops_workers(store: Store, tmp_path: Path, clock: Clock) -> Non
     ctl.tick()
     assert job(store, a.id).state is JobState.CANCELLED
     assert job(store, queued.id).state is JobState.CANCELLED
-    assert backend.alive(a.id) == set()
-    assert queued.id not in backend.jobs
+    assert a.id in backend.stopped and a.id not in backend.jobs
+    assert queued.id not in backend.stopped  # never started: nothing to stop
 
 
 def test_lost_job_is_requeued_and_resumed(store: Store, tmp_path: Path, clock: Clock) -> None:

@@ -74,6 +74,8 @@ class JobLaunch:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     working_dir: Path | None = None
+    #: Worker ``K`` writes its output to ``log_dir / f"worker-{K}.log"``: the controller
+    #: reads logs from there once the backend has forgotten the job.
     log_dir: Path | None = None
     checkpoint_dir: Path | None = None
     #: Per-worker CPU and memory hints (bytes); a backend may use them to size its limits.
@@ -95,23 +97,23 @@ class Backend(Protocol):
         ...
 
     def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
-        """Set a running job's slots, applied at its next step boundary.
+        """Set a started job's slots, applied at its next step boundary.
 
         Workers on slots that stay keep running, workers on slots not listed leave, and a
         new worker starts on each listed slot that has no live worker (a new slot, or one
-        whose worker failed).
+        whose worker failed). No slots is preemption: every worker leaves after a durable
+        checkpoint and the job waits, known to the backend, for a later ``assign``.
         """
         ...
 
     def stop(self, job_id: str) -> None:
-        """Stop every worker of the job (cancel, or preemption down to zero slots).
-
-        Workers save a durable checkpoint on the way out, so a later :meth:`start` resumes.
-        """
+        """End the job for good (cancelled, failed, or finished): stop its workers and
+        release whatever the backend holds for it."""
         ...
 
     def poll(self) -> Mapping[str, JobStatus]:
-        """The status of every job this backend runs or has not yet forgotten."""
+        """The status of every job started and not stopped, and of stopped jobs while any
+        of their workers is still alive (their slots are not free yet)."""
         ...
 
     def log_paths(self, job_id: str) -> Mapping[int, Path]:

@@ -338,7 +338,7 @@ def create_app(controller: Controller, token: str) -> FastAPI:
         job = await run_in_threadpool(job_or_404, ref)
 
         def paths() -> dict[int, Any]:
-            found = dict(controller.backend.log_paths(job.id))
+            found = controller.log_paths(job.id)
             return {k: v for k, v in found.items() if worker is None or k == worker}
 
         initial = paths()

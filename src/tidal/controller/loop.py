@@ -113,7 +113,7 @@ class Controller:
     ) -> JobRecord | None:
         """Apply what the backend reports; the job as it is now, or None once it is over."""
         if job.cancel_requested:
-            if job.state.holds_slots:
+            if status is not None:
                 self._call(job, "stop", lambda: self.backend.stop(job.id))
             self.store.update_job(
                 job.id,
@@ -141,6 +141,8 @@ class Controller:
             )
         newly_failed = self.store.sync_workers(job.id, status.workers, now)
         if status.finished:
+            # Nothing left to stop: this releases what the backend still holds for the job.
+            self._call(job, "stop", lambda: self.backend.stop(job.id))
             self.store.update_job(
                 job.id,
                 now,
@@ -297,7 +299,7 @@ class Controller:
             if busy:
                 self._note(job, f"waiting for {len(busy)} slot(s) to be released")
                 continue
-            held[job.id] = self._apply(job, slots, now)
+            held[job.id] = self._apply(job, slots, now, known=job.id in statuses)
         return held
 
     def _placeable(self, job: JobRecord, now: float) -> bool:
@@ -349,13 +351,23 @@ class Controller:
             return None
         return {k: tuple(v) for k, v in proposed.items() if v}
 
-    def _apply(self, job: JobRecord, slots: tuple[Slot, ...], now: float) -> tuple[Slot, ...]:
-        """Tell the backend and record it; returns the slots the job holds afterwards."""
+    def _apply(
+        self, job: JobRecord, slots: tuple[Slot, ...], now: float, *, known: bool
+    ) -> tuple[Slot, ...]:
+        """Tell the backend and record it; returns the slots the job holds afterwards.
+
+        ``known``: the backend still has the job (preempted to zero earlier), so it resumes
+        with ``assign`` rather than a fresh ``start``.
+        """
         self._noted.pop(job.id, None)
         old = len(job.slots)
         if not job.slots:
             resumed = job.started_at is not None
-            if not self._call(job, "start", lambda: self.backend.start(self._launch(job), slots)):
+            if known:
+                ok = self._call(job, "assign", lambda: self.backend.assign(job.id, slots))
+            else:
+                ok = self._call(job, "start", lambda: self.backend.start(self._launch(job), slots))
+            if not ok:
                 self._fail(job, now, "the backend could not start the job")
                 return ()
             self.store.update_job(
@@ -373,7 +385,7 @@ class Controller:
                 ),
             )
         elif not slots:
-            if not self._call(job, "stop", lambda: self.backend.stop(job.id)):
+            if not self._call(job, "assign", lambda: self.backend.assign(job.id, ())):
                 return job.slots
             self.store.update_job(
                 job.id,
@@ -402,9 +414,29 @@ class Controller:
             )
         return slots
 
+    def job_dir(self, job_id: str) -> Path:
+        """Where the job's logs (and, by default, checkpoints) live."""
+        return self.data_dir / "jobs" / job_id
+
+    def log_paths(self, job_id: str) -> dict[int, Path]:
+        """Each worker's log by worker id: what the backend reports, and the files left in
+        the job's log dir (so logs stay readable after the backend forgot the job)."""
+        found: dict[int, Path] = {}
+        log_dir = self.job_dir(job_id) / "logs"
+        if log_dir.is_dir():
+            for path in log_dir.glob("worker-*.log"):
+                number = path.stem.removeprefix("worker-")
+                if number.isdigit():
+                    found[int(number)] = path
+        try:
+            found.update(self.backend.log_paths(job_id))
+        except Exception:
+            log.exception("backend log_paths failed for %s", job_id)
+        return found
+
     def _launch(self, job: JobRecord) -> JobLaunch:
         spec = self._spec(job)
-        root = self.data_dir / "jobs" / job.id
+        root = self.job_dir(job.id)
         working_dir = Path(spec.working_dir) if spec.working_dir else None
         checkpoint_dir = root / "checkpoints"
         if spec.checkpoint_dir:
