@@ -49,7 +49,7 @@ def test_bad_input_is_one_line_and_exit_2(
     assert code == 2
     assert out == ""
     assert len(err.strip().splitlines()) == 1, err
-    assert err.startswith("error: ")
+    assert err.startswith("tidal: ")
     assert names in err
     assert not (tmp_path / "token").exists()
 

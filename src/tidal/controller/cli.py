@@ -40,7 +40,6 @@ __all__ = ["controller_app", "main", "parse_duration", "run_app"]
 log = logging.getLogger(__name__)
 
 controller_app = typer.Typer(
-    name="tidal",
     help="Share a pool of GPUs among elastic PyTorch training jobs.",
     no_args_is_help=True,
     add_completion=False,
@@ -77,7 +76,7 @@ JobArg = Annotated[str, typer.Argument(help="Job id (or name: the latest job wit
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    _err.print(f"error: {message}", markup=False)
+    _err.print(f"tidal: {message}", markup=False)
     raise typer.Exit(code)
 
 
@@ -270,7 +269,7 @@ def submit(
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Submit a job from a spec file, or from options and a command after ``--``."""
+    """Submit a job from a spec file, or from options and a command after --."""
     args = args or []
     if workers is not None:
         try:
@@ -488,7 +487,7 @@ def cancel(
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Cancel a job; its workers stop at once."""
+    """Cancel a job; its workers stop on the controller's next tick."""
     client = _client(url, token, data_dir)
     view = _call(lambda: client.cancel(job))
     if wait:
@@ -569,7 +568,7 @@ def run_app(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if code == 2 and ctx is not None else ""
-        _err.print(f"error: {message}{hint}", markup=False)
+        _err.print(f"tidal: {message}{hint}", markup=False)
         return code
     except typer.Abort:
         return 130
