@@ -98,9 +98,7 @@ def test_parse_duration() -> None:
         parse_duration("0s")
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Path]:
-    data_dir = tmp_path / "data"
+def start_server(data_dir: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     proc = subprocess.Popen(
         [
@@ -124,22 +122,43 @@ def server(tmp_path: Path) -> Iterator[Path]:
         stderr=subprocess.STDOUT,
         text=True,
     )
+    deadline = time.monotonic() + 30
+    while read_server_info(data_dir) is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_server(proc, signal.SIGKILL)
+            pytest.fail(f"server did not start: {proc.stdout.read() if proc.stdout else ''}")
+        time.sleep(0.05)
+    return proc
+
+
+def stop_server(proc: subprocess.Popen[str], sig: int) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
     try:
-        deadline = time.monotonic() + 30
-        while read_server_info(data_dir) is None:
-            assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.05)
+        return proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+        raise
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Path]:
+    data_dir = tmp_path / "data"
+    proc = start_server(data_dir)
+    try:
         yield data_dir
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    assert proc.returncode == 0, proc.stdout.read() if proc.stdout else ""
+        code = stop_server(proc, signal.SIGINT)
+    assert code == 0, proc.stdout.read() if proc.stdout else ""
     assert read_server_info(data_dir) is None
+
+
+def test_sigterm_stops_the_server_cleanly(tmp_path: Path) -> None:
+    proc = start_server(tmp_path)
+    assert stop_server(proc, signal.SIGTERM) == 0
+    assert read_server_info(tmp_path) is None
+    assert (tmp_path / "token").stat().st_mode & 0o777 == 0o600
 
 
 def test_verbs_against_a_real_server(capsys: pytest.CaptureFixture[str], server: Path) -> None:

@@ -286,3 +286,21 @@ def test_gauges_follow_the_store(store: Store, tmp_path: Path, clock: Clock) -> 
     assert "tidal_slots_used 3.0" in text
     assert 'tidal_jobs{state="queued"} 1.0' in text
     assert 'tidal_jobs{state="running"} 1.0' in text
+
+
+def test_controller_restart_reconciles_with_the_store(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, _ = make(store, tmp_path, clock)
+    a = submit(store, clock, workers="2:2")
+    ctl.tick()
+    assert job(store, a.id).state is JobState.RUNNING
+    # A new controller process: same store, a backend that has never heard of the job.
+    again = Store(store.url)
+    ctl2, backend2 = make(again, tmp_path, clock)
+    ctl2.tick()
+    got = job(again, a.id)
+    assert got.state is JobState.RUNNING
+    assert backend2.calls == [("start", a.id, 2)]
+    assert [e.kind for e in again.events(a.id)][-2:] == ["lost", "resumed"]
+    again.close()
