@@ -257,6 +257,7 @@ def test_invalid_allocation_is_not_applied(store: Store, tmp_path: Path, clock: 
     a = submit(store, clock)
     b = submit(store, clock, "b")
     ctl.tick()
+    ctl.tick()  # the same problem again is not a second event
     assert backend.calls == []
     assert job(store, a.id).state is JobState.QUEUED
     assert job(store, b.id).state is JobState.QUEUED
@@ -304,3 +305,26 @@ def test_controller_restart_reconciles_with_the_store(
     assert backend2.calls == [("start", a.id, 2)]
     assert [e.kind for e in again.events(a.id)][-2:] == ["lost", "resumed"]
     again.close()
+
+
+class RaisingPolicy:
+    name = "raising"
+
+    def allocate(self, jobs: object, cluster: object, previous: object) -> dict[str, Any]:
+        raise ZeroDivisionError("no slots to divide")
+
+
+def test_policy_exception_is_an_event_and_the_loop_goes_on(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, backend = make(store, tmp_path, clock, policy=RaisingPolicy())
+    a = submit(store, clock)
+    ctl.tick()
+    ctl.tick()
+    assert backend.calls == []
+    assert job(store, a.id).state is JobState.QUEUED
+    errors = [e.message for e in store.events() if e.kind == "policy_error"]
+    assert errors == ["ZeroDivisionError: no slots to divide"]
+    ctl.policy = GreedyPolicy()
+    ctl.tick()
+    assert job(store, a.id).state is JobState.RUNNING

@@ -279,7 +279,7 @@ class Controller:
             proposed = self.policy.allocate(requests, self.cluster.to_policy(), previous)
         except Exception as exc:
             log.exception("policy %s failed", getattr(self.policy, "name", "?"))
-            self.store.add_event(None, "policy_error", f"{type(exc).__name__}: {exc}", now=now)
+            self._note_policy_error(f"{type(exc).__name__}: {exc}")
             return held
         allocation = self._checked(proposed, placeable)
         if allocation is None:
@@ -345,10 +345,9 @@ class Controller:
         if problems:
             message = "; ".join(problems)
             log.error("policy %s returned an invalid allocation: %s", self.policy.name, message)
-            if self._noted.get("") != message:
-                self._noted[""] = message
-                self.store.add_event(None, "policy_error", f"invalid allocation: {message}")
+            self._note_policy_error(f"invalid allocation: {message}")
             return None
+        self._noted.pop("", None)
         return {k: tuple(v) for k, v in proposed.items() if v}
 
     def _apply(
@@ -468,6 +467,12 @@ class Controller:
             self.store.add_event(job.id, "backend_error", f"{what}: {type(exc).__name__}: {exc}")
             return False
         return True
+
+    def _note_policy_error(self, message: str) -> None:
+        # Keyed "" (no job): the same error every tick is one event until it changes.
+        if self._noted.get("") != message:
+            self._noted[""] = message
+            self.store.add_event(None, "policy_error", message)
 
     def _note(self, job: JobRecord, message: str) -> None:
         if self._noted.get(job.id) != message:
