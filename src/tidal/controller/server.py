@@ -8,7 +8,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -52,6 +53,19 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt like SIGINT, so cleanup runs whichever stops us."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class ApiServer:
     """uvicorn on a socket bound up front, so port 0 yields a real port to report."""
 
@@ -79,16 +93,9 @@ class ApiServer:
 
         Returns normally after a graceful shutdown, so callers' cleanup runs.
         """
-        main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
-        try:
+        # uvicorn re-raises the signal it shut down for; by then the shutdown is done.
+        with _sigterm_as_interrupt(), suppress(KeyboardInterrupt):
             self._server.run(sockets=[self._sock])
-        except KeyboardInterrupt:
-            # uvicorn re-raises the signal it shut down for; the shutdown is done already.
-            pass
-        finally:
-            if main:
-                signal.signal(signal.SIGTERM, previous)
 
     def start(self, timeout: float = 10.0) -> None:
         """Serve from a background thread; returns once requests are being answered."""
@@ -110,7 +117,16 @@ class ApiServer:
 
 
 def run_server(config: ServerConfig, on_ready: Callable[[str], None] | None = None) -> None:
-    """Run controller and API until interrupted; ``on_ready(url)`` once both are up."""
+    """Run controller and API until interrupted; ``on_ready(url)`` once both are up.
+
+    SIGINT and SIGTERM both end it through ``KeyboardInterrupt`` (possibly raised before
+    serving began), after the store, backend and server record are cleaned up.
+    """
+    with _sigterm_as_interrupt():
+        _run_server(config, on_ready)
+
+
+def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) -> None:
     # Everything that can be refused is checked before anything is written to the data dir.
     policy = load_policy(config.policy)
     cluster = detect_local(config.slots, group=config.group, labels=config.labels)
