@@ -26,6 +26,7 @@ from tidal.controller.schema import (
     EventView,
     JobDetail,
     JobView,
+    MetricsView,
 )
 from tidal.spec import JobSpec
 
@@ -281,6 +282,15 @@ class Client:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job} still {view.state} after {timeout}s")
             time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+
+    def report_metrics(self, job: str, step: int, values: Mapping[str, float]) -> None:
+        """Record training metrics of ``step`` (for training curves)."""
+        self._request("POST", f"/jobs/{job}/metrics", json={"step": step, "values": dict(values)})
+
+    def metrics(self, job: str) -> builtins.list[MetricsView]:
+        """The job's training metrics in step order."""
+        data = self._request("GET", f"/jobs/{job}/metrics").json()
+        return [MetricsView.model_validate(item) for item in data]
 
     # -- cluster ------------------------------------------------------------------------
 

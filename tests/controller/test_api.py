@@ -180,3 +180,14 @@ def test_token_file_is_private_and_stable(served: Served) -> None:
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert read_token(served.data_dir) == served.token
     assert ensure_token(served.data_dir) == served.token
+
+
+def test_training_metrics_round_trip(served: Served) -> None:
+    c = served.client()
+    a = c.submit(SPEC)
+    c.report_metrics(a.id, 20, {"loss": 0.5, "accuracy": 0.8})
+    c.report_metrics(a.id, 10, {"loss": 0.9})
+    assert [(m.step, m.values["loss"]) for m in c.metrics(a.id)] == [(10, 0.9), (20, 0.5)]
+    with pytest.raises(InvalidRequest) as info:
+        c.report_metrics(a.id, 30, {})
+    assert info.value.problems[0][0] == "values"

@@ -30,6 +30,8 @@ from tidal.controller.schema import (
     HostView,
     JobDetail,
     JobView,
+    MetricsReport,
+    MetricsView,
     PriorityRequest,
     ScaleByRequest,
     ScaleRequest,
@@ -320,6 +322,22 @@ def create_app(controller: Controller, token: str) -> FastAPI:
         """The job's allocation timeline."""
         job = job_or_404(ref)
         return [_allocation_view(a) for a in store.allocations(job.id)]
+
+    @api.post("/jobs/{ref}/metrics", status_code=204, tags=["jobs"])
+    def report_metrics(ref: str, body: MetricsReport) -> Response:
+        """Record a job's training metrics at one step (for training curves)."""
+        job = job_or_404(ref)
+        store.add_metrics(job.id, body.step, body.values)
+        return Response(status_code=204)
+
+    @api.get("/jobs/{ref}/metrics", response_model=list[MetricsView], tags=["jobs"])
+    def job_metrics(ref: str) -> list[MetricsView]:
+        """The job's training metrics in step order."""
+        job = job_or_404(ref)
+        return [
+            MetricsView(step=m.step, time=m.time, values=dict(m.values))
+            for m in store.metrics(job.id)
+        ]
 
     @api.get(
         "/jobs/{ref}/logs",

@@ -16,6 +16,8 @@ __all__ = [
     "HostView",
     "JobDetail",
     "JobView",
+    "MetricsReport",
+    "MetricsView",
     "PriorityRequest",
     "ScaleByRequest",
     "ScaleRequest",
@@ -45,6 +47,21 @@ class ScaleByRequest(_Body):
 
     count: int = Field(ge=1)
     timeout_s: float | None = Field(default=None, gt=0)
+
+
+class MetricsReport(_Body):
+    """Training metrics of one step, e.g. ``{"step": 120, "values": {"loss": 0.31}}``."""
+
+    step: int = Field(ge=0)
+    values: dict[str, float] = Field(min_length=1)
+
+
+class MetricsView(BaseModel):
+    """Metrics a job reported at one step."""
+
+    step: int
+    time: float
+    values: dict[str, float]
 
 
 class WorkerView(BaseModel):
