@@ -11,7 +11,7 @@ from sqlalchemy.exc import StatementError
 
 from tidal.backends.base import WorkerState, WorkerStatus
 from tidal.controller.store import Event, JobState, JobStateError, Store, StoreError
-from tidal.spec import parse_spec
+from tidal.spec import JobSpec, parse_spec
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
     s.close()
 
 
-def spec(name: str = "mnist", **extra: object) -> object:
+def spec(name: str = "mnist", **extra: object) -> JobSpec:
     return parse_spec({"name": name, "command": "python train.py", "workers": "1:4", **extra})
 
 
