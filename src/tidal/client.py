@@ -1,0 +1,317 @@
+"""The Python SDK over the controller's REST API.
+
+>>> from tidal.client import Client
+>>> with Client() as c:                      # finds the local server through its data dir
+...     job = c.submit("job.yaml")
+...     c.wait(job.id, timeout=3600)
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from tidal.controller.auth import read_token
+from tidal.controller.discovery import default_data_dir, read_server_info
+from tidal.controller.schema import (
+    AllocationView,
+    ClusterView,
+    EventView,
+    JobDetail,
+    JobView,
+    MetricsView,
+)
+from tidal.spec import JobSpec
+
+__all__ = [
+    "TERMINAL_STATES",
+    "AuthError",
+    "Client",
+    "ClientError",
+    "Conflict",
+    "InvalidRequest",
+    "NotFound",
+    "ServerUnavailable",
+]
+
+TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+
+
+class ClientError(Exception):
+    """The server refused a request, or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ServerUnavailable(ClientError):
+    """No server found, or it did not answer in time."""
+
+
+class AuthError(ClientError):
+    """Missing or wrong token (401)."""
+
+
+class NotFound(ClientError):
+    """No such job (404)."""
+
+
+class Conflict(ClientError):
+    """The request does not fit the job's state, e.g. scaling a finished job (409)."""
+
+
+class InvalidRequest(ClientError):
+    """The request was refused as invalid (422); ``problems`` lists ``(field path, message)``."""
+
+    def __init__(self, problems: builtins.list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{p}: {m}" if p else m for p, m in problems), 422)
+
+
+def _problems(detail: Any) -> builtins.list[tuple[str, str]]:
+    if not isinstance(detail, builtins.list):
+        return [("", str(detail))]
+    out = []
+    for item in detail:
+        if not isinstance(item, dict):
+            out.append(("", str(item)))
+            continue
+        path = item.get("path")
+        if path is None:
+            loc = [str(p) for p in item.get("loc", []) if p not in ("body", "query", "path")]
+            path = ".".join(loc)
+        out.append((str(path), str(item.get("msg", "invalid"))))
+    return out
+
+
+class Client:
+    """A connection to a tidal server.
+
+    ``url`` and ``token`` default to ``$TIDAL_URL`` / ``$TIDAL_TOKEN``, then to what the
+    server wrote into ``data_dir`` (default ``$TIDAL_DATA_DIR`` or ``~/.tidal``).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        data_dir: Path | str | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        folder = Path(data_dir) if data_dir is not None else default_data_dir()
+        url = url or os.environ.get("TIDAL_URL")
+        if url is None:
+            info = read_server_info(folder)
+            if info is None:
+                raise ServerUnavailable(
+                    f"no server found in {folder}; start one with `tidal server`"
+                )
+            url = info.url
+        token = token or os.environ.get("TIDAL_TOKEN") or read_token(folder)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self._timeout = timeout
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            raise ServerUnavailable(f"{self.url} did not answer within {self._timeout}s") from None
+        except httpx.TransportError as exc:
+            raise ServerUnavailable(f"cannot reach {self.url}: {exc}") from None
+        self._raise_for(response)
+        return response
+
+    @staticmethod
+    def _raise_for(response: httpx.Response) -> None:
+        if response.is_success:
+            return
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        code = response.status_code
+        if code == 401:
+            raise AuthError("missing or invalid token", code)
+        if code == 404:
+            raise NotFound(str(detail), code)
+        if code == 409:
+            raise Conflict(str(detail), code)
+        if code == 422:
+            raise InvalidRequest(_problems(detail))
+        raise ClientError(f"HTTP {code}: {detail}", code)
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec | Mapping[str, Any] | str | Path) -> JobView:
+        """Submit a job: a spec, a mapping, a path to a YAML file, or YAML text.
+
+        A ``str`` without a newline is taken as a path.
+        """
+        if isinstance(spec, JobSpec):
+            response = self._request("POST", "/jobs", json=spec.model_dump(mode="json"))
+        elif isinstance(spec, Mapping):
+            response = self._request("POST", "/jobs", json=dict(spec))
+        else:
+            text = spec
+            if isinstance(spec, Path) or (isinstance(spec, str) and "\n" not in spec):
+                text = Path(spec).read_text(encoding="utf-8")
+            response = self._request(
+                "POST",
+                "/jobs",
+                content=str(text).encode(),
+                headers={"Content-Type": "application/yaml"},
+            )
+        return JobView.model_validate(response.json())
+
+    def get(self, job: str) -> JobDetail:
+        """A job by id (or the latest with that name), with its workers."""
+        return JobDetail.model_validate(self._request("GET", f"/jobs/{job}").json())
+
+    def list(
+        self,
+        state: str | Iterable[str] | None = None,
+        name: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[JobView]:
+        """Jobs in submission order, filtered by state(s), name and labels."""
+        params: builtins.list[tuple[str, str]] = []
+        states = [state] if isinstance(state, str) else builtins.list(state or [])
+        params += [("state", s) for s in states]
+        if name is not None:
+            params.append(("name", name))
+        params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
+        if limit is not None:
+            params.append(("limit", str(limit)))
+        data = self._request("GET", "/jobs", params=params).json()
+        return [JobView.model_validate(item) for item in data]
+
+    def logs(self, job: str, tail: int = 100, worker: int | None = None) -> str:
+        """The last ``tail`` lines of each worker's log, prefixed ``[worker]``."""
+        params: dict[str, Any] = {"tail": tail}
+        if worker is not None:
+            params["worker"] = worker
+        return self._request("GET", f"/jobs/{job}/logs", params=params).text
+
+    def follow_logs(self, job: str, tail: int = 100, worker: int | None = None) -> Iterator[str]:
+        """Log lines as they are written, until the job ends."""
+        params: dict[str, Any] = {"tail": tail, "follow": True}
+        if worker is not None:
+            params["worker"] = worker
+        # No read timeout: a quiet job may print nothing for minutes.
+        timeout = httpx.Timeout(self._timeout, read=None)
+        try:
+            with self._http.stream(
+                "GET", f"/jobs/{job}/logs", params=params, timeout=timeout
+            ) as response:
+                if not response.is_success:
+                    response.read()
+                    self._raise_for(response)
+                yield from response.iter_lines()
+        except httpx.TransportError as exc:
+            raise ServerUnavailable(f"cannot reach {self.url}: {exc}") from None
+
+    def priority(self, job: str, priority: int) -> JobView:
+        """Set the job's priority."""
+        response = self._request("PUT", f"/jobs/{job}/priority", json={"priority": priority})
+        return JobView.model_validate(response.json())
+
+    def scale(self, job: str, workers: int) -> JobView:
+        """Ask for exactly ``workers`` workers."""
+        response = self._request("POST", f"/jobs/{job}/scale", json={"workers": workers})
+        return JobView.model_validate(response.json())
+
+    def scale_out(self, job: str, count: int, timeout_s: float | None = None) -> JobView:
+        """Grow by ``count``; rolled back after ``timeout_s`` if the job has not grown."""
+        body: dict[str, Any] = {"count": count}
+        if timeout_s is not None:
+            body["timeout_s"] = timeout_s
+        response = self._request("POST", f"/jobs/{job}/scale-out", json=body)
+        return JobView.model_validate(response.json())
+
+    def scale_in(self, job: str, count: int) -> JobView:
+        """Shrink by ``count``."""
+        response = self._request("POST", f"/jobs/{job}/scale-in", json={"count": count})
+        return JobView.model_validate(response.json())
+
+    def cancel(self, job: str) -> JobView:
+        """Ask for the job to be cancelled (see :meth:`wait`)."""
+        return JobView.model_validate(self._request("POST", f"/jobs/{job}/cancel").json())
+
+    def wait(
+        self,
+        job: str,
+        states: Iterable[str] = TERMINAL_STATES,
+        timeout: float = 600.0,
+        interval: float = 0.5,
+    ) -> JobView:
+        """Poll until the job is in one of ``states``; ``TimeoutError`` after ``timeout`` s."""
+        wanted = set(states)
+        deadline = time.monotonic() + timeout
+        while True:
+            view = self.get(job)
+            if view.state in wanted:
+                return view
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job} still {view.state} after {timeout}s")
+            time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+
+    def report_metrics(self, job: str, step: int, values: Mapping[str, float]) -> None:
+        """Record training metrics of ``step`` (for training curves)."""
+        self._request("POST", f"/jobs/{job}/metrics", json={"step": step, "values": dict(values)})
+
+    def metrics(self, job: str) -> builtins.list[MetricsView]:
+        """The job's training metrics in step order."""
+        data = self._request("GET", f"/jobs/{job}/metrics").json()
+        return [MetricsView.model_validate(item) for item in data]
+
+    # -- cluster ------------------------------------------------------------------------
+
+    def events(self, job: str | None = None, limit: int = 1000) -> builtins.list[EventView]:
+        """Events in time order, of one job or of all."""
+        path = f"/jobs/{job}/events" if job else "/events"
+        data = self._request("GET", path, params={"limit": limit}).json()
+        return [EventView.model_validate(item) for item in data]
+
+    def allocations(self, job: str | None = None) -> builtins.list[AllocationView]:
+        """The allocation timeline, of one job or of all."""
+        path = f"/jobs/{job}/allocations" if job else "/allocations"
+        return [AllocationView.model_validate(i) for i in self._request("GET", path).json()]
+
+    def cluster(self) -> ClusterView:
+        """Hosts, slots and who holds them."""
+        return ClusterView.model_validate(self._request("GET", "/cluster").json())
+
+    def health(self) -> bool:
+        """Whether the server answers its health check."""
+        try:
+            return bool(self._request("GET", "/health").json().get("status") == "ok")
+        except ClientError:
+            return False

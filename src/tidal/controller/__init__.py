@@ -1,0 +1,1 @@
+"""The multi-job controller: store, scheduling loop, REST API and the CLI verbs over it."""

@@ -1,0 +1,584 @@
+"""The controller's CLI verbs: ``tidal server``, ``tidal submit``, ``tidal list`` and the rest.
+
+Output is rich tables for people and ``--json`` for scripts. Bad input is one line on
+stderr naming the argument, with exit status 2; a refusal by the server exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+from typer.exceptions import TyperException
+
+from tidal.client import (
+    Client,
+    ClientError,
+    InvalidRequest,
+    NotFound,
+)
+from tidal.controller.discovery import default_data_dir
+from tidal.controller.plugins import PluginError
+from tidal.controller.schema import ClusterView, JobDetail, JobView
+from tidal.spec import SpecError, load_spec_file, parse_spec, parse_workers_range
+
+__all__ = ["controller_app", "main", "parse_duration", "run_app"]
+
+log = logging.getLogger(__name__)
+
+controller_app = typer.Typer(
+    help="Share a pool of GPUs among elastic PyTorch training jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+_out = Console(highlight=False)
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+_STATE_STYLE = {
+    "queued": "yellow",
+    "running": "green",
+    "rescaling": "cyan",
+    "succeeded": "bold green",
+    "failed": "bold red",
+    "cancelled": "dim",
+}
+
+# -- shared options ------------------------------------------------------------------------
+
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Server data dir [default: $TIDAL_DATA_DIR or ~/.tidal]."),
+]
+UrlOpt = Annotated[
+    str | None, typer.Option("--url", envvar="TIDAL_URL", help="Server URL (else from data dir).")
+]
+TokenOpt = Annotated[
+    str | None, typer.Option("--token", envvar="TIDAL_TOKEN", help="Token (else from data dir).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+JobArg = Annotated[str, typer.Argument(help="Job id (or name: the latest job with it).")]
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    _err.print(f"tidal: {message}", markup=False)
+    raise typer.Exit(code)
+
+
+def _client(url: str | None, token: str | None, data_dir: Path | None) -> Client:
+    try:
+        return Client(url=url, token=token, data_dir=data_dir)
+    except ClientError as exc:
+        _fail(str(exc))
+
+
+def _call(action: Callable[[], Any], arg: str | None = None) -> Any:
+    """Run one SDK call, turning its errors into one-line messages and exit codes."""
+    try:
+        return action()
+    except InvalidRequest as exc:
+        where = f"{arg}: " if arg else ""
+        _fail(f"{where}{exc}", 2)
+    except NotFound as exc:
+        _fail(str(exc))
+    except ClientError as exc:
+        _fail(str(exc))
+
+
+def _emit_json(data: Any) -> None:
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    elif isinstance(data, list):
+        data = [d.model_dump(mode="json") if isinstance(d, BaseModel) else d for d in data]
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def _pairs(values: Sequence[str] | None, option: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected KEY=VALUE (got {item!r})", param_hint=option)
+        out[key] = value
+    return out
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90``, ``30s``, ``10m``, ``2h``; ``ValueError`` otherwise."""
+    match = _DURATION_RE.match(text)
+    if not match:
+        raise ValueError(f"not a duration (got {text!r}; use e.g. 30s, 10m, 1h)")
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
+    if seconds <= 0:
+        raise ValueError(f"must be positive (got {text!r})")
+    return seconds
+
+
+def _age(since: float | None) -> str:
+    if since is None:
+        return "-"
+    seconds = max(0, int(time.time() - since))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _state(state: str) -> Text:
+    return Text(state, style=_STATE_STYLE.get(state, ""))
+
+
+def _jobs_table(jobs: Iterable[JobView]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "STATE", "WORKERS", "PRIORITY", "RESTARTS", "AGE", "REASON"):
+        table.add_column(column, no_wrap=column != "REASON")
+    for j in jobs:
+        size = f"{j.workers} [{j.min_workers}-{j.max_workers}]"
+        if j.target_workers is not None:
+            size += f" →{j.target_workers}"
+        table.add_row(
+            j.id,
+            _state(j.state),
+            size,
+            str(j.priority),
+            str(j.restarts),
+            _age(j.submitted_at),
+            j.reason,
+        )
+    return table
+
+
+def _cluster_table(view: ClusterView) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("HOST", "KIND", "GROUP", "SLOTS", "USED", "JOBS"):
+        table.add_column(column)
+    for h in view.hosts:
+        users = sorted({u for u in h.used_by if u})
+        used = sum(1 for u in h.used_by if u)
+        table.add_row(
+            h.name,
+            "gpu" if h.gpu else "cpu",
+            h.group or "-",
+            str(h.slots),
+            str(used),
+            ", ".join(users) or "-",
+        )
+    return table
+
+
+# -- verbs -------------------------------------------------------------------------------
+
+
+@controller_app.command()
+def server(
+    slots: Annotated[
+        int | None,
+        typer.Option(min=1, help="Virtual CPU slots [default: one per GPU, else per core]."),
+    ] = None,
+    data_dir: DataDirOpt = None,
+    policy: Annotated[str, typer.Option(help="fairshare, static, or module:Class.")] = "fairshare",
+    backend: Annotated[str, typer.Option(help="local, or module:Class.")] = "local",
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 0,
+    db_url: Annotated[
+        str | None, typer.Option(help="SQLAlchemy URL [default: SQLite in the data dir].")
+    ] = None,
+    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between ticks.")] = 0.5,
+    group: Annotated[str | None, typer.Option(help="Resource group of this host.")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option(help="Node label KEY=VALUE of this host, repeatable.")
+    ] = None,
+) -> None:
+    """Run the controller and its REST API until interrupted."""
+    labels = _pairs(label, "--label")
+    from tidal.controller.server import ServerConfig, run_server  # heavy: only for this verb
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    folder = data_dir or default_data_dir()
+    config = ServerConfig(
+        data_dir=folder,
+        slots=slots,
+        policy=policy,
+        backend=backend,
+        host=host,
+        port=port,
+        db_url=db_url,
+        interval=interval,
+        group=group,
+        labels=labels,
+    )
+
+    def ready(url: str) -> None:
+        _out.print(
+            f"tidal server on [bold]{url}[/] (data in {folder}); Ctrl-C to stop", soft_wrap=True
+        )
+
+    try:
+        run_server(config, on_ready=ready)
+    except KeyboardInterrupt:
+        pass
+    except PluginError as exc:
+        hint = "--policy" if "policy" in str(exc) else "--backend"
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
+    except OSError as exc:
+        _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
+
+
+@controller_app.command(
+    epilog="Examples: tidal submit job.yaml; tidal submit --name x --workers 1:8 -- python t.py"
+)
+def submit(
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="A spec file (YAML), or with --name the command to run.", show_default=False
+        ),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Job name (spec from the options).")] = None,
+    workers: Annotated[str | None, typer.Option(help="N or MIN:MAX.")] = None,
+    priority: Annotated[int | None, typer.Option(help="Higher is more important.")] = None,
+    label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
+    env: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
+    group: Annotated[str | None, typer.Option(help="Target resource group.")] = None,
+    max_restarts: Annotated[int | None, typer.Option(min=0)] = None,
+    working_dir: Annotated[str | None, typer.Option()] = None,
+    checkpoint_dir: Annotated[str | None, typer.Option()] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit a job from a spec file, or from options and a command after --."""
+    args = args or []
+    if workers is not None:
+        try:
+            parse_workers_range(workers)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--workers") from None
+    try:
+        if name is None:
+            if len(args) != 1:
+                raise typer.BadParameter(
+                    "give one spec file, or --name and the command after --", param_hint="ARGS"
+                )
+            base = load_spec_file(args[0]).model_dump(mode="json", exclude_defaults=True)
+        else:
+            if not args:
+                raise typer.BadParameter("give the command to run after --", param_hint="ARGS")
+            base = {"name": name, "command": list(args)}
+        overrides: dict[str, Any] = {
+            "workers": workers,
+            "priority": priority,
+            "working_dir": working_dir,
+            "checkpoint_dir": checkpoint_dir,
+        }
+        data = {**base, **{k: v for k, v in overrides.items() if v is not None}}
+        if label:
+            data["labels"] = {**data.get("labels", {}), **_pairs(label, "--label")}
+        if env:
+            data["env"] = {**data.get("env", {}), **_pairs(env, "--env")}
+        if group is not None:
+            data["target"] = {**data.get("target", {}), "group": group}
+        if max_restarts is not None:
+            data["restart"] = {"max_restarts": max_restarts}
+        # The server runs elsewhere (another cwd): pin the directory the user means now.
+        # A relative working_dir in a spec file is relative to that file.
+        anchor = Path(args[0]).resolve().parent if name is None else Path.cwd()
+        given = data.get("working_dir")
+        data["working_dir"] = str((anchor / given).resolve()) if given else str(Path.cwd())
+        spec = parse_spec(data, source=args[0] if name is None else None)
+    except SpecError as exc:
+        _fail(exc.summary(), 2)
+    client = _client(url, token, data_dir)
+    job = _call(lambda: client.submit(spec), "spec")
+    if as_json:
+        _emit_json(job)
+    else:
+        _out.print(f"submitted [bold]{job.id}[/] ({job.state})")
+
+
+@controller_app.command("list")
+def list_jobs(
+    state: Annotated[list[str] | None, typer.Option(help="Filter by state, repeatable.")] = None,
+    name: Annotated[str | None, typer.Option(help="Filter by name.")] = None,
+    label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List jobs."""
+    labels = _pairs(label, "--label")
+    client = _client(url, token, data_dir)
+    jobs = _call(lambda: client.list(state=state, name=name, labels=labels), "--state")
+    if as_json:
+        _emit_json(jobs)
+    elif not jobs:
+        _out.print("no jobs")
+    else:
+        _out.print(_jobs_table(jobs))
+
+
+@controller_app.command()
+def get(
+    job: JobArg,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one job: its state, workers and recent events."""
+    client = _client(url, token, data_dir)
+    detail: JobDetail = _call(lambda: client.get(job))
+    events = _call(lambda: client.events(detail.id, limit=10))
+    if as_json:
+        data = detail.model_dump(mode="json")
+        data["events"] = [e.model_dump(mode="json") for e in events]
+        _emit_json(data)
+        return
+    _out.print(_jobs_table([detail]))
+    _out.print(f"command: {' '.join(detail.spec.get('command', []))}", markup=False)
+    if detail.worker_list:
+        table = Table(box=None, header_style="bold", title="workers", title_justify="left")
+        for column in ("WORKER", "SLOT", "PID", "STATE", "EXIT"):
+            table.add_column(column)
+        for w in detail.worker_list:
+            table.add_row(
+                str(w.worker_id),
+                f"{w.host}:{w.slot}",
+                str(w.pid or "-"),
+                w.state,
+                "-" if w.exit_code is None else str(w.exit_code),
+            )
+        _out.print(table)
+    table = Table(box=None, header_style="bold", title="events", title_justify="left")
+    for column in ("TIME", "KIND", "MESSAGE"):
+        table.add_column(column)
+    for e in events:
+        table.add_row(datetime.fromtimestamp(e.time).strftime("%H:%M:%S"), e.kind, e.message)
+    _out.print(table)
+
+
+@controller_app.command()
+def logs(
+    job: JobArg,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream until the job ends.")
+    ] = False,
+    tail: Annotated[int, typer.Option(min=0, help="Lines per worker.")] = 100,
+    worker: Annotated[int | None, typer.Option(min=0, help="Only this worker.")] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Print a job's logs, each line prefixed with its worker."""
+    client = _client(url, token, data_dir)
+    if not follow:
+        sys.stdout.write(_call(lambda: client.logs(job, tail=tail, worker=worker)))
+        return
+
+    def stream() -> None:
+        try:
+            for line in client.follow_logs(job, tail=tail, worker=worker):
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            pass
+
+    _call(stream)
+
+
+@controller_app.command()
+def priority(
+    job: JobArg,
+    value: Annotated[int, typer.Argument(metavar="N", help="New priority (higher wins).")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Change a job's priority."""
+    client = _client(url, token, data_dir)
+    view = _call(lambda: client.priority(job, value), "N")
+    _show(view, as_json, f"{view.id}: priority {view.priority}")
+
+
+@controller_app.command()
+def scale(
+    job: JobArg,
+    workers: Annotated[int, typer.Option(min=1, help="Exact number of workers.")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ask for exactly N workers (within the job's min and max)."""
+    client = _client(url, token, data_dir)
+    view = _call(lambda: client.scale(job, workers), "--workers")
+    _show(view, as_json, f"{view.id}: target {view.target_workers} worker(s)")
+
+
+@controller_app.command("scale-out")
+def scale_out(
+    job: JobArg,
+    count: Annotated[int, typer.Option(min=1, help="Workers to add.")],
+    timeout: Annotated[
+        str | None, typer.Option(help="Roll back if not reached in time, e.g. 10m.")
+    ] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Grow a running job by K workers."""
+    seconds = None
+    if timeout is not None:
+        try:
+            seconds = parse_duration(timeout)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--timeout") from None
+    client = _client(url, token, data_dir)
+    view = _call(lambda: client.scale_out(job, count, seconds), "--count")
+    _show(view, as_json, f"{view.id}: target {view.target_workers} worker(s)")
+
+
+@controller_app.command("scale-in")
+def scale_in(
+    job: JobArg,
+    count: Annotated[int, typer.Option(min=1, help="Workers to remove.")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Shrink a running job by K workers."""
+    client = _client(url, token, data_dir)
+    view = _call(lambda: client.scale_in(job, count), "--count")
+    _show(view, as_json, f"{view.id}: target {view.target_workers} worker(s)")
+
+
+@controller_app.command()
+def cancel(
+    job: JobArg,
+    wait: Annotated[bool, typer.Option(help="Wait until the job is cancelled.")] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a job; its workers stop on the controller's next tick."""
+    client = _client(url, token, data_dir)
+    view = _call(lambda: client.cancel(job))
+    if wait:
+        view = _call(lambda: client.wait(view.id, timeout=60))
+    _show(view, as_json, f"{view.id}: {'cancelled' if wait else 'cancel requested'}")
+
+
+@controller_app.command()
+def cluster(
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show hosts, slots and which jobs hold them."""
+    client = _client(url, token, data_dir)
+    view: ClusterView = _call(client.cluster)
+    if as_json:
+        _emit_json(view)
+        return
+    _out.print(f"policy {view.policy}: {view.used_slots}/{view.total_slots} slots used")
+    _out.print(_cluster_table(view))
+
+
+@controller_app.command()
+def top(
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between refreshes.")] = 1.0,
+    iterations: Annotated[int, typer.Option(min=0, hidden=True)] = 0,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """A live view of the cluster and its jobs (Ctrl-C to leave)."""
+    client = _client(url, token, data_dir)
+
+    def frame() -> Group:
+        view: ClusterView = _call(client.cluster)
+        jobs = _call(lambda: client.list(state=["queued", "running", "rescaling"]))
+        head = Text(
+            f"tidal {client.url}  policy {view.policy}  "
+            f"{view.used_slots}/{view.total_slots} slots used  {len(jobs)} active job(s)",
+            style="bold",
+        )
+        return Group(head, _cluster_table(view), Text(""), _jobs_table(jobs))
+
+    count = 0
+    try:
+        with Live(frame(), console=_out, auto_refresh=False) as live:
+            while iterations == 0 or count < iterations:
+                count += 1
+                if iterations and count >= iterations:
+                    break
+                time.sleep(interval)
+                live.update(frame(), refresh=True)
+    except KeyboardInterrupt:
+        pass
+
+
+def _show(view: JobView, as_json: bool, message: str) -> None:
+    if as_json:
+        _emit_json(view)
+    else:
+        _out.print(message, markup=False)
+
+
+# -- entry point ---------------------------------------------------------------------------
+
+
+def run_app(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
+    """Run a typer app, printing usage errors as one line (exit 2) instead of a help box."""
+    command = typer.main.get_command(app)
+    args = list(argv) if argv is not None else None
+    try:
+        result = command.main(args=args, prog_name="tidal", standalone_mode=False)
+    except TyperException as exc:
+        # Typer's (vendored) click errors: usage errors carry exit code 2, others 1.
+        code = int(getattr(exc, "exit_code", 1))
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if code == 2 and ctx is not None else ""
+        _err.print(f"tidal: {message}{hint}", markup=False)
+        return code
+    except typer.Abort:
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point."""
+    sys.exit(run_app(controller_app, argv))
+
+
+if __name__ == "__main__":
+    main()

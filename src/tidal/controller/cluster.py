@@ -1,0 +1,118 @@
+"""The cluster the controller hands out: hosts with slots, resource groups and labels."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tidal.policy.api import Cluster, Host, Slot
+
+__all__ = ["ClusterModel", "HostModel", "detect_local"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HostModel:
+    """One machine: ``slots`` GPUs (or virtual CPU slots when ``gpu`` is false)."""
+
+    name: str
+    slots: int
+    gpu: bool = False
+    group: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def matches(self, group: str | None, labels: Mapping[str, str]) -> bool:
+        """Whether a job targeting ``group`` with node ``labels`` may run here."""
+        if group is not None and group != self.group:
+            return False
+        return all(self.labels.get(k) == v for k, v in labels.items())
+
+
+@dataclass(frozen=True)
+class ClusterModel:
+    """The hosts the controller manages, in a stable order."""
+
+    hosts: tuple[HostModel, ...]
+
+    def __post_init__(self) -> None:
+        names = [h.name for h in self.hosts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"host names must be unique (got {names})")
+        if any(h.slots < 0 for h in self.hosts):
+            raise ValueError("a host cannot have a negative number of slots")
+
+    @property
+    def total_slots(self) -> int:
+        """Number of slots over all hosts."""
+        return sum(h.slots for h in self.hosts)
+
+    @property
+    def gpu(self) -> bool:
+        """Whether the slots are accelerators (every host has GPUs)."""
+        return bool(self.hosts) and all(h.gpu for h in self.hosts)
+
+    def host(self, name: str) -> HostModel | None:
+        """The host called ``name``, if any."""
+        return next((h for h in self.hosts if h.name == name), None)
+
+    def has_slot(self, slot: Slot) -> bool:
+        """Whether ``slot`` exists in this cluster."""
+        host = self.host(slot[0])
+        return host is not None and 0 <= slot[1] < host.slots
+
+    def can_place(self, group: str | None, labels: Mapping[str, str], workers: int) -> bool:
+        """Whether enough matching slots exist at all for ``workers`` workers."""
+        return sum(h.slots for h in self.hosts if h.matches(group, labels)) >= workers
+
+    def to_policy(self) -> Cluster:
+        """The plain view a policy sees."""
+        return Cluster(
+            hosts=tuple(
+                Host(name=h.name, slots=h.slots, group=h.group, labels=dict(h.labels))
+                for h in self.hosts
+            )
+        )
+
+    @classmethod
+    def single(cls, slots: int, *, gpu: bool = False, name: str | None = None) -> ClusterModel:
+        """One host (this machine by default) with ``slots`` slots."""
+        return cls(hosts=(HostModel(name=name or socket.gethostname(), slots=slots, gpu=gpu),))
+
+
+def _gpu_count() -> int:
+    try:
+        import torch  # imported here: torch costs seconds and only detection needs it
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count())
+
+
+def detect_local(
+    slots: int | None = None,
+    *,
+    group: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    name: str | None = None,
+    gpu_count: int | None = None,
+) -> ClusterModel:
+    """This machine as a one-host cluster.
+
+    ``slots`` given: that many virtual CPU slots (also on a GPU machine, for testing).
+    Otherwise one slot per visible GPU, or one CPU slot per core when there is no GPU.
+    """
+    if slots is not None:
+        if slots < 1:
+            raise ValueError(f"slots must be ≥ 1 (got {slots})")
+        count, gpu = slots, False
+    else:
+        gpus = _gpu_count() if gpu_count is None else gpu_count
+        count, gpu = (gpus, True) if gpus > 0 else (os.cpu_count() or 1, False)
+    log.info("cluster: %d %s slot(s) on this host", count, "GPU" if gpu else "CPU")
+    host = HostModel(
+        name=name or socket.gethostname(), slots=count, gpu=gpu, group=group, labels=labels or {}
+    )
+    return ClusterModel(hosts=(host,))

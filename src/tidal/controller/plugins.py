@@ -1,0 +1,47 @@
+"""Policies and backends by name (``fairshare``) or by import path (``package.module:Class``)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, cast
+
+from tidal.backends.base import Backend
+from tidal.policy.api import Policy
+
+__all__ = ["BACKENDS", "POLICIES", "PluginError", "load_backend", "load_policy"]
+
+POLICIES = {
+    "fairshare": "tidal.policy.fairshare:FairSharePolicy",
+    "static": "tidal.policy.static:StaticPolicy",
+}
+BACKENDS = {
+    "local": "tidal.backends.local:LocalBackend",
+}
+
+
+class PluginError(ValueError):
+    """A policy or backend name that cannot be loaded."""
+
+
+def _load(kind: str, name: str, known: dict[str, str]) -> Any:
+    target = known.get(name, name)
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        choices = ", ".join(sorted(known))
+        raise PluginError(f"unknown {kind} {name!r} (choose {choices}, or give module:Class)")
+    try:
+        module = importlib.import_module(module_name)
+        factory = getattr(module, attr)
+    except (ImportError, AttributeError) as exc:
+        raise PluginError(f"cannot load {kind} {name!r} from {target}: {exc}") from None
+    return factory()
+
+
+def load_policy(name: str) -> Policy:
+    """A policy instance, e.g. ``load_policy("fairshare")``."""
+    return cast(Policy, _load("policy", name, POLICIES))
+
+
+def load_backend(name: str) -> Backend:
+    """A backend instance, e.g. ``load_backend("local")``."""
+    return cast(Backend, _load("backend", name, BACKENDS))

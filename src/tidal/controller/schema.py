@@ -1,0 +1,154 @@
+"""The REST API's request and response bodies, shared by the server and the SDK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tidal.spec import MAX_PRIORITY
+
+__all__ = [
+    "AllocationView",
+    "ClusterView",
+    "EventView",
+    "HealthView",
+    "HostView",
+    "JobDetail",
+    "JobView",
+    "MetricsReport",
+    "MetricsView",
+    "PriorityRequest",
+    "ScaleByRequest",
+    "ScaleRequest",
+    "WorkerView",
+]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PriorityRequest(_Body):
+    """Set a job's priority (higher is more important)."""
+
+    priority: int = Field(ge=1, le=MAX_PRIORITY)
+
+
+class ScaleRequest(_Body):
+    """Ask for exactly ``workers`` workers (within the job's ``[min, max]``)."""
+
+    workers: int = Field(ge=1)
+
+
+class ScaleByRequest(_Body):
+    """Grow or shrink by ``count`` workers; a scale-out with ``timeout_s`` is rolled back
+    if the job has not reached its new size by then."""
+
+    count: int = Field(ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+class MetricsReport(_Body):
+    """Training metrics of one step, e.g. ``{"step": 120, "values": {"loss": 0.31}}``."""
+
+    step: int = Field(ge=0)
+    values: dict[str, float] = Field(min_length=1)
+
+
+class MetricsView(BaseModel):
+    """Metrics a job reported at one step."""
+
+    step: int
+    time: float
+    values: dict[str, float]
+
+
+class WorkerView(BaseModel):
+    """One worker of a job."""
+
+    worker_id: int
+    host: str
+    slot: int
+    pid: int | None
+    state: str
+    exit_code: int | None
+
+
+class JobView(BaseModel):
+    """A job as the API shows it."""
+
+    id: str
+    name: str
+    state: str
+    reason: str
+    priority: int
+    workers: int
+    min_workers: int
+    max_workers: int
+    target_workers: int | None
+    slots: list[tuple[str, int]]
+    restarts: int
+    generation: int
+    labels: dict[str, str]
+    target_group: str | None
+    cancel_requested: bool
+    scale_deadline: float | None
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    updated_at: float
+    spec: dict[str, Any]
+
+
+class JobDetail(JobView):
+    """A job with its workers."""
+
+    worker_list: list[WorkerView] = Field(default_factory=list)
+
+
+class EventView(BaseModel):
+    """Something that happened to a job (or to the controller, when ``job_id`` is null)."""
+
+    id: int
+    job_id: str | None
+    time: float
+    kind: str
+    message: str
+    data: dict[str, Any]
+
+
+class AllocationView(BaseModel):
+    """From ``time`` on, ``job_id`` held ``count`` slots."""
+
+    job_id: str
+    time: float
+    count: int
+    slots: list[tuple[str, int]]
+
+
+class HostView(BaseModel):
+    """A host and which job holds each of its slots (null when free)."""
+
+    name: str
+    slots: int
+    gpu: bool
+    group: str | None
+    labels: dict[str, str]
+    used_by: list[str | None]
+
+
+class ClusterView(BaseModel):
+    """The cluster the controller hands out."""
+
+    policy: str
+    total_slots: int
+    used_slots: int
+    hosts: list[HostView]
+
+
+class HealthView(BaseModel):
+    """Liveness."""
+
+    status: str
+    version: str

@@ -1,0 +1,157 @@
+"""Running the controller: the loop in a thread and the API under uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+from tidal.controller.api import create_app
+from tidal.controller.auth import ensure_token
+from tidal.controller.cluster import detect_local
+from tidal.controller.discovery import ServerInfo, clear_server_info, write_server_info
+from tidal.controller.loop import Controller
+from tidal.controller.plugins import load_backend, load_policy
+from tidal.controller.store import Store
+
+__all__ = ["ApiServer", "ServerConfig", "run_server"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What ``tidal server`` was asked for."""
+
+    data_dir: Path
+    #: Virtual CPU slots; ``None`` detects GPUs (or uses one slot per core).
+    slots: int | None = None
+    policy: str = "fairshare"
+    backend: str = "local"
+    host: str = "127.0.0.1"
+    port: int = 0
+    #: Any SQLAlchemy URL; ``None`` is a SQLite file in ``data_dir``.
+    db_url: str | None = None
+    interval: float = 0.5
+    #: Resource group and node labels of this host (jobs may target them).
+    group: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt like SIGINT, so cleanup runs whichever stops us."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class ApiServer:
+    """uvicorn on a socket bound up front, so port 0 yields a real port to report."""
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY on accepted connections only
+        # when the listening socket says TCP, and without it every keep-alive response
+        # waits ~40 ms for a delayed ACK.
+        self._sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        # Listening now means early clients queue instead of being refused.
+        self._sock.listen(128)
+        real_port = self._sock.getsockname()[1]
+        shown = f"[{host}]" if family == socket.AF_INET6 else host
+        self.url = f"http://{shown}:{real_port}"
+        config = uvicorn.Config(
+            app, log_level="warning", timeout_graceful_shutdown=3, access_log=False
+        )
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    def serve(self) -> None:
+        """Serve until interrupted (SIGINT/SIGTERM when called from the main thread).
+
+        Returns normally after a graceful shutdown, so callers' cleanup runs.
+        """
+        # uvicorn re-raises the signal it shut down for; by then the shutdown is done.
+        with _sigterm_as_interrupt(), suppress(KeyboardInterrupt):
+            self._server.run(sockets=[self._sock])
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Serve from a background thread; returns once requests are being answered."""
+        self._thread = threading.Thread(target=self.serve, name="tidal-api", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("API server did not start")
+            time.sleep(0.01)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving and wait (bounded) for the thread to end."""
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self._sock.close()
+
+
+def run_server(config: ServerConfig, on_ready: Callable[[str], None] | None = None) -> None:
+    """Run controller and API until interrupted; ``on_ready(url)`` once both are up.
+
+    SIGINT and SIGTERM both end it through ``KeyboardInterrupt`` (possibly raised before
+    serving began), after the store, backend and server record are cleaned up.
+    """
+    with _sigterm_as_interrupt():
+        _run_server(config, on_ready)
+
+
+def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) -> None:
+    # Everything that can be refused is checked before anything is written to the data dir.
+    policy = load_policy(config.policy)
+    cluster = detect_local(config.slots, group=config.group, labels=config.labels)
+    backend = load_backend(config.backend)
+    try:
+        data_dir = config.data_dir
+        token = ensure_token(data_dir)
+        store = Store(config.db_url) if config.db_url else Store.open(data_dir)
+        try:
+            controller = Controller(store, cluster, policy, backend, data_dir)
+            server = ApiServer(create_app(controller, token), config.host, config.port)
+            pid = os.getpid()
+            controller.start(config.interval)
+            try:
+                write_server_info(data_dir, ServerInfo(url=server.url, pid=pid))
+                log.info(
+                    "serving %s (policy %s, %d slots)", server.url, policy.name, cluster.total_slots
+                )
+                if on_ready is not None:
+                    on_ready(server.url)
+                server.serve()
+            finally:
+                controller.stop()
+                clear_server_info(data_dir, pid)
+        finally:
+            store.close()
+    finally:
+        backend.close()

@@ -1,0 +1,53 @@
+"""A real API server on 127.0.0.1:0 over a controller with the fake backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.controller.fakes import FakeBackend, GreedyPolicy
+from tidal.client import Client
+from tidal.controller.api import create_app
+from tidal.controller.auth import ensure_token
+from tidal.controller.cluster import ClusterModel
+from tidal.controller.loop import Controller
+from tidal.controller.server import ApiServer
+from tidal.controller.store import Store
+
+
+@dataclass
+class Served:
+    """A running API server and what it runs on."""
+
+    url: str
+    token: str
+    data_dir: Path
+    store: Store
+    backend: FakeBackend
+    controller: Controller
+
+    def client(self, **kw: object) -> Client:
+        """An SDK client with the admin token."""
+        return Client(url=self.url, token=self.token, timeout=5.0, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    """The server, stopped (and its store closed) after the test."""
+    data_dir = tmp_path / "data"
+    token = ensure_token(data_dir)
+    store = Store.open(data_dir)
+    backend = FakeBackend()
+    controller = Controller(
+        store, ClusterModel.single(4, name="h"), GreedyPolicy(), backend, data_dir
+    )
+    server = ApiServer(create_app(controller, token))
+    server.start()
+    try:
+        yield Served(server.url, token, data_dir, store, backend, controller)
+    finally:
+        server.stop()
+        store.close()

@@ -1,0 +1,193 @@
+"""The REST API through a real uvicorn server on loopback."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import httpx
+import pytest
+
+from tests.controller.conftest import Served
+from tidal.client import AuthError, Conflict, InvalidRequest
+from tidal.controller.auth import ensure_token, read_token
+
+SPEC = {"name": "mnist", "command": "python train.py", "workers": "1:4"}
+
+
+def snapshot(served: Served) -> tuple[object, ...]:
+    return (served.store.list_jobs(), served.store.events(), served.store.allocations())
+
+
+def test_health_is_public_and_openapi_is_served(served: Served) -> None:
+    assert httpx.get(f"{served.url}/health", timeout=5).json()["status"] == "ok"
+    paths = httpx.get(f"{served.url}/openapi.json", timeout=5).json()["paths"]
+    assert {"/jobs", "/jobs/{ref}/scale-out", "/metrics", "/cluster"} <= set(paths)
+
+
+@pytest.mark.parametrize("header", [None, "Bearer wrong", "Basic abc", "Bearer x"])
+def test_requests_without_the_token_get_401_and_change_nothing(
+    served: Served, header: str | None
+) -> None:
+    job = served.client().submit(SPEC)
+    before = snapshot(served)
+    headers = {"Authorization": header} if header else {}
+    with httpx.Client(base_url=served.url, headers=headers, timeout=5) as http:
+        responses = [
+            http.post("/jobs", json={**SPEC, "name": "intruder"}),
+            http.put(f"/jobs/{job.id}/priority", json={"priority": 9}),
+            http.post(f"/jobs/{job.id}/cancel"),
+            http.post(f"/jobs/{job.id}/scale", json={"workers": 2}),
+            http.get("/jobs"),
+            http.get("/metrics"),
+            http.get(f"/jobs/{job.id}/logs"),
+        ]
+    assert [r.status_code for r in responses] == [401] * len(responses)
+    assert responses[0].headers["www-authenticate"] == "Bearer"
+    assert snapshot(served) == before
+
+
+def test_client_with_wrong_token_raises(served: Served) -> None:
+    with pytest.raises(AuthError):
+        served.client().__class__(url=served.url, token="nope").list()
+
+
+def test_bad_spec_is_422_with_every_field_path(served: Served) -> None:
+    bad = {"name": "x", "command": [], "workers": {"min": 4, "max": 2}, "priority": "high"}
+    response = httpx.post(
+        f"{served.url}/jobs",
+        json=bad,
+        headers={"Authorization": f"Bearer {served.token}"},
+        timeout=5,
+    )
+    assert response.status_code == 422
+    paths = {d["path"] for d in response.json()["detail"]}
+    assert paths == {"command", "workers.min", "priority"}
+    assert served.store.list_jobs() == []
+    with pytest.raises(InvalidRequest) as info:
+        served.client().submit("name: x\ncommand: [a]\nworkers: 3:1\n")
+    assert info.value.problems == [("workers.min", "must be ≤ workers.max (got 3 > 1)")]
+
+
+def test_submit_list_get_priority_cancel(served: Served) -> None:
+    c = served.client()
+    a = c.submit({**SPEC, "workers": 3})
+    b = c.submit("name: other\ncommand: python x.py\nlabels: {team: nlp}\n")
+    assert a.state == "queued"
+    assert a.spec["command"] == ["python", "train.py"]
+    assert [j.id for j in c.list()] == [a.id, b.id]
+    assert [j.id for j in c.list(labels={"team": "nlp"})] == [b.id]
+    assert [j.id for j in c.list(name="mnist")] == [a.id]
+    served.controller.tick()
+    assert [j.id for j in c.list(state="running")] == [a.id, b.id]
+    got = c.get(a.id)
+    assert got.workers == 3 and got.state == "running"
+    assert c.get("mnist").id == a.id  # by name
+    assert c.priority(a.id, 9000).priority == 9000
+    assert served.store.get_job(a.id).priority == 9000  # type: ignore[union-attr]
+    assert c.cancel(a.id).cancel_requested
+    served.controller.tick()
+    assert c.wait(a.id, timeout=5).state == "cancelled"
+    with pytest.raises(Conflict):
+        c.priority(a.id, 1)
+    kinds = [e.kind for e in c.events(a.id)]
+    assert kinds[:2] == ["submitted", "started"] and "priority" in kinds
+    assert kinds[-1] == "cancelled"
+
+
+def test_scale_and_rollback_fields(served: Served) -> None:
+    c = served.client()
+    a = c.submit(SPEC)
+    served.controller.tick()
+    assert c.scale(a.id, 2).target_workers == 2
+    with pytest.raises(InvalidRequest) as info:
+        c.scale(a.id, 9)
+    assert info.value.problems[0][0] == "workers"
+    served.controller.tick()
+    served.controller.tick()
+    assert c.get(a.id).workers == 2
+    grown = c.scale_out(a.id, 1, timeout_s=30)
+    assert grown.target_workers == 3 and grown.scale_deadline is not None
+    with pytest.raises(InvalidRequest, match="above the job's max"):
+        c.scale_out(a.id, 5)
+    assert c.scale_in(a.id, 1).target_workers == 1
+    with pytest.raises(InvalidRequest, match="below the job's min"):
+        c.scale_in(a.id, 2)
+    served.controller.tick()
+    assert [x.count for x in c.allocations(a.id)] == [4, 2, 1]
+
+
+def test_logs_tail_and_follow(served: Served) -> None:
+    c = served.client()
+    a = c.submit({**SPEC, "workers": 2})
+    served.controller.tick()
+    text = c.logs(a.id, tail=2)
+    assert text.splitlines() == [
+        "[0] worker 0 line 3",
+        "[0] worker 0 line 4",
+        "[1] worker 1 line 3",
+        "[1] worker 1 line 4",
+    ]
+    assert c.logs(a.id, tail=1, worker=1) == "[1] worker 1 line 4\n"
+    path = served.backend.log_paths(a.id)[0]
+    lines: list[str] = []
+    streaming = threading.Event()
+
+    def follow() -> None:
+        for line in c.follow_logs(a.id, tail=1, worker=0):
+            lines.append(line)
+            streaming.set()
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    assert streaming.wait(10)
+    with path.open("a") as f:
+        f.write("fresh line\n")
+    served.backend.finish(a.id)
+    served.controller.tick()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert lines == ["[0] worker 0 line 4", "[0] fresh line"]
+    # The backend has forgotten the finished job; its logs are still there to read.
+    assert a.id not in served.backend.jobs
+    assert c.logs(a.id, tail=1, worker=0) == "[0] fresh line\n"
+
+
+def test_cluster_and_metrics(served: Served) -> None:
+    c = served.client()
+    a = c.submit({**SPEC, "workers": 3})
+    served.controller.tick()
+    view = c.cluster()
+    assert (view.total_slots, view.used_slots, view.policy) == (4, 3, "greedy")
+    assert view.hosts[0].used_by == [a.id, a.id, a.id, None]
+    text = httpx.get(
+        f"{served.url}/metrics", headers={"Authorization": f"Bearer {served.token}"}, timeout=5
+    ).text
+    assert "tidal_slots_used 3.0" in text
+    assert "tidal_rescale_stall_seconds_bucket" in text
+
+
+def test_unknown_job_is_404(served: Served) -> None:
+    r = httpx.get(
+        f"{served.url}/jobs/nope", headers={"Authorization": f"Bearer {served.token}"}, timeout=5
+    )
+    assert r.status_code == 404
+
+
+def test_token_file_is_private_and_stable(served: Served) -> None:
+    path = served.data_dir / "token"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert read_token(served.data_dir) == served.token
+    assert ensure_token(served.data_dir) == served.token
+
+
+def test_training_metrics_round_trip(served: Served) -> None:
+    c = served.client()
+    a = c.submit(SPEC)
+    c.report_metrics(a.id, 20, {"loss": 0.5, "accuracy": 0.8})
+    c.report_metrics(a.id, 10, {"loss": 0.9})
+    assert [(m.step, m.values["loss"]) for m in c.metrics(a.id)] == [(10, 0.9), (20, 0.5)]
+    with pytest.raises(InvalidRequest) as info:
+        c.report_metrics(a.id, 30, {})
+    assert info.value.problems[0][0] == "values"

@@ -1,0 +1,330 @@
+"""The controller loop against the in-memory fake backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.controller.fakes import BrokenPolicy, FakeBackend, GreedyPolicy
+from tidal.controller.cluster import ClusterModel
+from tidal.controller.loop import Controller
+from tidal.controller.store import JobRecord, JobState, Store
+from tidal.spec import parse_spec
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(tmp_path)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def make(
+    store: Store, tmp_path: Path, clock: Clock, slots: int = 4, **kw: Any
+) -> tuple[Controller, FakeBackend]:
+    backend = kw.pop("backend", None) or FakeBackend()
+    policy = kw.pop("policy", None) or GreedyPolicy()
+    ctl = Controller(
+        store, ClusterModel.single(slots, name="h"), policy, backend, tmp_path, clock=clock
+    )
+    return ctl, backend
+
+
+def submit(store: Store, clock: Clock, name: str = "a", **fields: Any) -> JobRecord:
+    spec = parse_spec({"name": name, "command": "python train.py", "workers": "1:4", **fields})
+    clock.now += 1
+    return store.add_job(spec, now=clock.now)
+
+
+def job(store: Store, job_id: str) -> JobRecord:
+    found = store.get_job(job_id)
+    assert found is not None
+    return found
+
+
+def test_queued_job_starts_and_timeline_is_recorded(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, backend = make(store, tmp_path, clock)
+    a = submit(store, clock, env={"SEED": "1"})
+    ctl.tick()
+    got = job(store, a.id)
+    assert got.state is JobState.RUNNING
+    assert got.slots == (("h", 0), ("h", 1), ("h", 2), ("h", 3))
+    assert backend.calls == [("start", a.id, 4)]
+    launch = backend.jobs[a.id].launch
+    assert launch.argv == ("python", "train.py")
+    assert launch.env["SEED"] == "1"
+    assert launch.log_dir == tmp_path / "jobs" / a.id / "logs"
+    assert launch.checkpoint_dir == tmp_path / "jobs" / a.id / "checkpoints"
+    assert [(r.count, r.time) for r in store.allocations(a.id)] == [(4, clock.now)]
+    assert [e.kind for e in store.events(a.id)] == ["submitted", "started"]
+    assert [w.state.value for w in store.workers(a.id)] == []  # seen at the next poll
+    ctl.tick()
+    assert len(store.workers(a.id)) == 4
+
+
+def test_checkpoint_dir_is_relative_to_working_dir(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, backend = make(store, tmp_path, clock)
+    a = submit(store, clock, working_dir=str(tmp_path / "code"), checkpoint_dir="ckpt")
+    ctl.tick()
+    launch = backend.jobs[a.id].launch
+    assert launch.working_dir == tmp_path / "code"
+    assert launch.checkpoint_dir == tmp_path / "code" / "ckpt"
+
+
+def test_higher_priority_job_shrinks_the_running_one(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, backend = make(store, tmp_path, clock, backend=FakeBackend(instant=False))
+    low = submit(store, clock, "low")
+    ctl.tick()
+    backend.advance()
+    ctl.tick()
+    assert job(store, low.id).state is JobState.RUNNING
+    high = submit(store, clock, "high", priority=9000, workers=2)
+    clock.now += 1
+    ctl.tick()
+    assert job(store, low.id).state is JobState.RESCALING
+    assert len(job(store, low.id).slots) == 2
+    # The low job still runs on the slots it gives up: the newcomer must wait for them.
+    assert job(store, high.id).state is JobState.QUEUED
+    assert ("start", high.id, 2) not in backend.calls
+    assert any(e.kind == "waiting" for e in store.events(high.id))
+    ctl.tick()
+    assert job(store, high.id).state is JobState.QUEUED
+    backend.advance()
+    clock.now += 2
+    ctl.tick()
+    assert job(store, low.id).state is JobState.RUNNING
+    assert job(store, high.id).state is JobState.RUNNING
+    backend.advance()
+    assert backend.alive(low.id).isdisjoint(backend.alive(high.id))
+    assert [r.count for r in store.allocations(low.id)] == [4, 2]
+    assert [r.count for r in store.allocations(high.id)] == [2]
+    assert ctl.metrics.registry.get_sample_value("tidal_rescales_total") == 1
+    assert ctl.metrics.registry.get_sample_value(
+        "tidal_rescale_stall_seconds_sum"
+    ) == pytest.approx(2.0)
+
+
+def test_preempted_to_zero_then_resumed(store: Store, tmp_path: Path, clock: Clock) -> None:
+    ctl, backend = make(store, tmp_path, clock, slots=2)
+    low = submit(store, clock, "low", workers="2:2")
+    ctl.tick()
+    high = submit(store, clock, "high", workers="2:2", priority=9000)
+    ctl.tick()
+    assert job(store, low.id).state is JobState.QUEUED
+    assert job(store, low.id).reason.startswith("preempted")
+    ctl.tick()
+    assert job(store, high.id).state is JobState.RUNNING
+    backend.finish(high.id)
+    ctl.tick()
+    assert job(store, high.id).state is JobState.SUCCEEDED
+    ctl.tick()
+    assert job(store, low.id).state is JobState.RUNNING
+    assert [e.kind for e in store.events(low.id)][-1] == "resumed"
+    assert [r.count for r in store.allocations(low.id)] == [2, 0, 2]
+    # Preempted and resumed through the same backend job, not restarted from scratch.
+    assert [c for c in backend.calls if c[1] == low.id] == [
+        ("start", low.id, 2),
+        ("assign", low.id, 0),
+        ("assign", low.id, 2),
+    ]
+    # The finished job was stopped, which released what the backend held for it.
+    assert ("stop", high.id, 0) in backend.calls and high.id not in backend.jobs
+
+
+def test_failed_worker_is_replaced_within_max_restarts(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, backend = make(store, tmp_path, clock, slots=2)
+    a = submit(store, clock, workers="2:2", restart={"max_restarts": 1})
+    ctl.tick()
+    ctl.tick()
+    dead = backend.fail_worker(a.id)
+    ctl.tick()
+    got = job(store, a.id)
+    assert got.restarts == 1
+    assert got.state is JobState.RESCALING
+    assert backend.calls[-1] == ("assign", a.id, 2)
+    assert backend.alive(a.id) == set(got.slots)  # a fresh worker took the dead one's slot
+    assert dead.slot in backend.alive(a.id)
+    ctl.tick()
+    assert job(store, a.id).state is JobState.RUNNING
+    backend.fail_worker(a.id, exit_code=3)
+    ctl.tick()
+    got = job(store, a.id)
+    assert got.state is JobState.FAILED
+    assert got.restarts == 2
+    assert "restart limit 1 reached" in got.reason
+    assert got.slots == ()
+    assert backend.calls[-1] == ("stop", a.id, 0)
+
+
+def test_cancel_stops_workers(store: Store, tmp_path: Path, clock: Clock) -> None:
+    ctl, backend = make(store, tmp_path, clock)
+    a = submit(store, clock)
+    queued = submit(store, clock, "b", workers=4)
+    ctl.tick()
+    store.update_job(a.id, cancel_requested=True)
+    store.update_job(queued.id, cancel_requested=True)
+    ctl.tick()
+    assert job(store, a.id).state is JobState.CANCELLED
+    assert job(store, queued.id).state is JobState.CANCELLED
+    assert a.id in backend.stopped and a.id not in backend.jobs
+    assert queued.id not in backend.stopped  # never started: nothing to stop
+
+
+def test_lost_job_is_requeued_and_resumed(store: Store, tmp_path: Path, clock: Clock) -> None:
+    ctl, backend = make(store, tmp_path, clock)
+    a = submit(store, clock)
+    ctl.tick()
+    backend.forget(a.id)
+    ctl.tick()
+    # Requeued, then started again in the same tick's allocation.
+    assert [e.kind for e in store.events(a.id)][-2:] == ["lost", "resumed"]
+    assert job(store, a.id).state is JobState.RUNNING
+
+
+def test_backend_failure_fails_the_job(store: Store, tmp_path: Path, clock: Clock) -> None:
+    ctl, backend = make(store, tmp_path, clock)
+    a = submit(store, clock)
+    ctl.tick()
+    backend.jobs[a.id].failed = True
+    backend.jobs[a.id].reason = "no survivor and no checkpoint"
+    ctl.tick()
+    assert job(store, a.id).state is JobState.FAILED
+    assert job(store, a.id).reason == "no survivor and no checkpoint"
+
+
+def test_scale_out_rolls_back_after_deadline(store: Store, tmp_path: Path, clock: Clock) -> None:
+    ctl, _ = make(store, tmp_path, clock)
+    submit(store, clock, "big", workers="2:2", priority=9000)
+    a = submit(store, clock, target={"group": None})
+    ctl.tick()
+    assert len(job(store, a.id).slots) == 2
+    store.update_job(a.id, target_workers=4, scale_previous=None, scale_deadline=clock.now + 60)
+    ctl.tick()
+    assert len(job(store, a.id).slots) == 2
+    assert job(store, a.id).scale_deadline is not None
+    clock.now += 61
+    ctl.tick()
+    got = job(store, a.id)
+    assert got.scale_deadline is None
+    assert got.target_workers is None
+    assert store.events(a.id)[-1].kind == "scale_out_rolled_back"
+
+
+def test_scale_out_that_succeeds_clears_the_deadline(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, _ = make(store, tmp_path, clock)
+    a = submit(store, clock)
+    store.update_job(a.id, target_workers=2)
+    ctl.tick()
+    assert len(job(store, a.id).slots) == 2
+    store.update_job(a.id, target_workers=3, scale_previous=2, scale_deadline=clock.now + 60)
+    ctl.tick()
+    ctl.tick()
+    ctl.tick()
+    got = job(store, a.id)
+    assert len(got.slots) == 3
+    assert got.scale_deadline is None
+    assert got.target_workers == 3
+
+
+def test_invalid_allocation_is_not_applied(store: Store, tmp_path: Path, clock: Clock) -> None:
+    ctl, backend = make(store, tmp_path, clock, policy=BrokenPolicy())
+    a = submit(store, clock)
+    b = submit(store, clock, "b")
+    ctl.tick()
+    ctl.tick()  # the same problem again is not a second event
+    assert backend.calls == []
+    assert job(store, a.id).state is JobState.QUEUED
+    assert job(store, b.id).state is JobState.QUEUED
+    assert [e.kind for e in store.events() if e.job_id is None] == ["policy_error"]
+
+
+def test_unplaceable_job_waits_with_a_reason(store: Store, tmp_path: Path, clock: Clock) -> None:
+    ctl, backend = make(store, tmp_path, clock)
+    a = submit(store, clock, target={"group": "a100"})
+    ctl.tick()
+    ctl.tick()
+    got = job(store, a.id)
+    assert got.state is JobState.QUEUED
+    assert "group=a100" in got.reason
+    assert [e.kind for e in store.events(a.id)] == ["submitted", "unplaceable"]
+    assert backend.calls == []
+
+
+def test_gauges_follow_the_store(store: Store, tmp_path: Path, clock: Clock) -> None:
+    ctl, _ = make(store, tmp_path, clock)
+    submit(store, clock, workers="3:3")
+    submit(store, clock, "b", workers="3:3")
+    ctl.tick()
+    body, _ = ctl.metrics.render()
+    text = body.decode()
+    assert "tidal_slots_total 4.0" in text
+    assert "tidal_slots_used 3.0" in text
+    assert 'tidal_jobs{state="queued"} 1.0' in text
+    assert 'tidal_jobs{state="running"} 1.0' in text
+
+
+def test_controller_restart_reconciles_with_the_store(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, _ = make(store, tmp_path, clock)
+    a = submit(store, clock, workers="2:2")
+    ctl.tick()
+    assert job(store, a.id).state is JobState.RUNNING
+    # A new controller process: same store, a backend that has never heard of the job.
+    again = Store(store.url)
+    ctl2, backend2 = make(again, tmp_path, clock)
+    ctl2.tick()
+    got = job(again, a.id)
+    assert got.state is JobState.RUNNING
+    assert backend2.calls == [("start", a.id, 2)]
+    assert [e.kind for e in again.events(a.id)][-2:] == ["lost", "resumed"]
+    again.close()
+
+
+class RaisingPolicy:
+    name = "raising"
+
+    def allocate(self, jobs: object, cluster: object, previous: object) -> dict[str, Any]:
+        raise ZeroDivisionError("no slots to divide")
+
+
+def test_policy_exception_is_an_event_and_the_loop_goes_on(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, backend = make(store, tmp_path, clock, policy=RaisingPolicy())
+    a = submit(store, clock)
+    ctl.tick()
+    ctl.tick()
+    assert backend.calls == []
+    assert job(store, a.id).state is JobState.QUEUED
+    errors = [e.message for e in store.events() if e.kind == "policy_error"]
+    assert errors == ["ZeroDivisionError: no slots to divide"]
+    ctl.policy = GreedyPolicy()
+    ctl.tick()
+    assert job(store, a.id).state is JobState.RUNNING

@@ -1,0 +1,114 @@
+"""The store on a real SQLite file: round trips, filters, and nothing lost on a failed write."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.exc import StatementError
+
+from tidal.backends.base import WorkerState, WorkerStatus
+from tidal.controller.store import Event, JobState, JobStateError, Store, StoreError
+from tidal.spec import JobSpec, parse_spec
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(tmp_path)
+    yield s
+    s.close()
+
+
+def spec(name: str = "mnist", **extra: object) -> JobSpec:
+    return parse_spec({"name": name, "command": "python train.py", "workers": "1:4", **extra})
+
+
+def test_job_round_trip_survives_reopen(tmp_path: Path) -> None:
+    s = Store.open(tmp_path)
+    job = s.add_job(spec(labels={"team": "vision"}), now=10.0)
+    s.update_job(job.id, now=11.0, slots=[("h", 1), ("h", 0)], state=JobState.RUNNING)
+    s.close()
+    again = Store.open(tmp_path)
+    got = again.get_job(job.id)
+    assert got is not None
+    assert got.state is JobState.RUNNING
+    assert got.slots == (("h", 0), ("h", 1))
+    assert got.spec.workers.max == 4
+    assert got.labels == {"team": "vision"}
+    assert [a.count for a in again.allocations(job.id)] == [2]
+    assert [e.kind for e in again.events(job.id)] == ["submitted"]
+    again.close()
+
+
+def test_sqlite_file_is_in_wal_mode(tmp_path: Path, store: Store) -> None:
+    store.add_job(spec())
+    with sqlite3.connect(tmp_path / "tidal.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_list_filters(store: Store) -> None:
+    a = store.add_job(spec("a", labels={"team": "x"}), now=1.0)
+    b = store.add_job(spec("b", labels={"team": "y"}), now=2.0)
+    store.update_job(b.id, state=JobState.RUNNING)
+    assert [j.id for j in store.list_jobs()] == [a.id, b.id]
+    assert [j.id for j in store.list_jobs(states=[JobState.RUNNING])] == [b.id]
+    assert [j.id for j in store.list_jobs(name="a")] == [a.id]
+    assert [j.id for j in store.list_jobs(labels={"team": "y"})] == [b.id]
+    assert store.count_by_state()[JobState.QUEUED] == 1
+    assert store.resolve("b") == store.get_job(b.id)
+    assert store.resolve("nope") is None
+
+
+def test_failed_write_changes_nothing(store: Store) -> None:
+    job = store.add_job(spec(), now=1.0)
+    before = store.get_job(job.id)
+    # The event's data cannot be stored: the job change in the same call must not land.
+    with pytest.raises(StatementError):
+        store.update_job(
+            job.id,
+            slots=[("h", 0)],
+            state=JobState.RUNNING,
+            event=Event("started", data={"bad": object()}),
+        )
+    assert store.get_job(job.id) == before
+    assert store.allocations(job.id) == []
+    assert [e.kind for e in store.events(job.id)] == ["submitted"]
+
+
+def test_state_precondition_is_checked_inside_the_transaction(store: Store) -> None:
+    job = store.add_job(spec())
+    store.update_job(job.id, state=JobState.CANCELLED)
+    with pytest.raises(JobStateError):
+        store.update_job(job.id, expect=[JobState.QUEUED], priority=1)
+    assert store.get_job(job.id).priority == 5000  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="cannot update"):
+        store.update_job(job.id, name="renamed")
+
+
+def test_sync_workers_reports_each_failure_once(store: Store) -> None:
+    job = store.add_job(spec())
+    ok = WorkerStatus(0, ("h", 0), WorkerState.RUNNING, pid=10)
+    bad = WorkerStatus(1, ("h", 1), WorkerState.FAILED, pid=11, exit_code=1)
+    assert store.sync_workers(job.id, [ok, WorkerStatus(1, ("h", 1), WorkerState.RUNNING)]) == []
+    assert store.sync_workers(job.id, [ok, bad]) == [bad]
+    assert store.sync_workers(job.id, [ok, bad]) == []
+    assert [w.state for w in store.workers(job.id)] == [WorkerState.RUNNING, WorkerState.FAILED]
+
+
+def test_metrics_round_trip(store: Store) -> None:
+    job = store.add_job(spec())
+    store.add_metrics(job.id, 2, {"loss": 0.5})
+    store.add_metrics(job.id, 1, {"loss": 0.9})
+    assert [(m.step, m.values["loss"]) for m in store.metrics(job.id)] == [(1, 0.9), (2, 0.5)]
+    with pytest.raises(KeyError):
+        store.add_metrics("missing", 1, {"loss": 1.0})
+
+
+def test_other_schema_version_is_refused(tmp_path: Path) -> None:
+    Store.open(tmp_path).close()
+    with sqlite3.connect(tmp_path / "tidal.db") as conn:
+        conn.execute("UPDATE schema_version SET version = 999")
+    with pytest.raises(StoreError, match="schema version 999"):
+        Store.open(tmp_path)
