@@ -13,6 +13,7 @@ from rich.console import Console
 # typer ships its own copy of click; its exceptions are the ones raised here.
 from typer._click.exceptions import UsageError
 
+from tidal.controller.cli import controller_app
 from tidal.launch.run import (
     RunOptions,
     UsageProblem,
@@ -32,6 +33,7 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console(stderr=True)
+app.add_typer(controller_app)  # server, submit, list, get, logs, priority, scale, ...
 app.add_typer(sim_app, name="sim", help="Replay cluster traces through tidal's policies.")
 
 

@@ -62,7 +62,7 @@ def test_start_resize_reattach_and_stop(tmp_path: Path, backends: list[LocalBack
         checkpoint_dir=tmp_path / "ckpt",
         gpu=False,
     )
-    backend = LocalBackend(tmp_path / "state")
+    backend = LocalBackend(tmp_path / "data")
     backends.append(backend)
     backend.start(launch, [("local", 0), ("local", 1)])
     first = _until(backend, "job-1", _running(2), timeout=90)
@@ -77,7 +77,7 @@ def test_start_resize_reattach_and_stop(tmp_path: Path, backends: list[LocalBack
     }
 
     # A second backend on the same state folder (the controller restarted) finds the job.
-    again = LocalBackend(tmp_path / "state")
+    again = LocalBackend(tmp_path / "data")
     backends.append(again)
     assert again.job_ids == ["job-1"]
     seen = _until(again, "job-1", _running(3), timeout=30)

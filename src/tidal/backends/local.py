@@ -68,8 +68,9 @@ class _Agent:
 class LocalBackend:
     """Runs every job's workers on this machine; see the module docstring."""
 
-    def __init__(self, state_dir: Path, *, gpus: bool = False, timeout: float = 10.0) -> None:
-        self.state_dir = Path(state_dir)
+    def __init__(self, data_dir: Path, *, gpus: bool = False, timeout: float = 10.0) -> None:
+        #: One record, config, log and final status per job's agent.
+        self.state_dir = Path(data_dir) / "agents"
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.gpus = gpus
         self.timeout = timeout
@@ -203,15 +204,18 @@ class LocalBackend:
         return statuses
 
     def _read(self, agent: _Agent) -> AgentStatus | None:
+        final = final_path(self.state_dir, agent.job_id)
+        if final.exists():
+            # The agent is done with its store; reading a closed store only adds noise.
+            agent.store = None
+            return AgentStatus.from_json(final.read_text())
         if agent.store is None:
             return None
         try:
             if agent.store.check([KEY_STATUS]):
                 return AgentStatus.from_json(agent.store.get(KEY_STATUS))
         except Exception:  # the agent (and its store) is gone
-            final = final_path(self.state_dir, agent.job_id)
-            if final.exists():
-                return AgentStatus.from_json(final.read_text())
+            agent.store = None
         return None
 
     def events(self, job_id: str) -> list[dict[str, object]]:

@@ -271,6 +271,8 @@ class Controller:
                 group=j.target_group,
                 attained_service=j.attained_service,
                 target_workers=j.target_workers,
+                age=now - j.started_at if j.started_at is not None else 0.0,
+                reallocations=j.generation,
             )
             for j in placeable
         ]

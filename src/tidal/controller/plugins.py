@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+from pathlib import Path
 from typing import Any, cast
 
 from tidal.backends.base import Backend
@@ -23,7 +25,7 @@ class PluginError(ValueError):
     """A policy or backend name that cannot be loaded."""
 
 
-def _load(kind: str, name: str, known: dict[str, str]) -> Any:
+def _load(kind: str, name: str, known: dict[str, str], **options: Any) -> Any:
     target = known.get(name, name)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
@@ -34,7 +36,12 @@ def _load(kind: str, name: str, known: dict[str, str]) -> Any:
         factory = getattr(module, attr)
     except (ImportError, AttributeError) as exc:
         raise PluginError(f"cannot load {kind} {name!r} from {target}: {exc}") from None
-    return factory()
+    # Hand a factory only the options it declares: plugins need not take them all.
+    try:
+        accepted = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        accepted = {}  # type: ignore[assignment]
+    return factory(**{k: v for k, v in options.items() if k in accepted})
 
 
 def load_policy(name: str) -> Policy:
@@ -42,6 +49,7 @@ def load_policy(name: str) -> Policy:
     return cast(Policy, _load("policy", name, POLICIES))
 
 
-def load_backend(name: str) -> Backend:
-    """A backend instance, e.g. ``load_backend("local")``."""
-    return cast(Backend, _load("backend", name, BACKENDS))
+def load_backend(name: str, *, data_dir: Path | None = None, gpus: bool = False) -> Backend:
+    """A backend instance, e.g. ``load_backend("local", data_dir=d)``; ``data_dir`` and
+    ``gpus`` reach factories that take arguments of those names."""
+    return cast(Backend, _load("backend", name, BACKENDS, data_dir=data_dir, gpus=gpus))

@@ -130,7 +130,7 @@ def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) ->
     # Everything that can be refused is checked before anything is written to the data dir.
     policy = load_policy(config.policy)
     cluster = detect_local(config.slots, group=config.group, labels=config.labels)
-    backend = load_backend(config.backend)
+    backend = load_backend(config.backend, data_dir=config.data_dir, gpus=cluster.gpu)
     try:
         data_dir = config.data_dir
         token = ensure_token(data_dir)

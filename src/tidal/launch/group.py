@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +39,14 @@ from tidal.runtime.api import (
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
 log = logging.getLogger("tidal.launch")
+
+
+def resolve_python(argv: Sequence[str]) -> list[str]:
+    """``python``/``python3`` at the head of a command means this interpreter (the one
+    tidal runs in, with torch installed), not whatever ``PATH`` finds first."""
+    if argv and Path(argv[0]).name in ("python", "python3"):
+        return [sys.executable, *argv[1:]]
+    return list(argv)
 
 
 class WorkerState(enum.Enum):
@@ -389,7 +398,7 @@ class WorkerGroup:
         if self.spec.gpus:
             env["CUDA_VISIBLE_DEVICES"] = slot.rpartition(":")[2]
         process = subprocess.Popen(
-            self.spec.argv,
+            resolve_python(self.spec.argv),
             cwd=self.spec.cwd,
             env=env,
             stdout=subprocess.PIPE,
