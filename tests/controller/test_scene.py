@@ -25,36 +25,47 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.py"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[Client, Path]]:
+def _start_server(tmp_path: Path) -> subprocess.Popen[str]:
     data = tmp_path / "data"
+    (data / "server.json").unlink(missing_ok=True)
     process = subprocess.Popen(
         [sys.executable, "-m", "tidal.cli", "server", "--slots", "8", "--data-dir", str(data)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
+        text=True,
         start_new_session=True,
         env=dict(os.environ, TIDAL_HOME=str(tmp_path / "home")),
     )
+    deadline = time.monotonic() + 60
+    while not (data / "server.json").exists():
+        assert process.poll() is None, "server exited at start"
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.1)
+    return process
+
+
+def _stop_server(process: subprocess.Popen[str], tmp_path: Path) -> None:
+    process.send_signal(signal.SIGINT)  # jobs are released, agents end
     try:
-        deadline = time.monotonic() + 60
-        while not (data / "server.json").exists():
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.1)
-        with Client(data_dir=data, timeout=30) as client:
+        process.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    agents = subprocess.run(
+        ["pgrep", "-f", f"tidal.launch.agent .*{tmp_path}"], capture_output=True, text=True
+    )
+    assert agents.stdout == "", "agents left behind"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[Client, Path]]:
+    process = _start_server(tmp_path)
+    try:
+        with Client(data_dir=tmp_path / "data", timeout=30) as client:
             yield client, tmp_path
     finally:
-        process.send_signal(signal.SIGINT)  # jobs are released, agents end
-        try:
-            process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-        agents = subprocess.run(
-            ["pgrep", "-f", f"tidal.launch.agent .*{tmp_path}"], capture_output=True, text=True
-        )
-        assert agents.stdout == "", "agents left behind"
+        _stop_server(process, tmp_path)
 
 
 def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
@@ -119,3 +130,42 @@ def test_fair_share_scene(server: tuple[Client, Path]) -> None:
         assert "failed" not in kinds and "restart" not in kinds, kinds
         result = json.loads((tmp / f"{name}.json").read_text())
         assert result["accuracy"] > 0.95, result
+
+
+def test_controller_killed_mid_rescale_loses_nothing(tmp_path: Path) -> None:
+    """kill -9 the server while a job grows: the job's workers go on training, the new
+    server re-attaches to them, and the job finishes without a checkpoint restart."""
+    process = _start_server(tmp_path)
+    try:
+        with Client(data_dir=tmp_path / "data", timeout=30) as client:
+            spec = _spec("job", 12, tmp_path / "job.json")
+            spec["workers"] = {"min": 1, "max": 2}
+            job = client.submit(spec).id
+            _until(lambda: client.get(job).state == "running", 120, "the job to run")
+            client.scale(job, 1)
+            _until(lambda: client.get(job).workers == 1, 60, "scale to 1")
+            client.scale(job, 2)  # a grow is now in flight
+            pids = {w.pid for w in client.get(job).worker_list if w.state == "running"}
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+        assert all(_alive(pid) for pid in pids if pid), "workers died with the server"
+
+        process = _start_server(tmp_path)
+        with Client(data_dir=tmp_path / "data", timeout=30) as client:
+            assert [j.id for j in client.list()] == [job]
+            assert client.wait(job, timeout=300).state == "succeeded"
+            view = client.get(job)
+            assert view.restarts == 0, [(e.kind, e.message) for e in client.events(job)]
+            assert "restart" not in [e.kind for e in client.events(job)]
+        result = json.loads((tmp_path / "job.json").read_text())
+        assert result["accuracy"] > 0.95, result
+    finally:
+        _stop_server(process, tmp_path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -95,13 +95,13 @@ def final_path(state_dir: Path, job_id: str) -> Path:
     return state_dir / f"{job_id}.final.json"
 
 
-def _worker_state(state: WorkerState, exit_code: int | None) -> str:
+def _worker_state(state: WorkerState, exit_code: int | None, killed: bool) -> str:
     if state is not WorkerState.EXITED:
         return "running" if state in (WorkerState.MEMBER, WorkerState.LEAVING) else "starting"
     if exit_code == 0:
         return "exited"
-    if exit_code == EXIT_RELEASED:
-        return "released"
+    if exit_code == EXIT_RELEASED or killed:
+        return "released"  # a worker the group stopped itself did not fail
     return "failed"
 
 
@@ -110,7 +110,7 @@ def _status(group: WorkerGroup, job_id: str, seq: int, events: list[dict[str, An
         AgentWorker(
             id=int(w.id.lstrip("w")),
             slot=w.slot,
-            state=_worker_state(w.state, w.exit_code),
+            state=_worker_state(w.state, w.exit_code, w.killed),
             pid=w.process.pid,
             exit_code=w.exit_code,
         )

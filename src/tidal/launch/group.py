@@ -312,7 +312,7 @@ class WorkerGroup:
         if time.monotonic() - self._forming_since > 3 * self.spec.timeout + 30:
             for m in pending:
                 log.warning("worker=%s did not join gen=%d: killing", m, self.generation.number)
-                self._kill(self.workers[m])
+                self._kill(self.workers[m], failed=True)
 
     def _ready_newcomers(self) -> list[str]:
         ready = []
@@ -436,8 +436,10 @@ class WorkerGroup:
         reader.start()
         self._readers.append(reader)
 
-    def _kill(self, worker: Worker) -> None:
-        worker.killed = True
+    def _kill(self, worker: Worker, *, failed: bool = False) -> None:
+        """SIGKILL the worker's process group. ``failed`` marks a worker killed for not
+        doing its part (it counts as a failure); otherwise it was merely not needed."""
+        worker.killed = not failed
         if worker.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.process.pid, signal.SIGKILL)
