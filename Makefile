@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-quick lint typecheck clean
+.PHONY: setup demo demo-run test test-quick lint typecheck clean
 
 setup: $(STAMP)
 
@@ -16,7 +16,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Two jobs share 8 virtual slots on an embedded server: 8 -> 4/4 -> 3/5 -> 8, live.
 demo: $(STAMP)
+	$(PY) examples/fairshare_demo.py
+
+# One job under `tidal run`, growing and shrinking 2 -> 4 -> 1 -> 3 while it trains.
+demo-run: $(STAMP)
 	$(PY) -m tidal.cli run --workers 1:4 --initial 2 --resize-at 25:4,90:1,130:3 -- \
 		examples/digits_mlp.py --epochs 10 --step-delay 0.05
 
