@@ -15,6 +15,7 @@ __all__ = ["BACKENDS", "POLICIES", "PluginError", "load_backend", "load_policy"]
 POLICIES = {
     "fairshare": "tidal.policy.fairshare:FairSharePolicy",
     "static": "tidal.policy.static:StaticPolicy",
+    "tiresias": "tidal.policy.tiresias:TiresiasPolicy",
 }
 BACKENDS = {
     "local": "tidal.backends.local:LocalBackend",
