@@ -195,7 +195,9 @@ def server(
         typer.Option(min=1, help="Virtual CPU slots [default: one per GPU, else per core]."),
     ] = None,
     data_dir: DataDirOpt = None,
-    policy: Annotated[str, typer.Option(help="fairshare, static, or module:Class.")] = "fairshare",
+    policy: Annotated[
+        str, typer.Option(help="fairshare, static, tiresias, or module:Class.")
+    ] = "fairshare",
     backend: Annotated[str, typer.Option(help="local, or module:Class.")] = "local",
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 0,
