@@ -187,6 +187,10 @@ class JobSpec(_Section):
     target: TargetSpec = Field(default_factory=TargetSpec)
     restart: RestartSpec = Field(default_factory=RestartSpec)
     checkpoint_dir: str | None = None
+    #: Durable checkpoints every N steps (0: off) and every S seconds (0: off); a job whose
+    #: workers all die resumes from the latest one.
+    checkpoint_every_steps: int = Field(default=0, ge=0)
+    checkpoint_every_seconds: float = Field(default=300.0, ge=0)
     labels: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")

@@ -7,6 +7,7 @@ from a checkpoint on the way, and both jobs train to the expected accuracy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -159,6 +160,45 @@ def test_controller_killed_mid_rescale_loses_nothing(tmp_path: Path) -> None:
             assert "restart" not in [e.kind for e in client.events(job)]
         result = json.loads((tmp_path / "job.json").read_text())
         assert result["accuracy"] > 0.95, result
+    finally:
+        _stop_server(process, tmp_path)
+
+
+def test_job_whose_workers_died_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    """kill -9 the server and every process of the job: the next server requeues the job
+    and it resumes from its last durable checkpoint, not from the start."""
+    process = _start_server(tmp_path)
+    try:
+        with Client(data_dir=tmp_path / "data", timeout=30) as client:
+            spec = _spec("job", 12, tmp_path / "job.json")
+            spec.update(
+                workers={"min": 1, "max": 2},
+                checkpoint_every_steps=20,
+                env={"TIDAL_LOG_LEVEL": "INFO"},
+            )
+            job = client.submit(spec).id
+            checkpoints = tmp_path / "data" / "jobs" / job / "checkpoints"
+            _until(lambda: len(list(checkpoints.glob("checkpoint-*.pt"))) >= 2, 180, "checkpoints")
+        agents = subprocess.run(
+            ["pgrep", "-f", f"tidal.launch.agent .*{tmp_path}"], capture_output=True, text=True
+        ).stdout.split()
+        workers = subprocess.run(
+            ["pgrep", "-f", f"digits_mlp.py .*{tmp_path}"], capture_output=True, text=True
+        ).stdout.split()
+        assert agents and workers
+        for pid in [process.pid, *map(int, agents), *map(int, workers)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+        process = _start_server(tmp_path)
+        with Client(data_dir=tmp_path / "data", timeout=30) as client:
+            assert client.wait(job, timeout=300).state == "succeeded"
+            logs = client.logs(job, tail=10_000)
+        assert "resuming from" in logs, logs[-2000:]
+        result = json.loads((tmp_path / "job.json").read_text())
+        assert result["accuracy"] > 0.95, result
+        assert result["steps"] == 12 * -(-1437 // 64)
     finally:
         _stop_server(process, tmp_path)
 

@@ -78,6 +78,8 @@ class JobLaunch:
     #: reads logs from there once the backend has forgotten the job.
     log_dir: Path | None = None
     checkpoint_dir: Path | None = None
+    checkpoint_every_steps: int = 0
+    checkpoint_every_seconds: float = 0.0
     #: Per-worker CPU and memory hints (bytes); a backend may use them to size its limits.
     cpus: float = 1.0
     memory: int | None = None

@@ -122,6 +122,8 @@ class LocalBackend:
             working_dir=str(launch.working_dir) if launch.working_dir else None,
             log_dir=str(launch.log_dir) if launch.log_dir else None,
             checkpoint_dir=str(launch.checkpoint_dir) if launch.checkpoint_dir else None,
+            checkpoint_every_steps=launch.checkpoint_every_steps,
+            checkpoint_every_seconds=launch.checkpoint_every_seconds,
             gpus=self.gpus and launch.gpu,
             timeout=self.timeout,
         )

@@ -450,6 +450,8 @@ class Controller:
             working_dir=working_dir,
             log_dir=root / "logs",
             checkpoint_dir=checkpoint_dir,
+            checkpoint_every_steps=spec.checkpoint_every_steps,
+            checkpoint_every_seconds=spec.checkpoint_every_seconds,
             cpus=spec.resources.cpus,
             memory=spec.resources.memory,
             gpu=self.cluster.gpu and spec.resources.gpus > 0,

@@ -81,6 +81,7 @@ class AgentConfig:
     log_dir: str | None = None
     checkpoint_dir: str | None = None
     checkpoint_every_steps: int = 0
+    checkpoint_every_seconds: float = 0.0
     gpus: bool = False
     timeout: float = 10.0
 
@@ -154,6 +155,7 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         log_dir=Path(config.log_dir) if config.log_dir else None,
         checkpoint_dir=config.checkpoint_dir,
         checkpoint_every_steps=config.checkpoint_every_steps,
+        checkpoint_every_seconds=config.checkpoint_every_seconds,
         # The controller counts failures against the job's budget and stops the job.
         max_restarts=1 << 30,
         timeout=config.timeout,
