@@ -73,6 +73,9 @@ class WorkerContext:
         self.rank = 0
         self.world_size = 1
         self.group: dist.ProcessGroup | None = None
+        #: The job's :class:`~tidal.runtime.parallel.ElasticDataParallel`, once built: the
+        #: loader tells it each step's batch share (typed loosely: parallel imports us).
+        self.parallel: Any = None
         #: Progress, kept current by :class:`tidal.State` for the watcher's reports.
         self.step = 0
         self.epoch = 0

@@ -109,9 +109,8 @@ class ElasticDataLoader:
         indices = self.order(self.epoch)[start + lo : start + hi]
         self.position += size
         self.last_indices = indices.tolist()
-        parallel = getattr(self._context, "parallel", None)
-        if parallel is not None:
-            parallel.set_batch_share(hi - lo, size)
+        if self._context.parallel is not None:
+            self._context.parallel.set_batch_share(hi - lo, size)
         return self._fetch(indices)
 
     def _fetch(self, indices: torch.Tensor) -> Any:
@@ -128,7 +127,7 @@ class ElasticDataLoader:
         """Pieces of ``batch`` to run forward/backward on one after another; gradients are
         accumulated locally and synchronised once, after the last piece."""
         size = _batch_len(batch)
-        parallel = getattr(self._context, "parallel", None)
+        parallel = self._context.parallel
         if self.micro_batch_size is None or size <= self.micro_batch_size or parallel is None:
             yield batch
             return

@@ -69,7 +69,7 @@ class ElasticDataParallel(nn.Module):
         self._hook_state = _HookState(self._context)
         self._ddp: DistributedDataParallel | None = None
         self._micro_weight = 1.0
-        self._context.parallel = self  # type: ignore[attr-defined]
+        self._context.parallel = self
         if self._context.device.type == "cuda":
             self.module.to(self._context.device)
 
