@@ -22,6 +22,7 @@ from tidal.launch.run import (
     run,
 )
 from tidal.launch.runs import lookup
+from tidal.runtime.api import ConfigError, RuntimeConfig
 from tidal.runtime.rendezvous import connect_store, request_resize
 from tidal.sim.cli import sim_app
 
@@ -52,8 +53,14 @@ def run_command(
     checkpoint_every_seconds: Annotated[
         float, typer.Option(help="checkpoint every S seconds (0: never)")
     ] = 0.0,
-    timeout: Annotated[float, typer.Option(help="seconds before a silent peer is dead")] = 10.0,
-    sync_every: Annotated[int, typer.Option(help="agree on membership every K steps")] = 1,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="seconds before a silent peer is dead [default: $TIDAL_TIMEOUT or 10]"),
+    ] = None,
+    sync_every: Annotated[
+        int | None,
+        typer.Option(help="agree on membership every K steps [default: $TIDAL_SYNC_EVERY or 1]"),
+    ] = None,
     log_dir: Annotated[Path | None, typer.Option(help="also write each worker's log here")] = None,
     resize_at: Annotated[str, typer.Option(help="scripted resizes: STEP:N[,STEP:N...]")] = "",
 ) -> None:
@@ -66,6 +73,12 @@ def run_command(
         )
     if max_restarts < 0:
         raise UsageProblem(f"--max-restarts: expected an integer >= 0, got {max_restarts}")
+    try:
+        defaults = RuntimeConfig.from_env()
+    except ConfigError as exc:
+        raise UsageProblem(str(exc)) from None
+    timeout = defaults.timeout if timeout is None else timeout
+    sync_every = defaults.sync_every if sync_every is None else sync_every
     if timeout <= 0:
         raise UsageProblem(f"--timeout: expected seconds > 0, got {timeout}")
     if sync_every < 1:

@@ -302,7 +302,13 @@ class WorkerContext:
                 time.sleep(_WATCH_INTERVAL)
 
     def close(self) -> None:
-        """Stop the watcher and leave the process group."""
+        """Let pending collectives finish (bounded), stop the watcher, leave the group."""
+        deadline = time.monotonic() + min(self.config.timeout, 5.0)
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._pending:
+                    break
+            time.sleep(0.005)
         self._stop.set()
         self._wake.set()
         if self._watcher is not None and self._watcher is not threading.current_thread():

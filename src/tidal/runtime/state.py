@@ -13,6 +13,7 @@ form the next generation and adopt rank 0's state. At most the step in flight is
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
@@ -117,6 +118,18 @@ class State:
                 self.loader.set_epoch(self.loader.epoch + 1)
             else:
                 self._epoch += 1
+        self.finish()
+
+    def finish(self) -> None:
+        """Complete the agreement collective still in flight (every rank started it), so
+        the process can leave its group cleanly. :meth:`epochs` calls it at the end."""
+        if self._flag is None:
+            return
+        future, _ = self._flag
+        self._flag = None
+        # Training is over: a peer that already left changes nothing.
+        with contextlib.suppress(PeerLost):
+            self.context.wait(future)
 
     def start(self) -> None:
         """Join the job (waiting to be admitted if it already runs) and adopt its state."""
@@ -159,7 +172,9 @@ class State:
             seen = torch.tensor([context.latest_seen], dtype=torch.long, device=context.device)
             work = dist.all_reduce(seen, op=dist.ReduceOp.MAX, async_op=True)
             assert work is not None
-            self._flag = (work.get_future(), seen)
+            # Guarded from the start, so close() knows it is in flight: a process that
+            # exits with a collective pending aborts (SIGABRT) instead of exiting cleanly.
+            self._flag = (context.guard(work.get_future(), lambda: None), seen)
         return decided
 
     def _switch(self, number: int) -> None:
