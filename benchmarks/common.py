@@ -174,7 +174,9 @@ def measure(lines: list[dict[str, object]], mark: float, keys: tuple[str, ...]) 
     gaps = [float(b["t"]) - float(a["t"]) for a, b in itertools.pairwise(following)]  # type: ignore[arg-type]
     gap = float(first["t"]) - float(last["t"])  # type: ignore[arg-type]
     step_time = statistics.median(gaps) if gaps else float("nan")
+    switch = [d["switch"] for d in lines[lines.index(last) : i + 1] if "switch" in d]
     return {
+        "switch": switch[-1] if switch else None,
         "from": last["world"],
         "to": first["world"],
         "step": first["step"],

@@ -2,11 +2,11 @@
 
 Each trial runs one job per system through the same script of events:
 
-* grow 2 -> 3, planned shrink 3 -> 2, grow 2 -> 3 again, then crash: SIGKILL of a worker
-  that is not rank 0 while 3 train;
+* grow 2 -> 3, then crash: SIGKILL of a worker that is not rank 0 while 3 train, then
+  (once 3 train again) planned shrink 3 -> 2;
 * tidal: ``tidal run --workers 1:3 --initial 2``, resized with ``tidal resize RUN --workers
   N``; after the crash the 2 survivors go on, and the launcher's replacement worker joins
-  later (reported as "regrow after crash");
+  them when it has started (reported as "regrow after crash");
 * torchrun: one ``torchrun --nnodes=1:4 --nproc-per-node=1`` agent per worker on a c10d
   rendezvous, the script (benchmarks/torchrun_mlp.py) checkpointing every step and resuming
   at start; grow = start one more agent, shrink = SIGTERM that agent, crash = SIGKILL a worker
@@ -51,7 +51,7 @@ from common import (
     wait_until,
 )
 
-EVENTS = ("grow", "shrink", "grow", "crash")
+EVENTS = ("grow", "crash", "shrink")
 STEADY = 8  # steps at the new size before the next event
 WAIT = 90.0  # bound on any one wait, seconds
 
@@ -116,12 +116,19 @@ def tidal_trial(args: argparse.Namespace, work: Path, trial: int) -> list[dict[s
         done.popen.wait(timeout=60)
         done.stop()
 
+    def formed(since: int) -> float | None:
+        """The launcher's ``generation N formed ... in X ms`` after line ``since``, in s."""
+        for line in launcher.lines[since:]:
+            if " formed with " in line and line.endswith(" ms"):
+                return float(line.rsplit(" in ", 1)[1][:-3]) / 1e3
+        return None
+
     rows: list[dict[str, object]] = []
     with cleanup(procs, lambda: set(workers().values())):
         wait_until(lambda: steady(trace, 2, STEADY, 0), WAIT, "2 workers training")
         world = 2
         for event in EVENTS:
-            now = time.time()
+            now, seen = time.time(), len(launcher.lines)
             if event == "grow":
                 resize(3)
                 world = 3
@@ -142,14 +149,23 @@ def tidal_trial(args: argparse.Namespace, work: Path, trial: int) -> list[dict[s
                 victim = members[-1]
                 os.kill(workers()[victim], signal.SIGKILL)
                 wait_until(lambda n=now: steady(trace, 2, 3, n), WAIT, "survivors training")
-                rows.append({"event": event, **measure(trace.rank0(), now, ("world",))})
+                rows.append(
+                    {
+                        "event": event,
+                        "formed": formed(seen),
+                        **measure(trace.rank0(), now, ("world",)),
+                    }
+                )
                 event, now, world = "regrow after crash", time.time(), 3
+                seen = len(launcher.lines)
             wait_until(
                 lambda w=world, n=now: steady(trace, w, STEADY, n),
                 WAIT,
                 f"{world} workers training",
             )
-            rows.append({"event": event, **measure(trace.rank0(), now, ("world",))})
+            rows.append(
+                {"event": event, "formed": formed(seen), **measure(trace.rank0(), now, ("world",))}
+            )
     return rows
 
 
@@ -260,7 +276,9 @@ def main() -> None:
                 print(
                     f"  {row['event']:>18} {row['from']}->{row['to']} at step {row['step']}: "
                     f"gap {row['gap']:.3f}s step {row['step_time']:.3f}s "
-                    f"stall {row['stall']:.3f}s redone {row['redone']}",
+                    f"stall {row['stall']:.3f}s redone {row['redone']}"
+                    + (f" | runtime switch {row['switch']:.3f}s" if row.get("switch") else "")
+                    + (f" | launcher formed {row['formed']:.3f}s" if row.get("formed") else ""),
                     flush=True,
                 )
     table = summarize(results)

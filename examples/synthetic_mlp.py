@@ -8,8 +8,10 @@ nothing is downloaded and every run sees the same data.
 ``--trace DIR`` makes each worker append one JSON line per committed step to
 ``DIR/<worker>.jsonl``: ``{"step", "t", "world", "rank", "worker"}`` where ``t`` is the wall
 clock (``time.time()``) when the step's optimizer update was done, ``world`` the number of
-workers that computed it and ``step`` the job's step count after it. A step whose gradient
-sync failed (a peer died) is not committed and not traced; the job redoes it.
+workers that computed it and ``step`` the job's step count after it; ``"switch"`` is added
+to the step after which the worker changed generation (to the redone step after a failure):
+``State.last_rescale_stall``, the runtime's own measure of the switch. A step whose
+gradient sync failed (a peer died) is not committed and not traced; the job redoes it.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ def main() -> None:
     trace = Trace(args.trace, ctx.worker_id)
     loss_fn = nn.CrossEntropyLoss()
     epochs = -(-args.steps // len(loader)) + 1
+    extra: dict[str, object] = {}
 
     if ctx.rank == 0:
         print(f"model: {n_params} parameters; global batch {args.batch_size}", flush=True)
@@ -124,11 +127,14 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             done = time.time()
-            before = state.global_step
+            before, switches = state.global_step, state.last_rescale_stall
             state.step()
+            if state.last_rescale_stall is not switches:  # the runtime's own measure
+                extra["switch"] = state.last_rescale_stall
             if state.global_step == before:
                 continue  # the gradient sync failed: nothing committed, the step is redone
-            trace.write(step=state.global_step, t=done, world=world, rank=rank)
+            trace.write(step=state.global_step, t=done, world=world, rank=rank, **extra)
+            extra = {}
             if ctx.rank == 0 and state.global_step % args.log_every == 0:
                 print(
                     f"step {state.global_step} world {ctx.world_size} loss {loss.item():.4f}",
