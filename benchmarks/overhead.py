@@ -40,10 +40,22 @@ def throughput(trace: Trace, batch: int, warmup: int) -> tuple[float, float]:
     return batch / median(gaps), batch * len(gaps) / (times[-1] - times[0])
 
 
+def cpu_per_step(trace: Trace, warmup: int) -> float:
+    """CPU seconds per step after ``warmup``, summed over the workers (all their threads):
+    what a step costs the machine, much less sensitive to other users' load than time."""
+    total = 0.0
+    for worker in {str(d["worker"]) for d in trace.refresh()}:
+        lines = [d for d in trace.lines if d["worker"] == worker][warmup:]
+        if len(lines) >= 2:
+            total += (float(lines[-1]["cpu"]) - float(lines[0]["cpu"])) / (len(lines) - 1)  # type: ignore[arg-type]
+    return total
+
+
 def run_one(
     system: str, args: argparse.Namespace, work: Path, sync_every: int
-) -> tuple[tuple[float, float], float]:
-    """Run a job to its end; returns ((median-based, mean) samples/s, wall seconds)."""
+) -> tuple[tuple[float, float], float, float]:
+    """Run a job to its end; returns ((median-based, mean) samples/s, CPU s per step, wall
+    seconds)."""
     trace_dir = work / "trace"
     common = [
         "--params",
@@ -90,15 +102,16 @@ def run_one(
         code = proc.popen.wait(timeout=args.run_timeout)
         if code != 0:
             raise RuntimeError(f"{system} exited with {code}; see {work / 'run.log'}")
-    return throughput(trace, args.batch_size, args.warmup), time.monotonic() - started
+    rates = throughput(trace, args.batch_size, args.warmup)
+    return rates, cpu_per_step(trace, args.warmup), time.monotonic() - started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--params", type=float, default=6.3e6)
     parser.add_argument("--batch-size", type=int, default=96)
-    parser.add_argument("--steps", type=int, default=70)
+    parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10, help="steps not counted")
     parser.add_argument("--sync-every", default="1", help="tidal --sync-every values, e.g. 1,8")
     parser.add_argument("--run-timeout", type=float, default=120.0)
@@ -111,6 +124,7 @@ def main() -> None:
     for k in [int(v) for v in args.sync_every.split(",")]:
         rates: dict[str, list[float]] = {"tidal": [], "ddp": []}
         means: dict[str, list[float]] = {"tidal": [], "ddp": []}
+        cpus: dict[str, list[float]] = {"tidal": [], "ddp": []}
         ratios = []
         for trial in range(args.trials):
             order = ("tidal", "ddp") if trial % 2 == 0 else ("ddp", "tidal")
@@ -119,13 +133,14 @@ def main() -> None:
                 work = out / f"sync{k}-{system}-{trial}"
                 shutil.rmtree(work, ignore_errors=True)
                 work.mkdir(parents=True)
-                (rate, mean), wall = run_one(system, args, work, k)
+                (rate, mean), cpu, wall = run_one(system, args, work, k)
                 got[system] = rate
                 rates[system].append(rate)
                 means[system].append(mean)
+                cpus[system].append(cpu)
                 print(
                     f"sync_every={k} trial {trial} {system:>5}: {rate:7.1f} samples/s "
-                    f"(mean {mean:.1f}; {wall:.0f}s)",
+                    f"(mean {mean:.1f}); {cpu * 1e3:.1f} CPU-ms/step; {wall:.0f}s",
                     flush=True,
                 )
             ratios.append(got["tidal"] / got["ddp"])
@@ -137,10 +152,15 @@ def main() -> None:
             "median_ratio": median(ratios),
             "mean_based": means,
             "mean_based_ratio_of_medians": median(means["tidal"]) / median(means["ddp"]),
+            "cpu_per_step": cpus,
+            "cpu_ratio_ddp_over_tidal": median(cpus["ddp"]) / median(cpus["tidal"]),
         }
         print(
             f"sync_every={k}: tidal {tidal:.1f} samples/s, DDP {ddp:.1f} samples/s, "
-            f"tidal/DDP {tidal / ddp:.3f} (median of per-trial ratios {median(ratios):.3f})",
+            f"tidal/DDP {tidal / ddp:.3f} (median of per-trial ratios {median(ratios):.3f}); "
+            f"CPU per step: tidal {median(cpus['tidal']) * 1e3:.1f} ms, "
+            f"DDP {median(cpus['ddp']) * 1e3:.1f} ms, "
+            f"DDP/tidal {median(cpus['ddp']) / median(cpus['tidal']):.3f}",
             flush=True,
         )
     print(f"({time.time() - started:.0f}s in all)", file=sys.stderr)

@@ -94,7 +94,14 @@ def main() -> None:
                 {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step},
                 ckpt,
             )
-        trace.write(step=step, t=time.time(), world=world, rank=rank, pid=os.getpid())
+        trace.write(
+            step=step,
+            t=time.time(),
+            cpu=time.process_time(),
+            world=world,
+            rank=rank,
+            pid=os.getpid(),
+        )
         if rank == 0 and step % 20 == 0:
             print(f"step {step} world {world} loss {loss.item():.4f}", flush=True)
     dist.destroy_process_group()

@@ -6,9 +6,10 @@ Inputs are seeded Gaussian vectors and the targets come from a fixed random "tea
 nothing is downloaded and every run sees the same data.
 
 ``--trace DIR`` makes each worker append one JSON line per committed step to
-``DIR/<worker>.jsonl``: ``{"step", "t", "world", "rank", "worker"}`` where ``t`` is the wall
-clock (``time.time()``) when the step's optimizer update was done, ``world`` the number of
-workers that computed it and ``step`` the job's step count after it; ``"switch"`` is added
+``DIR/<worker>.jsonl``: ``{"step", "t", "cpu", "world", "rank", "worker"}`` where ``t`` is
+the wall clock (``time.time()``) when the step's optimizer update was done, ``cpu`` the
+process's CPU time then (all threads), ``world`` the number of workers that computed it
+and ``step`` the job's step count after it; ``"switch"`` is added
 to the step after which the worker changed generation (to the redone step after a failure):
 ``State.last_rescale_stall``, the runtime's own measure of the switch. A step whose
 gradient sync failed (a peer died) is not committed and not traced; the job redoes it.
@@ -133,7 +134,14 @@ def main() -> None:
                 extra["switch"] = state.last_rescale_stall
             if state.global_step == before:
                 continue  # the gradient sync failed: nothing committed, the step is redone
-            trace.write(step=state.global_step, t=done, world=world, rank=rank, **extra)
+            trace.write(
+                step=state.global_step,
+                t=done,
+                cpu=time.process_time(),
+                world=world,
+                rank=rank,
+                **extra,
+            )
             extra = {}
             if ctx.rank == 0 and state.global_step % args.log_every == 0:
                 print(
