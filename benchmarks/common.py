@@ -70,6 +70,24 @@ class Proc:
             self.lines.append(line.rstrip("\n"))
             self._log.write(line)
 
+    def sample_cpu(self, every: float = 0.1) -> list[tuple[float, float]]:
+        """Start sampling this process's own CPU time (all its threads, not its children):
+        a list of ``(time.time(), seconds)`` that grows until the process ends."""
+        samples: list[tuple[float, float]] = []
+        tick = os.sysconf("SC_CLK_TCK")
+
+        def sample() -> None:
+            while self.alive():
+                try:
+                    fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    return
+                samples.append((time.time(), (int(fields[11]) + int(fields[12])) / tick))
+                time.sleep(every)
+
+        threading.Thread(target=sample, daemon=True).start()
+        return samples
+
     def alive(self) -> bool:
         return self.popen.poll() is None
 

@@ -40,22 +40,31 @@ def throughput(trace: Trace, batch: int, warmup: int) -> tuple[float, float]:
     return batch / median(gaps), batch * len(gaps) / (times[-1] - times[0])
 
 
-def cpu_per_step(trace: Trace, warmup: int) -> float:
-    """CPU seconds per step after ``warmup``, summed over the workers (all their threads):
-    what a step costs the machine, much less sensitive to other users' load than time."""
-    total = 0.0
+def cpu_per_step(
+    trace: Trace, warmup: int, launcher: list[tuple[float, float]]
+) -> tuple[float, float]:
+    """CPU seconds per step after ``warmup``: summed over the workers (all their threads),
+    and of the launcher (``tidal run`` / the torchrun agent) over the same steps. What a
+    step costs the machine; much less sensitive to other users' load than time."""
+    workers = 0.0
     for worker in {str(d["worker"]) for d in trace.refresh()}:
         lines = [d for d in trace.lines if d["worker"] == worker][warmup:]
         if len(lines) >= 2:
-            total += (float(lines[-1]["cpu"]) - float(lines[0]["cpu"])) / (len(lines) - 1)  # type: ignore[arg-type]
-    return total
+            workers += (float(lines[-1]["cpu"]) - float(lines[0]["cpu"])) / (len(lines) - 1)  # type: ignore[arg-type]
+    times = [float(d["t"]) for d in trace.rank0()[warmup:]]  # type: ignore[arg-type]
+    inside = [(t, c) for t, c in launcher if times[0] <= t <= times[-1]]
+    own = float("nan")
+    if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
+        rate = (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])  # CPU s per s
+        own = rate * (times[-1] - times[0]) / (len(times) - 1)
+    return workers, own
 
 
 def run_one(
     system: str, args: argparse.Namespace, work: Path, sync_every: int
-) -> tuple[tuple[float, float], float, float]:
-    """Run a job to its end; returns ((median-based, mean) samples/s, CPU s per step, wall
-    seconds)."""
+) -> tuple[tuple[float, float], tuple[float, float], float]:
+    """Run a job to its end; returns ((median-based, mean) samples/s, (workers', launcher's)
+    CPU s per step, wall seconds)."""
     trace_dir = work / "trace"
     common = [
         "--params",
@@ -98,12 +107,13 @@ def run_one(
     trace = Trace(trace_dir)
     started = time.monotonic()
     proc = Proc(argv, work / "run.log", environ)
+    samples = proc.sample_cpu()
     with cleanup([proc], lambda: set()):
         code = proc.popen.wait(timeout=args.run_timeout)
         if code != 0:
             raise RuntimeError(f"{system} exited with {code}; see {work / 'run.log'}")
     rates = throughput(trace, args.batch_size, args.warmup)
-    return rates, cpu_per_step(trace, args.warmup), time.monotonic() - started
+    return rates, cpu_per_step(trace, args.warmup, samples), time.monotonic() - started
 
 
 def main() -> None:
@@ -125,6 +135,7 @@ def main() -> None:
         rates: dict[str, list[float]] = {"tidal": [], "ddp": []}
         means: dict[str, list[float]] = {"tidal": [], "ddp": []}
         cpus: dict[str, list[float]] = {"tidal": [], "ddp": []}
+        launchers: dict[str, list[float]] = {"tidal": [], "ddp": []}
         ratios = []
         for trial in range(args.trials):
             order = ("tidal", "ddp") if trial % 2 == 0 else ("ddp", "tidal")
@@ -133,14 +144,16 @@ def main() -> None:
                 work = out / f"sync{k}-{system}-{trial}"
                 shutil.rmtree(work, ignore_errors=True)
                 work.mkdir(parents=True)
-                (rate, mean), cpu, wall = run_one(system, args, work, k)
+                (rate, mean), (cpu, own), wall = run_one(system, args, work, k)
                 got[system] = rate
                 rates[system].append(rate)
                 means[system].append(mean)
                 cpus[system].append(cpu)
+                launchers[system].append(own)
                 print(
                     f"sync_every={k} trial {trial} {system:>5}: {rate:7.1f} samples/s "
-                    f"(mean {mean:.1f}); {cpu * 1e3:.1f} CPU-ms/step; {wall:.0f}s",
+                    f"(mean {mean:.1f}); CPU-ms/step: workers {cpu * 1e3:.1f}, "
+                    f"launcher {own * 1e3:.1f}; {wall:.0f}s",
                     flush=True,
                 )
             ratios.append(got["tidal"] / got["ddp"])
@@ -154,13 +167,16 @@ def main() -> None:
             "mean_based_ratio_of_medians": median(means["tidal"]) / median(means["ddp"]),
             "cpu_per_step": cpus,
             "cpu_ratio_ddp_over_tidal": median(cpus["ddp"]) / median(cpus["tidal"]),
+            "launcher_cpu_per_step": launchers,
         }
         print(
             f"sync_every={k}: tidal {tidal:.1f} samples/s, DDP {ddp:.1f} samples/s, "
             f"tidal/DDP {tidal / ddp:.3f} (median of per-trial ratios {median(ratios):.3f}); "
             f"CPU per step: tidal {median(cpus['tidal']) * 1e3:.1f} ms, "
             f"DDP {median(cpus['ddp']) * 1e3:.1f} ms, "
-            f"DDP/tidal {median(cpus['ddp']) / median(cpus['tidal']):.3f}",
+            f"DDP/tidal {median(cpus['ddp']) / median(cpus['tidal']):.3f}; launcher CPU per "
+            f"step: tidal {median(launchers['tidal']) * 1e3:.1f} ms, "
+            f"torchrun agent {median(launchers['ddp']) * 1e3:.1f} ms",
             flush=True,
         )
     print(f"({time.time() - started:.0f}s in all)", file=sys.stderr)
