@@ -4,9 +4,9 @@ Each trial runs one job per system through the same script of events:
 
 * grow 2 -> 3, then crash: SIGKILL of a worker that is not rank 0 while 3 train, then
   (once 3 train again) planned shrink 3 -> 2;
-* tidal: ``tidal run --workers 1:3 --initial 2``, resized with ``tidal resize RUN --workers
-  N``; after the crash the 2 survivors go on, and the launcher's replacement worker joins
-  them when it has started (reported as "regrow after crash");
+* tidal: ``tidal run --workers 1:3 --initial 2 --timeout 10 --sync-every 1``, resized
+  with ``tidal resize RUN --workers N``; after the crash the 2 survivors go on, and the
+  launcher's replacement worker joins them when it has started ("regrow after crash");
 * torchrun: one ``torchrun --nnodes=1:4 --nproc-per-node=1`` agent per worker on a c10d
   rendezvous, the script (benchmarks/torchrun_mlp.py) checkpointing every step and resuming
   at start; grow = start one more agent, shrink = SIGTERM that agent, crash = SIGKILL a worker
@@ -89,6 +89,8 @@ def tidal_trial(args: argparse.Namespace, work: Path, trial: int) -> list[dict[s
             run_id,
             "--timeout",
             str(args.timeout),
+            "--sync-every",
+            str(args.sync_every),
             "--",
             EXAMPLE,
             *script_args(args, work / "trace"),
@@ -250,6 +252,7 @@ def main() -> None:
     parser.add_argument("--params", type=float, default=6.3e6)
     parser.add_argument("--batch-size", type=int, default=96)
     parser.add_argument("--timeout", type=float, default=10.0, help="tidal --timeout, gloo timeout")
+    parser.add_argument("--sync-every", type=int, default=1, help="tidal --sync-every")
     parser.add_argument("--systems", default="tidal,torchrun")
     parser.add_argument("--out", help="keep logs, traces and results.json here")
     args = parser.parse_args()
