@@ -29,11 +29,23 @@ from pathlib import Path
 from common import BASELINE, EXAMPLE, PYTHON, TORCHRUN, Proc, Trace, cleanup, env, free_port, median
 
 
+def first_run(trace: Trace, world: int = 2) -> list[dict[str, object]]:
+    """The lines of the first ``world`` workers only: if the launcher restarts the job
+    (see "Exit abort" in docs/benchmarks.md), the rerun's workers are not counted."""
+    first: list[str] = []
+    for d in trace.refresh():
+        if d["worker"] not in first:
+            first.append(str(d["worker"]))
+    keep = set(first[:world])
+    return [d for d in trace.lines if d["worker"] in keep]
+
+
 def throughput(trace: Trace, batch: int, warmup: int) -> tuple[float, float]:
     """Samples/s after ``warmup`` steps: global batch / median step time (robust to the
     bursts of load other users put on a shared machine), and global batch x steps /
     elapsed (the plain mean)."""
-    times = [float(d["t"]) for d in trace.rank0()[warmup:]]  # type: ignore[arg-type]
+    rank0 = [d for d in first_run(trace) if d["rank"] == 0]
+    times = [float(d["t"]) for d in rank0[warmup:]]  # type: ignore[arg-type]
     if len(times) < 2:
         return float("nan"), float("nan")
     gaps = [b - a for a, b in itertools.pairwise(times)]
@@ -47,11 +59,12 @@ def cpu_per_step(
     and of the launcher (``tidal run`` / the torchrun agent) over the same steps. What a
     step costs the machine; much less sensitive to other users' load than time."""
     workers = 0.0
-    for worker in {str(d["worker"]) for d in trace.refresh()}:
-        lines = [d for d in trace.lines if d["worker"] == worker][warmup:]
+    mine = first_run(trace)
+    for worker in {str(d["worker"]) for d in mine}:
+        lines = [d for d in mine if d["worker"] == worker][warmup:]
         if len(lines) >= 2:
             workers += (float(lines[-1]["cpu"]) - float(lines[0]["cpu"])) / (len(lines) - 1)  # type: ignore[arg-type]
-    times = [float(d["t"]) for d in trace.rank0()[warmup:]]  # type: ignore[arg-type]
+    times = [float(d["t"]) for d in mine if d["rank"] == 0][warmup:]  # type: ignore[arg-type]
     inside = [(t, c) for t, c in launcher if times[0] <= t <= times[-1]]
     own = float("nan")
     if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
@@ -112,6 +125,9 @@ def run_one(
         code = proc.popen.wait(timeout=args.run_timeout)
         if code != 0:
             raise RuntimeError(f"{system} exited with {code}; see {work / 'run.log'}")
+    failed = [line for line in proc.lines if "failed:" in line and "exited with status" in line]
+    for line in failed:
+        print(f"  {system}: {line.strip()} (after training; see {work / 'run.log'})", flush=True)
     rates = throughput(trace, args.batch_size, args.warmup)
     return rates, cpu_per_step(trace, args.warmup, samples), time.monotonic() - started
 
