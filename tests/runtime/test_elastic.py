@@ -179,3 +179,18 @@ def test_sigkill_all_workers_resumes_from_checkpoint(
     assert_each_sample_once(history, DIGITS)
     # Exact continuation: model, optimizer, scheduler and data position all came back.
     assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
+
+
+def test_workers_exit_cleanly(launches: list[Launch], tmp_path: Path) -> None:
+    """A finished worker exits 0, never aborting on a collective still in flight (which
+    the launcher would take for a failure and recover from)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "synthetic_mlp.py"
+    for trial in range(3):
+        launch = Launch(
+            ["--workers", "2", "--", str(example), "--steps", "30", "--params", "1e5"],
+            home=tmp_path / f"home-{trial}",
+        )
+        launches.append(launch)
+        assert launch.finish(timeout=120) == 0, launch.output()
+        assert "restarts: 0" in launch.output(), launch.output()
+        assert "terminate called" not in launch.output(), launch.output()
