@@ -197,7 +197,7 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
             published, last_publish = status, now
         if outcome is not None:
             break
-        time.sleep(0.01)
+        time.sleep(group.poll_interval())
     final = _status(group, config.job_id, seq, events)
     if final.outcome is None:
         final.outcome = Outcome.STOPPED.value

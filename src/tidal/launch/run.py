@@ -163,7 +163,7 @@ def run(options: RunOptions, console: Console) -> int:
                     step, n = plan.pop(0)
                     group.resize(n, pool)
                     show_event(GroupEvent("resize", f"step {step}: asked for {n} workers"))
-            time.sleep(0.01)
+            time.sleep(group.poll_interval())
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
