@@ -114,7 +114,15 @@ def wait_for(
     raise SystemExit("the demo took too long; is the machine very busy?")
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    # A closed terminal or a kill ends the demo like Ctrl-C does: through the cleanup below,
+    # since the server and its jobs run in sessions of their own.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     console = Console()
     with tempfile.TemporaryDirectory(prefix="tidal-demo-") as tmp:
         folder = Path(tmp)
@@ -180,4 +188,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)  # interrupted; everything was stopped on the way out
