@@ -99,8 +99,9 @@ class _StoreView:
 
     def latest_number(self) -> int:
         """Number of the latest generation, -1 before the first."""
-        raw = self._get("gen")
-        return -1 if raw is None else int(raw)
+        # One round trip: the host writes ``gen`` when it starts, so it always exists
+        # (this runs every watcher poll in every worker).
+        return int(self.store.get(PREFIX + "gen"))
 
     def generation(self, number: int) -> Generation:
         """The record of generation ``number`` (which must be published)."""
@@ -208,6 +209,7 @@ class RendezvousHost(_StoreView):
         super().__init__(store)
         self.host = host
         self.port = int(store.port)
+        self._set("gen", "-1")
 
     @property
     def address(self) -> str:
