@@ -153,6 +153,33 @@ def test_sigkill_one_worker_redoes_at_most_one_step(
     assert "failed" in launch.output()
 
 
+def test_peer_lost_after_the_optimizer_step_keeps_the_step(
+    launches: list[Launch], tmp_path: Path, reference: Path
+) -> None:
+    # Rank 1 dies once the gradient sync of step 20 has completed everywhere, and the
+    # survivors learn of it before their step boundary: their update of step 20 is
+    # complete and must stand, not be redone on top of itself.
+    launch, out = _run(
+        launches,
+        tmp_path,
+        "late-failure",
+        "1:3",
+        "--initial",
+        "3",
+        script_args=("--rank1-dies-after-step", "20"),
+    )
+    assert launch.finish(timeout=240) == 0, launch.output()
+    records = steps(out)
+    history = final_history(records)
+    assert sorted(history) == list(range(1, STEPS + 1))
+    assert_ranks_agree(history)
+    assert_each_sample_once(history, DIGITS)
+    # Each of the three workers logged step 20 once; a redo would log it again.
+    assert [r["step"] for r in records].count(20) == 3, "step 20 was redone"
+    assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
+    assert "failed" in launch.output()
+
+
 def test_sigkill_all_workers_resumes_from_checkpoint(
     launches: list[Launch], tmp_path: Path, reference: Path
 ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import time
 
 import torch
@@ -28,6 +29,13 @@ def main() -> None:
     parser.add_argument("--micro-batch-size", type=int, default=None)
     parser.add_argument("--step-delay", type=float, default=0.0, help="sleep inside each step")
     parser.add_argument("--dtype", default="float64")
+    parser.add_argument(
+        "--rank1-dies-after-step",
+        type=int,
+        default=0,
+        help="rank 1 SIGKILLs itself right after this step's optimizer step; the other "
+        "ranks hold that step's boundary until they have noticed",
+    )
     args = parser.parse_args()
 
     dtype = getattr(torch, args.dtype)
@@ -81,6 +89,15 @@ def main() -> None:
                 )
                 + "\n"
             )
+            dying = state.global_step + 1 == args.rank1_dies_after_step and world > 1
+            if dying and rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if dying:
+                # The peer died after a gradient sync that completed: the failure reaches
+                # the survivors between their optimizer step and the step boundary.
+                deadline = time.monotonic() + 10
+                while not ctx.failed and time.monotonic() < deadline:
+                    time.sleep(0.01)
             state.step()
     if ctx.rank == 0:
         torch.save(model.module.state_dict(), os.path.join(args.out, "final.pt"))

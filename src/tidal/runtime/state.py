@@ -20,7 +20,7 @@ import logging
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -98,8 +98,10 @@ class State:
         self._last_checkpoint_step = 0
         #: Seconds from the end of the last step at the old size to the first at the new.
         self.last_rescale_stall: float | None = None
+        #: Whether this step's ``optimizer.step()`` ran on a complete gradient.
+        self._stepped = False
         if optimizer is not None:
-            _skip_failed_steps(optimizer, self.context)
+            _skip_failed_steps(optimizer, self.context, self._mark_stepped)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -140,13 +142,19 @@ class State:
     def step(self) -> None:
         """The step boundary: commit, agree on membership, switch generation if asked."""
         context = self.context
+        stepped, self._stepped = self._stepped, False
         if context.failed:
-            # The gradient sync of this step broke; the optimizer step was skipped.
-            self._recover(rollback=True)
+            if stepped:
+                # The failure came after this step's optimizer step, which ran on the
+                # complete gradient: the step stands. Rolling back the data position
+                # here would apply this step's update twice.
+                self._commit_step()
+                self._recover(rollback=False)
+            else:
+                # The gradient sync of this step broke; the optimizer step was skipped.
+                self._recover(rollback=True)
             return
-        self.global_step += 1
-        context.step = self.global_step
-        self._snapshot()
+        self._commit_step()
         self._maybe_checkpoint()
         try:
             target = self._agree()
@@ -155,6 +163,14 @@ class State:
             return
         if target is not None:
             self._switch(target)
+
+    def _commit_step(self) -> None:
+        self.global_step += 1
+        self.context.step = self.global_step
+        self._snapshot()
+
+    def _mark_stepped(self) -> None:
+        self._stepped = True
 
     # -- agreement ----------------------------------------------------------------------
 
@@ -357,9 +373,16 @@ class State:
             self._last_checkpoint_step = self.global_step
 
 
-def _skip_failed_steps(optimizer: torch.optim.Optimizer, context: WorkerContext) -> None:
+def _skip_failed_steps(
+    optimizer: torch.optim.Optimizer, context: WorkerContext, on_step: Callable[[], None]
+) -> None:
     """Make ``optimizer.step()`` a no-op while the step's gradient sync has failed, so
-    the model and optimizer stay exactly as committed (no per-step copy needed)."""
+    the model and optimizer stay exactly as committed (no per-step copy needed).
+
+    ``on_step`` is called when the step really runs. A failure found later in the same
+    step (a peer died after the gradient sync completed here) must not undo it: the
+    failure guard marks the context failed before it hands any collective a fallback
+    value, so a step that starts while the context is healthy has the full gradient."""
     original = optimizer.step
 
     # wraps() keeps the marker an LR scheduler sets on the method it wrapped.
@@ -367,6 +390,8 @@ def _skip_failed_steps(optimizer: torch.optim.Optimizer, context: WorkerContext)
     def step(*args: Any, **kwargs: Any) -> Any:
         if context.failed:
             return None
-        return original(*args, **kwargs)
+        result = original(*args, **kwargs)
+        on_step()
+        return result
 
     optimizer.step = step  # type: ignore[method-assign]
