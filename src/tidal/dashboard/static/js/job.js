@@ -15,7 +15,7 @@ const LOG_TAIL = 200;
 const LOG_KEEP = 2000;
 
 function fact(label, ...value) {
-  return h("div", { class: "fact" }, h("div", { class: "fact-label" }, label), h("div", { class: "fact-value" }, ...value));
+  return h("div", { class: label === "Command" ? "fact wide" : "fact" }, h("div", { class: "fact-label" }, label), h("div", { class: "fact-value" }, ...value));
 }
 
 function metricNames(points) {

@@ -42,6 +42,8 @@ export function render(view) {
   );
 
   function showCheck(check) {
+    // In reading order: problems of the spec as a whole first, then by line.
+    check.problems.sort((a, b) => (a.line ?? 0) - (b.line ?? 0));
     const byLine = new Map();
     const loose = [];
     for (const p of check.problems) {
@@ -54,7 +56,7 @@ export function render(view) {
         h("span", { class: "path" }, p.path || "spec"), ": ", p.msg,
         p.line ? h("span", { class: "muted" }, ` (line ${p.line})`) : null)));
     // The text with each problem right under the line it names.
-    const lines = editor.value.split("\n");
+    const lines = editor.value.replace(/\n$/, "").split("\n");
     fill(annotated,
       loose.map((p) => h("div", { class: "note", dataset: { path: p.path } },
         h("span", { class: "path" }, p.path || "spec"), `: ${p.msg}`)),
@@ -100,7 +102,10 @@ export function render(view) {
       location.hash = `#/jobs/${encodeURIComponent(job.id)}`;
     } catch (e) {
       status.className = "error";
-      status.textContent = `Refused: ${e.message}`;
+      const n = Array.isArray(e.detail) ? e.detail.length : 0;
+      status.textContent = n
+        ? `Refused: ${n} problem(s), each shown under its line.`
+        : `Refused: ${e.message}`;
       check();
     }
   });
