@@ -178,8 +178,8 @@ def page(browser: Browser) -> Iterator[Page]:
         context.close()
 
 
-def _shot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+def _shot(page: Page, name: str, full_page: bool = True) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
 
 
 def _log_in(page: Page, scene: Scene) -> None:
@@ -269,3 +269,21 @@ def test_invalid_spec_shows_its_field_errors_next_to_their_lines(scene: Scene, p
     expect(page.locator("#spec-status")).to_contain_text("Refused")
     _shot(page, "submit-invalid")
     assert len(scene.client.list()) == 2, "nothing was submitted"
+
+
+def test_cancel_asks_first_then_ends_the_job(scene: Scene, page: Page) -> None:
+    _log_in(page, scene)
+    job = scene.jobs[0]
+    page.goto(f"{scene.url}/#/jobs/{job}")
+    expect(page.locator("#workers-now")).to_have_text("1")
+    dialog = page.locator("#cancel-dialog")
+    page.click("#cancel-job")
+    expect(dialog).to_be_visible()
+    _shot(page, "cancel-confirm", full_page=False)  # the modal's backdrop covers the viewport
+    page.click("#cancel-no")
+    expect(dialog).to_be_hidden()
+    assert not scene.client.get(job).cancel_requested, "kept running when told to"
+    page.click("#cancel-job")
+    page.click("#cancel-yes")
+    expect(page.locator(".page-head .badge")).to_have_text("cancelled", timeout=60_000)
+    expect(page.locator("#cancel-job")).to_be_disabled()

@@ -36,11 +36,15 @@ def _page(name: str) -> FileResponse:
     return FileResponse(STATIC_DIR / name, media_type="text/html", headers=_NO_CACHE)
 
 
+def _is_form(request: Request) -> bool:
+    ctype = request.headers.get("content-type", "").split(";")[0].strip()
+    return ctype == "application/x-www-form-urlencoded"
+
+
 async def _given_token(request: Request) -> str | None:
     # The login page posts JSON; a plain form post (no JavaScript) works too.
     body = await request.body()
-    ctype = request.headers.get("content-type", "").split(";")[0].strip()
-    if ctype == "application/x-www-form-urlencoded":
+    if _is_form(request):
         values = parse_qs(body.decode("utf-8", errors="replace")).get("token", [])
         return values[0].strip() if values else None
     try:
@@ -69,7 +73,9 @@ def mount_dashboard(app: FastAPI, auth: BearerAuth) -> None:
 
     @router.post("/login")
     async def login(request: Request) -> Response:
-        """Check the token and keep it in an HttpOnly cookie; 401 when it is wrong."""
+        """Check the token and keep it in an HttpOnly cookie; 401 when it is wrong.
+
+        A plain form post (a browser without JavaScript) is sent on to the app."""
         given = await _given_token(request)
         if not auth.check(given):
             log.warning("dashboard login refused from %s", request.client)
@@ -78,7 +84,11 @@ def mount_dashboard(app: FastAPI, auth: BearerAuth) -> None:
                 status_code=status.HTTP_401_UNAUTHORIZED,
                 content={"detail": "wrong token"},
             )
-        response = Response(status_code=status.HTTP_204_NO_CONTENT)
+        response: Response = (
+            RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
+            if _is_form(request)
+            else Response(status_code=status.HTTP_204_NO_CONTENT)
+        )
         response.set_cookie(
             TOKEN_COOKIE,
             given or "",
