@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-run test test-quick lint typecheck clean
+.PHONY: setup browser demo demo-run test test-quick lint typecheck clean
 
 setup: $(STAMP)
 
@@ -35,7 +35,13 @@ typecheck: $(STAMP)
 test-quick: $(STAMP)
 	$(VENV)/bin/pytest -q -m "not slow"
 
-test: lint typecheck
+# The dashboard's browser tests drive Debian's Chromium (Playwright's own download is not
+# used); installed here when missing so a fresh machine and CI run them.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	test -x /usr/bin/chromium || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium)
+
+test: lint typecheck browser
 	$(VENV)/bin/pytest -q
 
 clean:

@@ -24,6 +24,7 @@ __all__ = [
     "TargetSpec",
     "WorkersSpec",
     "load_spec_file",
+    "locate_problems",
     "parse_memory",
     "parse_spec",
     "parse_spec_yaml",
@@ -336,3 +337,50 @@ def load_spec_file(path: str | Path) -> JobSpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([("", f"cannot read: {exc}")], str(p)) from None
     return parse_spec_yaml(text, source=str(p))
+
+
+def _field_lines(text: str) -> dict[str, int]:
+    """1-based line of every field path written in a YAML document (its key's line)."""
+    lines: dict[str, int] = {}
+
+    def walk(node: yaml.Node, path: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    continue
+                child = f"{path}.{key.value}" if path else str(key.value)
+                lines.setdefault(child, key.start_mark.line + 1)
+                walk(value, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                child = f"{path}[{i}]"
+                lines.setdefault(child, item.start_mark.line + 1)
+                walk(item, child)
+
+    root = yaml.compose(text, Loader=_SpecLoader)  # a SafeLoader subclass
+    if root is not None:
+        walk(root, "")
+    return lines
+
+
+def locate_problems(text: str, problems: Sequence[tuple[str, str]]) -> list[int | None]:
+    """For each ``(path, message)`` of a YAML spec, the 1-based line it names, if any.
+
+    A path not written in the text (a required field left out, ``workers.min`` of
+    ``workers: 3:1``) falls back to its nearest written parent; a YAML syntax error to the
+    line where parsing stopped.
+    """
+    try:
+        lines = _field_lines(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = mark.line + 1 if mark is not None else None
+        return [where if not path else None for path, _ in problems]
+    found: list[int | None] = []
+    for path, _ in problems:
+        probe = path
+        while probe and probe not in lines:
+            cut = max(probe.rfind("."), probe.rfind("["))
+            probe = probe[:cut] if cut > 0 else ""
+        found.append(lines.get(probe) if probe else None)
+    return found

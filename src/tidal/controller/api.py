@@ -2,7 +2,7 @@
 
 Handlers record what users ask for (a job, a priority, a target size, a cancel request);
 the controller loop carries it out on its next tick. Every route but ``/health`` needs the
-admin bearer token.
+admin bearer token. The same app serves the web dashboard (``tidal.dashboard``) at ``/``.
 """
 
 from __future__ import annotations
@@ -29,12 +29,16 @@ from tidal.controller.schema import (
     HealthView,
     HostView,
     JobDetail,
+    JobProgress,
     JobView,
     MetricsReport,
     MetricsView,
     PriorityRequest,
     ScaleByRequest,
     ScaleRequest,
+    SpecCheck,
+    SpecProblem,
+    UtilisationPoint,
     WorkerView,
 )
 from tidal.controller.store import (
@@ -46,7 +50,8 @@ from tidal.controller.store import (
     JobState,
     JobStateError,
 )
-from tidal.spec import SpecError, parse_spec, parse_spec_yaml
+from tidal.dashboard import mount_dashboard
+from tidal.spec import JobSpec, SpecError, locate_problems, parse_spec, parse_spec_yaml
 
 __all__ = ["create_app"]
 
@@ -96,17 +101,49 @@ def _allocation_view(a: AllocationRecord) -> AllocationView:
     return AllocationView(job_id=a.job_id, time=a.time, count=a.count, slots=list(a.slots))
 
 
+def _spec_loc(path: str) -> list[str | int]:
+    parts = [p for p in path.replace("[", ".").replace("]", "").split(".") if p]
+    return ["body", *[int(p) if p.isdigit() else p for p in parts]]
+
+
 def _spec_problem_response(exc: SpecError) -> JSONResponse:
     detail = [
-        {
-            "loc": ["body", *[p for p in path.replace("[", ".").replace("]", "").split(".") if p]],
-            "path": path,
-            "msg": message,
-            "type": "spec_error",
-        }
+        {"loc": _spec_loc(path), "path": path, "msg": message, "type": "spec_error"}
         for path, message in exc.problems
     ]
     return JSONResponse(status_code=_UNPROCESSABLE, content={"detail": detail})
+
+
+async def _spec_text(request: Request) -> tuple[str, bool]:
+    """A request's body as text, and whether it is YAML (by content type) rather than JSON."""
+    body = await request.body()
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    return body.decode("utf-8", errors="replace"), ctype in _YAML_TYPES
+
+
+def _read_spec(text: str, is_yaml: bool) -> JobSpec:
+    """The spec in a request body; raises :class:`SpecError`."""
+    if is_yaml:
+        return parse_spec_yaml(text)
+    try:
+        data = json.loads(text) if text else None
+    except ValueError:
+        raise SpecError([("", "body is not valid JSON")]) from None
+    return parse_spec(data)
+
+
+def _utilisation(records: Sequence[AllocationRecord], total: int) -> list[UtilisationPoint]:
+    """Slots held by all jobs together, one point per time the sum may have changed."""
+    counts: dict[str, int] = {}
+    points: list[UtilisationPoint] = []
+    for a in records:
+        counts[a.job_id] = a.count
+        point = UtilisationPoint(time=a.time, used=sum(counts.values()), total=total)
+        if points and points[-1].time == a.time:
+            points[-1] = point  # several jobs changed in one tick: keep the sum after all
+        else:
+            points.append(point)
+    return points
 
 
 def _invalid(path: str, message: str) -> HTTPException:
@@ -145,8 +182,9 @@ def create_app(controller: Controller, token: str) -> FastAPI:
         description="Share a pool of GPUs among elastic PyTorch training jobs.",
     )
     app.state.controller = controller
+    auth = BearerAuth(token)
     public = APIRouter()
-    api = APIRouter(dependencies=[Depends(BearerAuth(token))])
+    api = APIRouter(dependencies=[Depends(auth)])
 
     def job_or_404(ref: str) -> JobRecord:
         job = store.resolve(ref)
@@ -182,23 +220,50 @@ def create_app(controller: Controller, token: str) -> FastAPI:
     )
     async def submit(request: Request) -> Response:
         """Submit a job from a spec: JSON, or YAML text with ``Content-Type: application/yaml``."""
-        body = await request.body()
-        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip()
         try:
-            if ctype in _YAML_TYPES:
-                spec = parse_spec_yaml(body.decode("utf-8", errors="replace"))
-            else:
-                try:
-                    data = json.loads(body) if body else None
-                except ValueError:
-                    raise SpecError([("", "body is not valid JSON")]) from None
-                spec = parse_spec(data)
+            spec = _read_spec(*await _spec_text(request))
         except SpecError as exc:
             return _spec_problem_response(exc)
         job = await run_in_threadpool(store.add_job, spec)
         return JSONResponse(
             status_code=status.HTTP_201_CREATED, content=_job_view(job).model_dump(mode="json")
         )
+
+    @api.post(
+        "/jobs/validate",
+        response_model=SpecCheck,
+        tags=["jobs"],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"type": "object"}},
+                    "application/yaml": {"schema": {"type": "string"}},
+                },
+            }
+        },
+    )
+    async def validate(request: Request) -> SpecCheck:
+        """Check a spec without submitting it: every problem with its field path and, for
+        YAML, the line it names (what the dashboard's submit page shows next to the text)."""
+        text, is_yaml = await _spec_text(request)
+        try:
+            _read_spec(text, is_yaml)
+        except SpecError as exc:
+            lines = locate_problems(text, exc.problems) if is_yaml else None
+            return SpecCheck(
+                valid=False,
+                problems=[
+                    SpecProblem(
+                        loc=_spec_loc(path)[1:],
+                        path=path,
+                        msg=message,
+                        line=lines[i] if lines is not None else None,
+                    )
+                    for i, (path, message) in enumerate(exc.problems)
+                ],
+            )
+        return SpecCheck(valid=True, problems=[])
 
     @api.get("/jobs", response_model=list[JobView], tags=["jobs"])
     def list_jobs(
@@ -425,6 +490,27 @@ def create_app(controller: Controller, token: str) -> FastAPI:
             hosts=hosts,
         )
 
+    @api.get("/cluster/utilisation", response_model=list[UtilisationPoint], tags=["cluster"])
+    def utilisation(since: float | None = None) -> list[UtilisationPoint]:
+        """Slots in use over time (a step series): the cluster page's chart."""
+        points = _utilisation(store.allocations(), controller.cluster.total_slots)
+        if since is None:
+            return points
+        # The level at ``since`` is the last point before it, moved to ``since``.
+        before = [p for p in points if p.time < since]
+        after = [p for p in points if p.time >= since]
+        if before:
+            after.insert(0, before[-1].model_copy(update={"time": since}))
+        return after
+
+    @api.get("/progress", response_model=list[JobProgress], tags=["jobs"])
+    def progress() -> list[JobProgress]:
+        """Each job's latest training metrics: what the jobs table shows as progress."""
+        return [
+            JobProgress(job_id=m.job_id, step=m.step, time=m.time, values=dict(m.values))
+            for m in store.latest_metrics()
+        ]
+
     @api.get("/metrics", tags=["meta"], response_class=PlainTextResponse)
     def metrics() -> Response:
         """Prometheus exposition: slots, jobs by state, rescales, rescale stalls."""
@@ -433,4 +519,5 @@ def create_app(controller: Controller, token: str) -> FastAPI:
 
     app.include_router(public)
     app.include_router(api)
+    mount_dashboard(app, auth)
     return app

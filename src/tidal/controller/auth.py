@@ -1,7 +1,8 @@
 """Bearer-token auth: one admin token, created at the server's first start.
 
 The token lives in the data dir (mode 0600) so the CLI and SDK on the same machine find it
-without the user copying secrets around; other machines pass it explicitly.
+without the user copying secrets around; other machines pass it explicitly. The dashboard's
+browser sends the same token as an HttpOnly cookie set by its login page.
 """
 
 from __future__ import annotations
@@ -14,14 +15,28 @@ import stat
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, status
+from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-__all__ = ["TOKEN_FILE", "BearerAuth", "ensure_token", "read_token"]
+__all__ = [
+    "CSRF_HEADER",
+    "TOKEN_COOKIE",
+    "TOKEN_FILE",
+    "BearerAuth",
+    "ensure_token",
+    "read_token",
+]
 
 log = logging.getLogger(__name__)
 
 TOKEN_FILE = "token"
+#: The cookie the dashboard's login sets; it holds the token itself (HttpOnly).
+TOKEN_COOKIE = "tidal_token"
+#: A request authenticated by the cookie that changes anything must carry this header. A
+#: page on another site cannot add it without a CORS preflight the API never grants, so a
+#: forged form post is refused even by a browser that would send the cookie along.
+CSRF_HEADER = "X-Tidal-Request"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 _bearer = HTTPBearer(auto_error=False, description="The admin token from the data dir.")
 
@@ -59,22 +74,42 @@ def read_token(data_dir: Path) -> str | None:
 
 
 class BearerAuth:
-    """A FastAPI dependency that admits a request only with ``Authorization: Bearer <token>``."""
+    """A FastAPI dependency that admits a request only with the admin token.
+
+    The token comes as ``Authorization: Bearer <token>`` (CLI, SDK, scripts) or as the
+    dashboard's cookie; the header wins when both are present.
+    """
 
     def __init__(self, token: str) -> None:
         if not token:
             raise ValueError("an empty token would admit everyone")
         self._token = token.encode()
 
+    def check(self, given: str | None) -> bool:
+        """Whether ``given`` is the token (in constant time: timing must not leak it)."""
+        return bool(given) and hmac.compare_digest((given or "").encode(), self._token)
+
     def __call__(
-        self, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+        self,
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> None:
-        """Raise 401 unless the request carries the token."""
-        given = credentials.credentials.encode() if credentials is not None else b""
-        # Constant-time comparison: response timing must not leak the token.
-        if not given or not hmac.compare_digest(given, self._token):
-            raise HTTPException(
-                status_code=status.HTTP_401_UNAUTHORIZED,
-                detail="missing or invalid bearer token",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+        """Raise 401 unless the request carries the token (403 for a cookie without the
+        anti-forgery header on a request that changes something)."""
+        if credentials is not None:
+            if self.check(credentials.credentials):
+                return
+        else:
+            cookie = request.cookies.get(TOKEN_COOKIE)
+            if self.check(cookie):
+                if request.method in _SAFE_METHODS or request.headers.get(CSRF_HEADER):
+                    return
+                raise HTTPException(
+                    status_code=status.HTTP_403_FORBIDDEN,
+                    detail=f"a request authenticated by cookie must carry {CSRF_HEADER}",
+                )
+        raise HTTPException(
+            status_code=status.HTTP_401_UNAUTHORIZED,
+            detail="missing or invalid bearer token",
+            headers={"WWW-Authenticate": "Bearer"},
+        )

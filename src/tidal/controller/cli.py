@@ -212,7 +212,9 @@ def server(
 ) -> None:
     """Run the controller and its REST API until interrupted."""
     labels = _pairs(label, "--label")
-    from tidal.controller.server import ServerConfig, run_server  # heavy: only for this verb
+    # Heavy (FastAPI, uvicorn): only for this verb.
+    from tidal.controller.auth import TOKEN_FILE, read_token
+    from tidal.controller.server import ServerConfig, run_server
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -231,10 +233,16 @@ def server(
         labels=labels,
     )
 
+    # The token is shown once, when this start creates it: the dashboard's login asks for it.
+    first_start = read_token(folder) is None
+
     def ready(url: str) -> None:
         _out.print(
             f"tidal server on [bold]{url}[/] (data in {folder}); Ctrl-C to stop", soft_wrap=True
         )
+        token = read_token(folder) if first_start else None
+        where = f"token: [bold]{token}[/]" if token else f"token in {folder / TOKEN_FILE}"
+        _out.print(f"dashboard: [bold]{url}/[/] ({where})", soft_wrap=True, highlight=False)
 
     try:
         run_server(config, on_ready=ready)

@@ -15,12 +15,16 @@ __all__ = [
     "HealthView",
     "HostView",
     "JobDetail",
+    "JobProgress",
     "JobView",
     "MetricsReport",
     "MetricsView",
     "PriorityRequest",
     "ScaleByRequest",
     "ScaleRequest",
+    "SpecCheck",
+    "SpecProblem",
+    "UtilisationPoint",
     "WorkerView",
 ]
 
@@ -152,3 +156,37 @@ class HealthView(BaseModel):
 
     status: str
     version: str
+
+
+class SpecProblem(BaseModel):
+    """One problem of a spec: ``path`` is the field's dotted path (``workers.min``; empty
+    for the spec as a whole) and ``line`` the 1-based line of YAML text it names, if any."""
+
+    loc: list[str | int]
+    path: str
+    msg: str
+    line: int | None = None
+
+
+class SpecCheck(BaseModel):
+    """A spec checked without submitting it."""
+
+    valid: bool
+    problems: list[SpecProblem]
+
+
+class UtilisationPoint(BaseModel):
+    """From ``time`` on, ``used`` of the cluster's ``total`` slots were held by jobs."""
+
+    time: float
+    used: int
+    total: int
+
+
+class JobProgress(BaseModel):
+    """A job's latest reported training metrics (e.g. a ``progress`` value in [0, 1])."""
+
+    job_id: str
+    step: int
+    time: float
+    values: dict[str, float]

@@ -641,3 +641,14 @@ class Store:
                     .order_by(_MetricRow.step, _MetricRow.id)
                 )
             ]
+
+    def latest_metrics(self) -> list[MetricRecord]:
+        """Each job's most recently reported metrics (one record per job that reported)."""
+        latest = select(func.max(_MetricRow.id)).group_by(_MetricRow.job_id)
+        with self._transaction() as s:
+            return [
+                MetricRecord(job_id=r.job_id, step=r.step, time=r.time, values=r.values)
+                for r in s.scalars(
+                    select(_MetricRow).where(_MetricRow.id.in_(latest)).order_by(_MetricRow.job_id)
+                )
+            ]

@@ -1,0 +1,50 @@
+// Cluster: every host's slots coloured by the job holding them, and utilisation over time.
+import * as api from "./api.js";
+import { Chart, stepColumns } from "./charts.js";
+import { fill, h, jobColour, jobLink } from "./dom.js";
+import { every, POLL_MS } from "./poll.js";
+
+export function render(view) {
+  const summary = h("span", { class: "muted", id: "cluster-summary" });
+  const grid = h("div", { class: "slot-grid", id: "slot-grid" });
+  const legend = h("div", { class: "legend", id: "slot-legend" });
+  const chartBox = h("div", { class: "chart", id: "util-chart" });
+  view.append(
+    h("div", { class: "page-head" }, h("h1", {}, "Cluster"), summary),
+    h("section", { class: "card" }, h("h2", {}, "Slots", h("span", { class: "muted small" }, " — hosts × slots, coloured by the job holding each")), grid, legend),
+    h("section", { class: "card" }, h("h2", {}, "Utilisation", h("span", { class: "muted small" }, " — slots in use over time")), chartBox),
+  );
+  const chart = new Chart(chartBox, [
+    { label: "used", colour: "#2563eb", stepped: true, fill: true },
+    { label: "total", colour: "#94a3b8", stepped: true, dash: [6, 4] },
+  ], { integer: true, yLabel: "slots" });
+
+  const stop = every(POLL_MS, async () => {
+    const [cluster, util, jobs] = await Promise.all([api.cluster(), api.utilisation(), api.jobs()]);
+    const names = new Map(jobs.map((j) => [j.id, j.name]));
+    summary.textContent = `${cluster.used_slots} of ${cluster.total_slots} slots in use · policy ${cluster.policy}`;
+    fill(grid, cluster.hosts.map((host) => h("div", { class: "host-row" },
+      h("div", { class: "host-name" }, host.name,
+        h("div", { class: "muted small" }, [host.gpu ? "GPU" : "CPU", host.group].filter(Boolean).join(" · "))),
+      h("div", { class: "slots" }, host.used_by.map((job, i) => job
+        ? h("a", {
+          class: "slot used", href: `#/jobs/${encodeURIComponent(job)}`, title: `${host.name}:${i} — ${job}`,
+          style: `background:${jobColour(job)}`, dataset: { job, slot: i },
+        }, h("span", { class: "slot-index" }, i), h("span", { class: "slot-job" }, names.get(job) ?? job))
+        : h("div", { class: "slot free", title: `${host.name}:${i} — free`, dataset: { slot: i } },
+          h("span", { class: "slot-index" }, i), h("span", { class: "slot-job" }, "free")))))));
+    const holders = [...new Set(cluster.hosts.flatMap((x) => x.used_by).filter(Boolean))];
+    fill(legend, holders.map((job) => {
+      const n = cluster.hosts.flatMap((x) => x.used_by).filter((j) => j === job).length;
+      return h("span", { class: "legend-item" }, h("span", { class: "swatch", style: `background:${jobColour(job)}` }),
+        jobLink(job, names.get(job) ?? job), h("span", { class: "muted" }, ` ${n} slot(s)`));
+    }));
+    const now = Date.now() / 1000;
+    const [xs, used] = stepColumns(util.map((p) => ({ time: p.time, value: p.used })), now);
+    chart.setData([xs, used, xs.map(() => cluster.total_slots)]);
+  });
+  return () => {
+    stop();
+    chart.destroy();
+  };
+}

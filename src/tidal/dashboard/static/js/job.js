@@ -1,0 +1,259 @@
+// One job: its allocation over time, training metrics, workers, events and logs, and the
+// actions (priority, scale out/in, cancel). Everything but the logs is polled every POLL_MS;
+// logs are loaded once, or streamed while "follow" is ticked.
+import * as api from "./api.js";
+import { Chart, stepColumns } from "./charts.js";
+import { badge, clock, duration, fill, h, jobColour, timeCell } from "./dom.js";
+import { every, POLL_MS } from "./poll.js";
+
+const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const BAD_EVENTS = new Set(["failed", "restart", "worker_failed", "lost", "backend_error", "policy_error"]);
+const RESCALE_EVENTS = new Set(["rescale", "rescaled", "rescaling", "scale", "scale_out", "scale_in", "preempted", "started"]);
+// Charted first when reported; any other metric follows in name order.
+const METRIC_ORDER = ["loss", "accuracy", "samples/s", "samples_per_s", "throughput"];
+const LOG_TAIL = 200;
+const LOG_KEEP = 2000;
+
+function fact(label, ...value) {
+  return h("div", { class: label === "Command" ? "fact wide" : "fact" }, h("div", { class: "fact-label" }, label), h("div", { class: "fact-value" }, ...value));
+}
+
+function metricNames(points) {
+  const names = new Set(points.flatMap((p) => Object.keys(p.values)));
+  const known = METRIC_ORDER.filter((n) => names.has(n));
+  return [...known, ...[...names].filter((n) => !known.includes(n)).sort()];
+}
+
+export function render(view, id) {
+  const el = {
+    title: h("h1", {}, id),
+    state: h("span"),
+    id: h("span", { class: "muted" }),
+    reason: h("p", { class: "reason-line", id: "job-reason" }),
+    facts: h("div", { class: "facts" }),
+    message: h("p", { class: "action-msg", id: "action-msg", role: "status" }),
+    priority: h("input", { id: "priority-input", type: "number", min: 1, max: 1000000, step: 1 }),
+    count: h("input", { id: "scale-count", type: "number", min: 1, value: 1, step: 1 }),
+    alloc: h("div", { class: "chart", id: "alloc-chart" }),
+    metrics: h("div", { class: "metric-charts", id: "metric-charts" }),
+    workers: h("tbody"),
+    events: h("tbody"),
+    logs: h("pre", { class: "logs", id: "logs" }),
+    follow: h("input", { type: "checkbox", id: "logs-follow" }),
+  };
+  const swatch = h("span", { class: "swatch big", style: `background:${jobColour(id)}` });
+  const buttons = {
+    priority: h("button", { id: "priority-set" }, "Set priority"),
+    out: h("button", { id: "scale-out" }, "Scale out"),
+    in: h("button", { id: "scale-in" }, "Scale in"),
+    cancel: h("button", { id: "cancel-job", class: "danger" }, "Cancel job…"),
+  };
+  const dialog = h("dialog", { id: "cancel-dialog" },
+    h("h2", {}, "Cancel this job?"),
+    h("p", {}, `Every worker of ${id} stops; the job ends as cancelled and cannot be resumed.`),
+    h("div", { class: "dialog-buttons" },
+      h("button", { id: "cancel-no", value: "no" }, "Keep it running"),
+      h("button", { id: "cancel-yes", class: "danger", value: "yes" }, "Cancel job")));
+
+  view.append(
+    h("p", { class: "crumbs" }, h("a", { href: "#/jobs" }, "Jobs"), " / ", id),
+    h("div", { class: "page-head" }, swatch, el.title, el.state, el.id),
+    el.reason,
+    h("div", { class: "row" },
+      h("section", { class: "card grow" }, el.facts),
+      h("section", { class: "card actions" },
+        h("h2", {}, "Actions"),
+        h("div", { class: "action" }, h("label", { for: "priority-input" }, "Priority"), el.priority, buttons.priority),
+        h("div", { class: "action" }, h("label", { for: "scale-count" }, "Workers"), el.count, buttons.out, buttons.in),
+        h("div", { class: "action" }, buttons.cancel),
+        el.message)),
+    h("div", { class: "row" },
+      h("section", { class: "card half" },
+        h("h2", {}, "Allocation", h("span", { class: "muted small" }, " — slots held over time")), el.alloc),
+      h("section", { class: "card half" },
+        h("h2", {}, "Training metrics", h("span", { class: "muted small" }, " — by step")), el.metrics)),
+    h("div", { class: "row" },
+      h("section", { class: "card half" }, h("h2", {}, "Workers"),
+        h("table", { id: "workers-table" },
+          h("thead", {}, h("tr", {}, ["Worker", "Host", "Slot", "PID", "State", "Exit"].map((t) => h("th", {}, t)))),
+          el.workers)),
+      h("section", { class: "card half" }, h("h2", {}, "Events"),
+        h("div", { class: "scroll" }, h("table", { id: "events-table" },
+          h("thead", {}, h("tr", {}, ["Time", "Event", "", "Stall"].map((t) => h("th", {}, t)))),
+          el.events)))),
+    h("section", { class: "card" },
+      h("div", { class: "logs-head" }, h("h2", {}, "Logs"),
+        h("label", {}, el.follow, " follow"),
+        h("button", { id: "logs-reload", onclick: () => loadLogs() }, "Reload")),
+      el.logs),
+    dialog,
+  );
+
+  const allocChart = new Chart(el.alloc, [{ label: "slots", colour: jobColour(id), stepped: true, fill: true }], {
+    integer: true, yLabel: "slots",
+  });
+  const metricCharts = new Map();
+  let current = null;
+  let priorityTouched = false;
+  el.priority.addEventListener("input", () => { priorityTouched = true; });
+
+  const say = (text, bad = false) => {
+    el.message.textContent = text;
+    el.message.classList.toggle("error", bad);
+  };
+  const act = async (what, call) => {
+    try {
+      say(`${what}…`);
+      await call();
+      say(`${what}: done; the controller applies it on its next tick.`);
+      await refresh();
+    } catch (e) {
+      say(`${what} refused: ${e.message}`, true);
+    }
+  };
+  buttons.priority.addEventListener("click", () => act("Priority", async () => {
+    await api.setPriority(id, Number(el.priority.value));
+    priorityTouched = false;
+  }));
+  buttons.out.addEventListener("click", () => act("Scale out", () => api.scaleOut(id, Number(el.count.value))));
+  buttons.in.addEventListener("click", () => act("Scale in", () => api.scaleIn(id, Number(el.count.value))));
+  buttons.cancel.addEventListener("click", () => dialog.showModal());
+  dialog.addEventListener("click", (e) => {
+    if (e.target.value === "no") dialog.close();
+    if (e.target.value === "yes") {
+      dialog.close();
+      act("Cancel", () => api.cancel(id));
+    }
+  });
+
+  function drawJob(job) {
+    current = job;
+    el.title.textContent = job.name;
+    fill(el.state, badge(job.state));
+    el.id.textContent = job.id;
+    el.reason.textContent = job.cancel_requested && !TERMINAL.has(job.state)
+      ? `cancelling… ${job.reason}` : job.reason;
+    const ran = job.started_at ? (job.finished_at ?? Date.now() / 1000) - job.started_at : null;
+    fill(el.facts,
+      fact("Workers", h("span", { id: "workers-now", class: "big-num" }, job.workers),
+        h("span", { class: "muted" }, ` now · min ${job.min_workers} · max ${job.max_workers}`),
+        job.target_workers !== null ? h("div", { class: "muted small" }, `target ${job.target_workers}`) : null),
+      fact("Priority", h("span", { id: "priority-now", class: "big-num" }, job.priority)),
+      fact("Generation", job.generation, h("div", { class: "muted small" }, `${job.restarts} restart(s)`)),
+      fact("Submitted", clock(job.submitted_at)),
+      fact("Started", clock(job.started_at), ran !== null ? h("div", { class: "muted small" }, `ran ${duration(ran)}`) : null),
+      fact("Ended", clock(job.finished_at)),
+      fact("Command", h("code", { class: "small" }, (job.spec.command || []).join(" "))),
+    );
+    if (!priorityTouched) el.priority.value = job.priority;
+    const over = TERMINAL.has(job.state);
+    for (const b of Object.values(buttons)) b.disabled = over;
+    el.priority.disabled = over;
+    el.count.disabled = over;
+    fill(el.workers, job.worker_list.map((w) => h("tr", {},
+      h("td", { class: "num" }, w.worker_id), h("td", {}, w.host), h("td", { class: "num" }, w.slot),
+      h("td", { class: "num muted" }, w.pid ?? "–"), h("td", {}, badge(w.state)),
+      h("td", { class: "num" }, w.exit_code ?? ""))));
+  }
+
+  function drawAllocation(points, job) {
+    const until = TERMINAL.has(job.state) ? job.finished_at : Date.now() / 1000;
+    allocChart.setData(stepColumns(points.map((a) => ({ time: a.time, value: a.count })), until));
+  }
+
+  function drawMetrics(points) {
+    const names = metricNames(points);
+    if (!names.length) {
+      fill(el.metrics, h("p", { class: "empty" }, "No metrics reported yet."));
+      return;
+    }
+    if (!metricCharts.size) el.metrics.replaceChildren();
+    for (const name of names) {
+      let chart = metricCharts.get(name);
+      if (!chart) {
+        const box = h("div", { class: "chart small-chart", dataset: { metric: name } });
+        el.metrics.append(h("div", { class: "metric" }, h("div", { class: "metric-name" }, name), box));
+        chart = new Chart(box, [{ label: name, colour: jobColour(id) }], { time: false, height: 150, legend: false });
+        metricCharts.set(name, chart);
+      }
+      const rows = points.filter((p) => name in p.values);
+      chart.setData([rows.map((p) => p.step), rows.map((p) => p.values[name])]);
+    }
+  }
+
+  function drawEvents(list) {
+    fill(el.events, list.slice().reverse().map((e) => {
+      const kind = BAD_EVENTS.has(e.kind) ? "bad" : RESCALE_EVENTS.has(e.kind) ? "rescale" : "";
+      const stall = e.data && typeof e.data.stall_s === "number" ? `${e.data.stall_s.toFixed(2)} s` : "";
+      return h("tr", { class: `event ${kind}`, dataset: { kind: e.kind } },
+        timeCell(e.time), h("td", {}, h("span", { class: "event-kind" }, e.kind)),
+        h("td", { class: "message" }, e.message), h("td", { class: "num" }, stall));
+    }));
+  }
+
+  async function refresh() {
+    const [job, allocs, mets, evs] = await Promise.all([
+      api.job(id), api.allocations(id), api.metrics(id), api.events(id),
+    ]);
+    drawJob(job);
+    drawAllocation(allocs, job);
+    drawMetrics(mets);
+    drawEvents(evs);
+  }
+
+  // Logs: a snapshot, or a stream while following.
+  let streaming = null;
+  function keepTail(text) {
+    const lines = text.split("\n");
+    return lines.length > LOG_KEEP ? lines.slice(-LOG_KEEP).join("\n") : text;
+  }
+  function showLogs(text) {
+    const atBottom = el.logs.scrollTop + el.logs.clientHeight >= el.logs.scrollHeight - 20;
+    el.logs.textContent = keepTail(text) || "(no output yet)";
+    if (atBottom || el.follow.checked) el.logs.scrollTop = el.logs.scrollHeight;
+  }
+  async function loadLogs() {
+    try {
+      showLogs(await api.logs(id, LOG_TAIL));
+    } catch (e) {
+      showLogs(`cannot read the logs: ${e.message}`);
+    }
+  }
+  function follow(on) {
+    if (streaming) streaming.abort();
+    streaming = null;
+    if (!on) return;
+    const controller = new AbortController();
+    streaming = controller;
+    let text = "";
+    api.stream(`/jobs/${encodeURIComponent(id)}/logs?tail=${LOG_TAIL}&follow=true`, (chunk) => {
+      text = keepTail(text + chunk);
+      showLogs(text);
+    }, controller.signal)
+      .then(() => { if (streaming === controller) el.follow.checked = false; })
+      .catch((e) => { if (e.name !== "AbortError") showLogs(`${text}\n(stream ended: ${e.message})`); });
+  }
+  el.follow.addEventListener("change", () => (el.follow.checked ? follow(true) : loadLogs()));
+
+  let logsStarted = false;
+  const stopPolling = every(POLL_MS, async () => {
+    await refresh();
+    if (!logsStarted) {
+      // Follow a live job's logs by default; a finished job's are shown once.
+      logsStarted = true;
+      if (!TERMINAL.has(current.state)) {
+        el.follow.checked = true;
+        follow(true);
+      } else {
+        loadLogs();
+      }
+    }
+  });
+
+  return () => {
+    stopPolling();
+    follow(false);
+    allocChart.destroy();
+    for (const c of metricCharts.values()) c.destroy();
+  };
+}

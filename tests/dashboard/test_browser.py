@@ -1,0 +1,289 @@
+"""The dashboard in a real browser against a real ``tidal server`` running two real jobs.
+
+Headless Chromium (Debian's, driven by Playwright) logs in with the token the server
+printed, sees both jobs running, raises one's priority through the job page and watches its
+allocation chart change, gets field errors for an invalid spec, and is refused with a wrong
+token. Screenshots go to ``artifacts/dashboard/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidal.client import Client
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "digits_mlp.py"
+ARTIFACTS = ROOT / "artifacts" / "dashboard"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SLOTS = 4
+
+# Outside CI a machine without the browser skips these tests and says why; in CI they must
+# run (make test installs Chromium), so there a missing browser is a failure.
+if not os.environ.get("CI"):
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"{CHROMIUM} is missing (make test installs it: apt-get install chromium)",
+            allow_module_level=True,
+        )
+    pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+
+
+@dataclass
+class Scene:
+    """A server with two running jobs."""
+
+    url: str
+    token: str
+    client: Client
+    jobs: tuple[str, str]
+
+
+def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def _spec(name: str, tmp: Path) -> dict[str, Any]:
+    return {
+        "name": name,
+        "command": [
+            "python",
+            str(EXAMPLE),
+            "--epochs",
+            "500",  # outlasts the test; cancelled at the end
+            "--step-delay",
+            "0.05",
+            "--result",
+            str(tmp / f"{name}.json"),
+        ],
+        "workers": {"min": 1, "max": SLOTS},
+    }
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
+    """``tidal server --slots 4`` with two digits jobs sharing it 2 / 2."""
+    tmp = tmp_path_factory.mktemp("dashboard")
+    data = tmp / "data"
+    out = tmp / "server.out"
+    with out.open("w") as sink:
+        process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "tidal.cli", "server"),
+                *("--slots", str(SLOTS), "--data-dir", str(data)),
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(os.environ, TIDAL_HOME=str(tmp / "home"), COLUMNS="200"),
+        )
+    try:
+        _until(lambda: (data / "server.json").exists(), 60, "the server to start")
+        # The token as a user would take it: from what the server printed at first start.
+        _until(lambda: "dashboard:" in out.read_text(), 10, "the dashboard line")
+        printed = re.search(r"dashboard: (\S+)/ \(token: (\S+)\)", out.read_text())
+        assert printed, out.read_text()
+        url, token = printed.group(1), printed.group(2)
+        assert token == (data / "token").read_text().strip()
+        with Client(url=url, token=token, timeout=30) as client:
+            jobs = (
+                client.submit(_spec("digits-a", tmp)).id,
+                client.submit(_spec("digits-b", tmp)).id,
+            )
+
+            def running(job: str) -> int:
+                return sum(w.state == "running" for w in client.get(job).worker_list)
+
+            _until(lambda: all(running(j) == 2 for j in jobs), 180, "2 / 2 workers running")
+            for step in range(0, 200, 10):
+                client.report_metrics(
+                    jobs[0], step, {"loss": 2.0 / (1 + step / 40), "accuracy": step / 220}
+                )
+            try:
+                yield Scene(url, token, client, jobs)
+            finally:
+                for job in jobs:
+                    with contextlib.suppress(Exception):
+                        client.cancel(job)
+                with contextlib.suppress(AssertionError):
+                    _until(
+                        lambda: all(client.get(j).state == "cancelled" for j in jobs),
+                        60,
+                        "the jobs to end",
+                    )
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        left = subprocess.run(
+            ["pgrep", "-f", f"tidal.launch.agent .*{tmp}"], capture_output=True, text=True
+        )
+        assert left.stdout == "", "agents left behind"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium, headless; Playwright's own browser download is not used."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh browser context (no cookie) with a desktop-sized window."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(15_000)
+    errors: list[str] = []
+    tab = context.new_page()
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield tab
+        assert errors == [], f"JavaScript errors: {errors}"
+    finally:
+        context.close()
+
+
+def _shot(page: Page, name: str, full_page: bool = True) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
+
+
+def _log_in(page: Page, scene: Scene) -> None:
+    page.goto(f"{scene.url}/")
+    expect(page).to_have_url(re.compile(r"/login$"))
+    page.fill("#token", scene.token)
+    page.click("button[type=submit]")
+    expect(page.locator("#jobs-table")).to_be_visible()
+
+
+def test_wrong_token_is_refused(scene: Scene, page: Page) -> None:
+    page.goto(f"{scene.url}/")
+    expect(page).to_have_url(re.compile(r"/login$"))
+    page.fill("#token", "not-the-token")
+    page.click("button[type=submit]")
+    expect(page.locator("#login-error")).to_have_text(re.compile("Wrong token"))
+    _shot(page, "login-refused")
+    assert page.context.cookies() == []
+    page.goto(f"{scene.url}/")
+    expect(page).to_have_url(re.compile(r"/login$"))
+
+
+def test_jobs_page_lists_both_running_jobs(scene: Scene, page: Page) -> None:
+    _log_in(page, scene)
+    for job in scene.jobs:
+        row = page.locator(f'#jobs-table tr[data-job="{job}"]')
+        expect(row).to_have_attribute("data-state", "running")
+        expect(row).to_contain_text("2 / 1–4")
+    expect(page.locator("#job-counts")).to_have_text(re.compile(r"2 running"))
+    _shot(page, "jobs")
+
+
+def test_raising_a_priority_moves_slots_on_the_allocation_chart(scene: Scene, page: Page) -> None:
+    _log_in(page, scene)
+    first, second = scene.jobs
+    page.click(f'#jobs-table tr[data-job="{second}"] a')
+    chart = page.locator("#alloc-chart")
+    expect(chart).to_have_attribute("data-last", "2")
+    before = chart.get_attribute("data-points")
+    expect(page.locator("#events-table")).to_contain_text("started")
+
+    page.fill("#priority-input", "10000")
+    page.click("#priority-set")
+    expect(page.locator("#priority-now")).to_have_text("10000")
+    # 4 slots at priorities 5000 and 10000: fair share makes it 1 / 3.
+    expect(chart).to_have_attribute("data-last", "3", timeout=120_000)
+    assert chart.get_attribute("data-points") != before
+    expect(page.locator("#workers-now")).to_have_text("3")
+    assert [a.count for a in scene.client.allocations(second)][-1] == 3
+    _until(lambda: scene.client.allocations(first)[-1].count == 1, 60, "the first job at 1")
+    expect(page.locator("#events-table")).to_contain_text("priority")
+    _shot(page, "job-after-priority")
+
+    page.goto(f"{scene.url}/#/jobs/{first}")
+    expect(page.locator("#alloc-chart")).to_have_attribute("data-last", "1")
+    expect(page.locator('.chart[data-metric="loss"]')).to_have_attribute(
+        "data-points", re.compile("190")
+    )
+    _shot(page, "job-with-metrics")
+
+    page.goto(f"{scene.url}/#/cluster")
+    expect(page.locator(f'#slot-grid .slot[data-job="{second}"]')).to_have_count(3)
+    expect(page.locator(f'#slot-grid .slot[data-job="{first}"]')).to_have_count(1)
+    _shot(page, "cluster")
+
+
+def test_invalid_spec_shows_its_field_errors_next_to_their_lines(scene: Scene, page: Page) -> None:
+    _log_in(page, scene)
+    page.click('nav a[data-nav="submit"]')
+    page.fill(
+        "#spec-text",
+        "name: Bad Name\ncommand: python x.py\nworkers:\n  min: 4\n  max: 2\n"
+        "resources: {memory: 12Q}\nsurprise: 1\n",
+    )
+    notes = page.locator("#spec-annotated .note")
+    expect(notes).to_have_count(4)
+    expect(page.locator('#spec-annotated .note[data-path="workers.min"]')).to_have_attribute(
+        "data-line", "4"
+    )
+    expect(page.locator('#spec-annotated .note[data-path="workers.min"]')).to_contain_text(
+        "must be ≤ workers.max (got 4 > 2)"
+    )
+    expect(page.locator('#spec-annotated .note[data-path="surprise"]')).to_contain_text(
+        "unknown field"
+    )
+    page.click("#spec-submit")
+    expect(page.locator("#spec-status")).to_contain_text("Refused")
+    _shot(page, "submit-invalid")
+    assert len(scene.client.list()) == 2, "nothing was submitted"
+
+
+def test_cancel_asks_first_then_ends_the_job(scene: Scene, page: Page) -> None:
+    _log_in(page, scene)
+    job = scene.jobs[0]
+    page.goto(f"{scene.url}/#/jobs/{job}")
+    expect(page.locator("#workers-now")).to_have_text("1")
+    dialog = page.locator("#cancel-dialog")
+    page.click("#cancel-job")
+    expect(dialog).to_be_visible()
+    _shot(page, "cancel-confirm", full_page=False)  # the modal's backdrop covers the viewport
+    page.click("#cancel-no")
+    expect(dialog).to_be_hidden()
+    assert not scene.client.get(job).cancel_requested, "kept running when told to"
+    page.click("#cancel-job")
+    page.click("#cancel-yes")
+    expect(page.locator(".page-head .badge")).to_have_text("cancelled", timeout=60_000)
+    expect(page.locator("#cancel-job")).to_be_disabled()
