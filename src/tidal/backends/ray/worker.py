@@ -137,14 +137,22 @@ class RayProcess:
         on_line: Callable[[str], None],
         name: str,
         on_lost: Callable[[], None] | None = None,
+        node_gone: Callable[[], bool] | None = None,
     ) -> None:
+        """``on_lost`` is called when the actor is found dead; ``node_gone`` says whether
+        its node has left the cluster."""
         self._actor = actor
         self._start = start  # ObjectRef of WorkerActor.start: the pid
         self._on_line = on_line
         self._name = name
         self._on_lost = on_lost
+        self._node_gone = node_gone
         self._pid: int | None = None
         self._started = False
+        #: The actor ran ``start``: the command ran (or was refused) on the node.
+        self._ran = False
+        #: Never ran, and its node is gone: waits like :class:`Unplaced`.
+        self._unplaced = False
         self._code: int | None = None
         self._pending: Any = None  # ObjectRef of the poll in flight
         self._last_poll = 0.0
@@ -169,10 +177,11 @@ class RayProcess:
             self._started = True
             with contextlib.suppress(RayError):  # a dead actor: poll reports it
                 self._pid = ray.get(self._start)
+                self._ran = True
 
     def poll(self) -> int | None:
         """Collect the answer of the last status request, if in, and send the next one."""
-        if self._code is not None:
+        if self._code is not None or self._unplaced:
             return self._code
         if self._pending is None:
             if time.monotonic() - self._last_poll < POLL_INTERVAL:
@@ -191,10 +200,17 @@ class RayProcess:
         try:
             code, text = ray.get(ref)
         except RayError as exc:
-            log.warning("worker %s lost: %s", self._name, _first_line(exc))
             code, text = EXIT_LOST, ""
             if self._on_lost is not None:
                 self._on_lost()  # perhaps its node died: look again before replacing it
+            self._check_started()
+            if not self._ran and self._node_gone is not None and self._node_gone():
+                # Placed on a node that died before the worker ran (Ray can take seconds
+                # to declare a node dead): nothing failed, and its slot no longer exists.
+                log.info("worker %s: its node died before it started", self._name)
+                self._unplaced = True
+                return
+            log.warning("worker %s lost: %s", self._name, _first_line(exc))
         self._deliver(text)
         if code is not None:
             self._finish(code)
@@ -221,7 +237,7 @@ class RayProcess:
         if self._code is not None:
             return
         self._check_started()
-        if self._started:
+        if self._started and not self._unplaced:
             # The poll in flight first: its answer carries output the kill's does not.
             pending, self._pending = self._pending, None
             refs = [pending] if pending is not None else []
@@ -311,7 +327,8 @@ class RaySpawner:
         on_line: Callable[[str], None],
     ) -> RayProcess | Unplaced:
         """Create the actor on the slot's node and have it start the command."""
-        where = self._placement(slot.rpartition(":")[0])
+        host = slot.rpartition(":")[0]
+        where = self._placement(host)
         if where is None:
             log.info("worker %s: the node of slot %s is gone; not started", worker_id, slot)
             return Unplaced()
@@ -331,7 +348,14 @@ class RaySpawner:
         actor = _remote_actor().options(**options).remote()
         start = actor.start.remote(list(argv), dict(env), cwd)
         log.info("worker %s: actor for slot %s on node %s", worker_id, slot, node_id)
-        return RayProcess(actor, start, on_line, f"{worker_id}@{slot}", self._on_lost)
+        return RayProcess(
+            actor,
+            start,
+            on_line,
+            f"{worker_id}@{slot}",
+            on_lost=self._on_lost,
+            node_gone=lambda: self._placement(host) is None,
+        )
 
 
 _REMOTE: Any = None
