@@ -3,7 +3,7 @@
 One cluster for the module: a head node without slots and nodes of 4 ``tidal_slot`` each,
 all on 127.0.0.1. Scenes: two jobs share two nodes fairly; a node dies mid-training and
 both jobs go on with the remaining slots and finish correctly; a node joins and a job
-grows onto it.
+grows onto it, and once cancelled its workers end on every node.
 """
 
 from __future__ import annotations
@@ -319,14 +319,18 @@ def test_node_lost_mid_training(server: Server, ray_cluster: RayCluster) -> None
     assert "worker_failed" in kinds, kinds
 
 
-def test_job_grows_onto_a_new_node(server: Server, ray_cluster: RayCluster) -> None:
-    """A job that wants 8 runs on the one node there is; a node joins: it grows onto it."""
+def test_job_grows_onto_a_new_node_then_is_cancelled(
+    server: Server, ray_cluster: RayCluster
+) -> None:
+    """A job that wants 8 runs on the one node there is; a node joins: it grows onto it.
+    Cancelled, it checkpoints and its workers end on both nodes."""
     client, tmp = server.client, server.data.parent
     while len(ray_cluster.slot_nodes()) > 1:
         ray_cluster.cluster.remove_node(ray_cluster.slot_nodes()[-1])
     _until(lambda: client.cluster().total_slots == SLOTS_PER_NODE, 30, "one node")
 
-    job = client.submit(_audited("grow", 20, tmp / "grow", "1:8")).id
+    # Long enough to outlast the growth on a busy machine: it is cancelled anyway.
+    job = client.submit(_audited("grow", 100, tmp / "grow", "1:8")).id
     _until(lambda: len(_running(client, job)) == SLOTS_PER_NODE, 120, "4 workers")
     old = {host for host, _ in _running(client, job)}
 
@@ -335,10 +339,28 @@ def test_job_grows_onto_a_new_node(server: Server, ray_cluster: RayCluster) -> N
     _until(lambda: len(_running(client, job)) == 2 * SLOTS_PER_NODE, 120, "8 workers")
     print(f"\nnode joined → job on 8 workers in {time.monotonic() - joined_at:.1f} s")
     assert len({host for host, _ in _running(client, job)} - old) == 1
+    _until(lambda: _world(tmp / "grow") == 8, 60, "a step on 8 workers")
 
-    assert client.wait(job, timeout=180).state == "succeeded"
-    history = _check_audit(tmp / "grow", 20)
+    client.cancel(job)
+    _until(lambda: client.get(job).state == "cancelled", 30, "the job cancelled")
+    _until(lambda: not _workers_of(tmp), 60, "the job's workers to end")
+    checkpoints = server.data / "jobs" / job / "checkpoints"
+    assert list(checkpoints.glob("checkpoint-*.pt")), "released workers checkpoint first"
+    history = final_history(steps(tmp / "grow"))
+    assert_ranks_agree(history)
     # Newcomers are admitted as each is ready: 4, then up to 8, never down.
     worlds = [group[0]["world"] for group in history.values()]
     assert worlds[0] == 4 and worlds[-1] == 8 and worlds == sorted(worlds), set(worlds)
     assert client.get(job).restarts == 0
+
+
+def _world(out: Path) -> int:
+    """The world of the latest step recorded."""
+    latest: dict[str, Any] = {"step": 0, "world": 0}
+    for path in out.glob("steps-*.jsonl"):
+        lines = path.read_text().splitlines()
+        if lines and lines[-1].endswith("}"):
+            record = json.loads(lines[-1])
+            if record["step"] > latest["step"]:
+                latest = record
+    return int(latest["world"])
