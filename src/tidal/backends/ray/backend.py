@@ -29,7 +29,7 @@ from typing import Any
 import ray
 
 from tidal.backends.base import HostInfo, JobLaunch, JobStatus, WorkerState, WorkerStatus
-from tidal.backends.ray.worker import RaySpawner, Unplaced
+from tidal.backends.ray.worker import RayProcess, RaySpawner, Unplaced
 from tidal.launch.agent import worker_state
 from tidal.launch.group import GroupEvent, Outcome, WorkerGroup, WorkerSpec
 from tidal.policy.api import Slot
@@ -259,8 +259,9 @@ class RayBackend:
                     stopping = job.stopping
                 if stopping:
                     for worker in group.workers.values():
-                        if isinstance(worker.process, Unplaced):
-                            worker.process.kill()  # it would never leave by itself
+                        process = worker.process
+                        if isinstance(process, (Unplaced, RayProcess)) and process.unplaced:
+                            process.kill()  # it would never leave by itself
                     group.stop(grace=_STOP_GRACE)
                     break
                 if requested is not None:

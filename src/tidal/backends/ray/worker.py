@@ -169,6 +169,11 @@ class RayProcess:
         """The exit status once known."""
         return self._code
 
+    @property
+    def unplaced(self) -> bool:
+        """Its node died before it ran: it waits, like :class:`Unplaced`, to be let go."""
+        return self._unplaced and self._code is None
+
     def _check_started(self) -> None:
         if self._started:
             return
@@ -275,6 +280,11 @@ class Unplaced:
 
     def __init__(self) -> None:
         self._code: int | None = None
+
+    @property
+    def unplaced(self) -> bool:
+        """Until let go."""
+        return self._code is None
 
     @property
     def returncode(self) -> int | None:
