@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.controller.fakes import BrokenPolicy, FakeBackend, GreedyPolicy
+from tidal.backends.base import HostInfo
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop import Controller
 from tidal.controller.store import JobRecord, JobState, Store
@@ -328,3 +329,49 @@ def test_policy_exception_is_an_event_and_the_loop_goes_on(
     ctl.policy = GreedyPolicy()
     ctl.tick()
     assert job(store, a.id).state is JobState.RUNNING
+
+
+class DiscoveringBackend(FakeBackend):
+    """The fake backend with hosts that come and go (a Ray cluster's nodes)."""
+
+    def __init__(self, hosts: list[HostInfo]) -> None:
+        super().__init__()
+        self.host_list = hosts
+
+    def hosts(self) -> list[HostInfo]:
+        """The hosts as the test set them."""
+        return list(self.host_list)
+
+
+def test_hosts_follow_a_discovering_backend(store: Store, tmp_path: Path, clock: Clock) -> None:
+    backend = DiscoveringBackend([HostInfo("n1", 2), HostInfo("n2", 2)])
+    ctl, _ = make(store, tmp_path, clock, backend=backend)
+    a = submit(store, clock, workers="1:4", restart={"max_restarts": 5})
+    ctl.tick()
+    assert ctl.cluster.total_slots == 4
+    assert set(job(store, a.id).slots) == {("n1", 0), ("n1", 1), ("n2", 0), ("n2", 1)}
+    ctl.tick()
+
+    # n2 dies: its workers fail, its slots leave the cluster; the failed workers are not
+    # replaced on it, and the job goes on with n1's slots.
+    backend.host_list = [HostInfo("n1", 2)]
+    for _ in range(2):
+        slot = next(
+            w.slot for w in backend.jobs[a.id].workers if w.state.alive and w.slot[0] == "n2"
+        )
+        index = [w.slot for w in backend.jobs[a.id].workers if w.state.alive].index(slot)
+        backend.fail_worker(a.id, index)
+    ctl.tick()
+    assert ctl.cluster.total_slots == 2
+    assert backend.alive(a.id) == {("n1", 0), ("n1", 1)}
+    assert job(store, a.id).restarts == 2
+    ctl.tick()
+    assert set(job(store, a.id).slots) == {("n1", 0), ("n1", 1)}
+    assert any(e.kind == "cluster" and "-n2" in e.message for e in store.events())
+
+    # n3 joins: the job grows onto it.
+    backend.host_list = [HostInfo("n1", 2), HostInfo("n3", 2)]
+    ctl.tick()
+    ctl.tick()
+    assert set(job(store, a.id).slots) == {("n1", 0), ("n1", 1), ("n3", 0), ("n3", 1)}
+    assert ctl.metrics.slots_total._value.get() == 4

@@ -3,6 +3,10 @@
 A backend does what the controller says and reports what happened. It never replaces a
 failed worker by itself and never moves a job between slots on its own: the controller
 counts failures against the job's restart budget and asks again with :meth:`Backend.assign`.
+
+A backend that knows the cluster better than the controller's own host (the nodes of a Ray
+cluster) also implements :class:`HostDiscovery`: the controller then hands out exactly the
+slots it reports, and follows hosts as they join and leave.
 """
 
 from __future__ import annotations
@@ -11,11 +15,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from tidal.policy.api import Slot
 
-__all__ = ["Backend", "JobLaunch", "JobStatus", "WorkerState", "WorkerStatus"]
+__all__ = [
+    "Backend",
+    "HostDiscovery",
+    "HostInfo",
+    "JobLaunch",
+    "JobStatus",
+    "WorkerState",
+    "WorkerStatus",
+]
 
 
 class WorkerState(str, Enum):
@@ -124,4 +136,35 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stop everything and release resources; the controller is shutting down."""
+        ...
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """A host a backend found: its slots are ``(name, 0) .. (name, slots - 1)``."""
+
+    name: str
+    slots: int
+    #: Whether the slots are accelerators.
+    gpu: bool = False
+    #: Resource group jobs may target (``target.group``), if the host declares one.
+    group: str | None = None
+    #: Node labels jobs may target (``target.labels``).
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class HostDiscovery(Protocol):
+    """Optional for a backend: the hosts it can run workers on, as they are now.
+
+    The controller calls :meth:`hosts` at start and then every tick (from its loop's
+    thread), so it must answer promptly (cache what is slow to learn). A host that joins
+    adds slots the policy can hand out; a host that leaves takes its slots with it: its
+    workers are reported failed through :meth:`Backend.poll` as usual, and the jobs are
+    given slots elsewhere. A backend without this method runs on the hosts the
+    controller was started with (``--slots`` or this machine's GPUs).
+    """
+
+    def hosts(self) -> Sequence[HostInfo]:
+        """Every host with at least one slot, in a stable order."""
         ...

@@ -198,7 +198,11 @@ def server(
     policy: Annotated[
         str, typer.Option(help="fairshare, static, tiresias, or module:Class.")
     ] = "fairshare",
-    backend: Annotated[str, typer.Option(help="local, or module:Class.")] = "local",
+    backend: Annotated[str, typer.Option(help="local, ray, or module:Class.")] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="With --backend ray: the cluster to join (ADDRESS or auto)."),
+    ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 0,
     db_url: Annotated[
@@ -231,6 +235,7 @@ def server(
         interval=interval,
         group=group,
         labels=labels,
+        backend_options={"ray_address": ray_address} if ray_address else {},
     )
 
     # The token is shown once, when this start creates it: the dashboard's login asks for it.

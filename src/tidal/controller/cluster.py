@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tidal.backends.base import HostInfo
 from tidal.policy.api import Cluster, Host, Slot
 
 __all__ = ["ClusterModel", "HostModel", "detect_local"]
@@ -74,6 +75,16 @@ class ClusterModel:
             hosts=tuple(
                 Host(name=h.name, slots=h.slots, group=h.group, labels=dict(h.labels))
                 for h in self.hosts
+            )
+        )
+
+    @classmethod
+    def from_hosts(cls, hosts: Sequence[HostInfo]) -> ClusterModel:
+        """The hosts a backend discovered (see :class:`~tidal.backends.base.HostDiscovery`)."""
+        return cls(
+            hosts=tuple(
+                HostModel(h.name, h.slots, gpu=h.gpu, group=h.group, labels=dict(h.labels))
+                for h in hosts
             )
         )
 

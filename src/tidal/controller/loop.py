@@ -1,9 +1,11 @@
 """The controller loop: the only writer of desired state.
 
-Each tick observes what the backend reports (finished, failed, lost workers; rescales that
-have settled), carries out users' requests (cancel, scale-out deadlines), asks the policy
-for the next allocation and tells the backend the difference. Every change is written to
-the store with an event and, when slots change, a point on the allocation timeline.
+Each tick follows the hosts of a backend that reports them (see
+:class:`~tidal.backends.base.HostDiscovery`), observes what the backend reports (finished,
+failed, lost workers; rescales that have settled), carries out users' requests (cancel,
+scale-out deadlines), asks the policy for the next allocation and tells the backend the
+difference. Every change is written to the store with an event and, when slots change, a
+point on the allocation timeline.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tidal.backends.base import Backend, JobLaunch, JobStatus, WorkerState, WorkerStatus
+from tidal.backends.base import (
+    Backend,
+    HostDiscovery,
+    JobLaunch,
+    JobStatus,
+    WorkerState,
+    WorkerStatus,
+)
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.metrics import ControllerMetrics
 from tidal.controller.store import ACTIVE_STATES, Event, JobRecord, JobState, Store
@@ -94,6 +103,7 @@ class Controller:
             now = self._clock()
             elapsed = 0.0 if self._last_tick is None else max(0.0, now - self._last_tick)
             self._last_tick = now
+            self._discover()
             statuses = dict(self.backend.poll())
             jobs = []
             for job in self.store.list_jobs(states=ACTIVE_STATES):
@@ -107,6 +117,29 @@ class Controller:
             self.metrics.ticks.inc()
 
     # -- observing -------------------------------------------------------------------------
+
+    def _discover(self) -> None:
+        """Take the backend's hosts as the cluster, when it reports them."""
+        if not isinstance(self.backend, HostDiscovery):
+            return
+        try:
+            cluster = ClusterModel.from_hosts(self.backend.hosts())
+        except Exception:
+            # Keep the last known hosts: a slow or failing lookup must not empty the cluster.
+            log.exception("backend hosts() failed")
+            return
+        if cluster == self.cluster:
+            return
+        old = {h.name: h.slots for h in self.cluster.hosts}
+        new = {h.name: h.slots for h in cluster.hosts}
+        changes = [f"+{n} ({k} slots)" for n, k in new.items() if n not in old]
+        changes += [f"-{n}" for n in old if n not in new]
+        changes += [f"{n}: {old[n]} → {k} slots" for n, k in new.items() if old.get(n, k) != k]
+        message = f"{len(new)} host(s), {cluster.total_slots} slots: " + ", ".join(changes)
+        log.info("cluster changed: %s", message)
+        self.store.add_event(None, "cluster", message)
+        self.cluster = cluster
+        self.metrics.slots_total.set(cluster.total_slots)
 
     def _observe(
         self, job: JobRecord, status: JobStatus | None, now: float, elapsed: float
@@ -197,7 +230,9 @@ class Controller:
             )
             return None
         # Same slots again: the backend starts a fresh worker on each slot without a live one.
-        self._call(job, "assign", lambda: self.backend.assign(job.id, job.slots))
+        # Not on slots whose host left the cluster: the policy moves the job off them.
+        slots = tuple(s for s in job.slots if self.cluster.has_slot(s))
+        self._call(job, "assign", lambda: self.backend.assign(job.id, slots))
         return self.store.update_job(
             job.id,
             now,

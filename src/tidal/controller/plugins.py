@@ -19,6 +19,8 @@ POLICIES = {
 }
 BACKENDS = {
     "local": "tidal.backends.local:LocalBackend",
+    # Needs the ``ray`` extra (pip install 'tidal[ray]').
+    "ray": "tidal.backends.ray:RayBackend",
 }
 
 
@@ -50,7 +52,10 @@ def load_policy(name: str) -> Policy:
     return cast(Policy, _load("policy", name, POLICIES))
 
 
-def load_backend(name: str, *, data_dir: Path | None = None, gpus: bool = False) -> Backend:
-    """A backend instance, e.g. ``load_backend("local", data_dir=d)``; ``data_dir`` and
-    ``gpus`` reach factories that take arguments of those names."""
-    return cast(Backend, _load("backend", name, BACKENDS, data_dir=data_dir, gpus=gpus))
+def load_backend(
+    name: str, *, data_dir: Path | None = None, gpus: bool = False, **options: Any
+) -> Backend:
+    """A backend instance, e.g. ``load_backend("local", data_dir=d)``; ``data_dir``,
+    ``gpus`` and any other option (``ray_address=...``) reach factories that take
+    arguments of those names."""
+    return cast(Backend, _load("backend", name, BACKENDS, data_dir=data_dir, gpus=gpus, **options))

@@ -13,13 +13,15 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
+from tidal.backends.base import HostDiscovery
 from tidal.controller.api import create_app
 from tidal.controller.auth import ensure_token
-from tidal.controller.cluster import detect_local
+from tidal.controller.cluster import ClusterModel, detect_local
 from tidal.controller.discovery import ServerInfo, clear_server_info, write_server_info
 from tidal.controller.loop import Controller
 from tidal.controller.plugins import load_backend, load_policy
@@ -47,6 +49,9 @@ class ServerConfig:
     #: Resource group and node labels of this host (jobs may target them).
     group: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Extra arguments for the backend's factory, by name (e.g. ``ray_address``); a
+    #: factory receives those it declares.
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -130,8 +135,15 @@ def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) ->
     # Everything that can be refused is checked before anything is written to the data dir.
     policy = load_policy(config.policy)
     cluster = detect_local(config.slots, group=config.group, labels=config.labels)
-    backend = load_backend(config.backend, data_dir=config.data_dir, gpus=cluster.gpu)
+    backend = load_backend(
+        config.backend, data_dir=config.data_dir, gpus=cluster.gpu, **config.backend_options
+    )
     try:
+        if isinstance(backend, HostDiscovery):
+            # The backend knows the cluster (e.g. Ray's nodes): its hosts, not this one's.
+            if config.slots is not None:
+                log.warning("--slots is ignored: backend %s reports its hosts", config.backend)
+            cluster = ClusterModel.from_hosts(backend.hosts())
         data_dir = config.data_dir
         token = ensure_token(data_dir)
         store = Store(config.db_url) if config.db_url else Store.open(data_dir)

@@ -96,7 +96,9 @@ def final_path(state_dir: Path, job_id: str) -> Path:
     return state_dir / f"{job_id}.final.json"
 
 
-def _worker_state(state: WorkerState, exit_code: int | None, killed: bool) -> str:
+def worker_state(state: WorkerState, exit_code: int | None, killed: bool) -> str:
+    """A group's worker as a backend reports it: starting, running, released, exited or
+    failed."""
     if state is not WorkerState.EXITED:
         return "running" if state in (WorkerState.MEMBER, WorkerState.LEAVING) else "starting"
     if exit_code == 0:
@@ -111,7 +113,7 @@ def _status(group: WorkerGroup, job_id: str, seq: int, events: list[dict[str, An
         AgentWorker(
             id=int(w.id.lstrip("w")),
             slot=w.slot,
-            state=_worker_state(w.state, w.exit_code, w.killed),
+            state=worker_state(w.state, w.exit_code, w.killed),
             pid=w.process.pid,
             exit_code=w.exit_code,
         )

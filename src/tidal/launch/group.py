@@ -1,22 +1,18 @@
-"""One elastic job's workers as local subprocesses, driven through generations.
+"""One elastic job's workers, driven through generations.
 
 :class:`WorkerGroup` is the launcher half of the rescale protocol: it hosts the job's
 rendezvous store, starts workers on slots, admits newcomers only once they are ready (built
 their model), publishes a generation for every change (grow, planned shrink, failure,
 restart from checkpoint), and replaces failed workers within ``max_restarts``. It decides
 nothing about *how many* slots a job should have: ``assign`` says that. ``tidal run`` and
-the controller's local backend both drive it.
+the controller's local backend both drive it; a :class:`~tidal.launch.process.Spawner`
+says where the processes run (subprocesses here by default; Ray actors for that backend).
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from tidal.launch.process import LocalSpawner, Spawner, WorkerProcess
 from tidal.runtime.api import (
     ENV_CHECKPOINT_DIR,
     ENV_CHECKPOINT_EVERY_SECONDS,
@@ -39,14 +36,6 @@ from tidal.runtime.api import (
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
 log = logging.getLogger("tidal.launch")
-
-
-def resolve_python(argv: Sequence[str]) -> list[str]:
-    """``python``/``python3`` at the head of a command means this interpreter (the one
-    tidal runs in, with torch installed), not whatever ``PATH`` finds first."""
-    if argv and Path(argv[0]).name in ("python", "python3"):
-        return [sys.executable, *argv[1:]]
-    return list(argv)
 
 
 class WorkerState(enum.Enum):
@@ -93,7 +82,7 @@ class Worker:
 
     id: str
     slot: str
-    process: subprocess.Popen[str]
+    process: WorkerProcess
     state: WorkerState = WorkerState.STARTING
     exit_code: int | None = None
     started_at: float = field(default_factory=time.monotonic)
@@ -123,9 +112,14 @@ class WorkerGroup:
         *,
         on_output: Callable[[str, str], None] | None = None,
         on_event: Callable[[GroupEvent], None] | None = None,
+        spawner: Spawner | None = None,
+        store_host: str = "127.0.0.1",
     ) -> None:
+        """``spawner`` runs the worker processes (subprocesses here by default);
+        ``store_host`` is the address workers reach the job's store at."""
         self.spec = spec
-        self.host = RendezvousHost()
+        self.spawner: Spawner = spawner or LocalSpawner()
+        self.host = RendezvousHost(store_host)
         self.workers: dict[str, Worker] = {}
         self.generation: Generation | None = None
         self.desired: list[str] = []
@@ -138,7 +132,6 @@ class WorkerGroup:
         self._finishing = False
         self._finishing_since = 0.0
         self._failed_while_finishing = False
-        self._readers: list[threading.Thread] = []
         self._log_files: list[IO[str]] = []
         self._lock = threading.Lock()
 
@@ -384,8 +377,9 @@ class WorkerGroup:
     def _spawn(self, slot: str) -> Worker:
         worker_id = f"w{self._next_id}"
         self._next_id += 1
-        env = dict(os.environ)
-        env.update(self.spec.env)
+        # Only what the worker needs on top of the environment where it runs: the spawner
+        # adds that environment (this process's for local workers, the node's elsewhere).
+        env = dict(self.spec.env)
         env.update(
             {
                 ENV_STORE: self.host.address,
@@ -403,52 +397,43 @@ class WorkerGroup:
             env[ENV_CHECKPOINT_DIR] = self.spec.checkpoint_dir
         if self.spec.gpus:
             env["CUDA_VISIBLE_DEVICES"] = slot.rpartition(":")[2]
-        process = subprocess.Popen(
-            resolve_python(self.spec.argv),
-            cwd=self.spec.cwd,
+        process = self.spawner.spawn(
+            worker_id=worker_id,
+            slot=slot,
+            argv=self.spec.argv,
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-            start_new_session=True,  # a Ctrl-C reaches the launcher, which stops them in order
+            cwd=self.spec.cwd,
+            on_line=self._follow(worker_id),
         )
         worker = Worker(worker_id, slot, process)
         self.workers[worker_id] = worker
-        self._follow(worker)
         self._emit("started", f"{worker_id} started on slot {slot} (pid {process.pid})")
         return worker
 
-    def _follow(self, worker: Worker) -> None:
+    def _follow(self, worker_id: str) -> Callable[[str], None]:
+        """Where a worker's output lines go: its log file and ``on_output``."""
         sink: IO[str] | None = None
         if self.spec.log_dir is not None:
             self.spec.log_dir.mkdir(parents=True, exist_ok=True)
             sink = open(  # noqa: SIM115
-                self.spec.log_dir / f"worker-{worker.id.lstrip('w')}.log", "a", buffering=1
+                self.spec.log_dir / f"worker-{worker_id.lstrip('w')}.log", "a", buffering=1
             )
             self._log_files.append(sink)
 
-        def pump() -> None:
-            assert worker.process.stdout is not None
-            for line in worker.process.stdout:
-                text = line.rstrip("\n")
-                if sink is not None:
-                    sink.write(line)
-                if self._on_output is not None:
-                    self._on_output(worker.id, text)
+        def on_line(line: str) -> None:
+            if sink is not None:
+                sink.write(line)
+            if self._on_output is not None:
+                self._on_output(worker_id, line.rstrip("\n"))
 
-        reader = threading.Thread(target=pump, name=f"tidal-log-{worker.id}", daemon=True)
-        reader.start()
-        self._readers.append(reader)
+        return on_line
 
     def _kill(self, worker: Worker, *, failed: bool = False) -> None:
         """SIGKILL the worker's process group. ``failed`` marks a worker killed for not
         doing its part (it counts as a failure); otherwise it was merely not needed."""
         worker.killed = not failed
         if worker.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.process.pid, signal.SIGKILL)
+            worker.process.kill()
         worker.process.wait(timeout=10)
         worker.exit_code = worker.process.returncode
         if worker.state is not WorkerState.MEMBER:
@@ -475,8 +460,8 @@ class WorkerGroup:
         self._terminate_all()
         if self.outcome is None:
             self.outcome = Outcome.STOPPED
-        for reader in self._readers:
-            reader.join(timeout=5)
+        for worker in self.workers.values():
+            worker.process.drain(timeout=5)
         for sink in self._log_files:
             sink.close()
 

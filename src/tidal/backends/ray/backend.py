@@ -1,0 +1,361 @@
+"""The Ray backend: every job's workers run as actors on the nodes of a Ray cluster.
+
+Each job has a :class:`~tidal.launch.group.WorkerGroup` in the controller process, driven
+by a thread of its own: it hosts the job's rendezvous store (on an address the nodes can
+reach), publishes generations and handles resizes and failures exactly as the local
+backend's agents do. Only the processes differ: a worker is a :class:`WorkerActor` pinned
+to the node of its slot, running the user's command there (see :mod:`.worker`).
+
+Hosts are the cluster's alive nodes that offer slots: one slot per unit of the custom
+resource ``tidal_slot`` (nodes started with ``--resources '{"tidal_slot": 4}'``), or per
+GPU on nodes without it. The controller polls :meth:`RayBackend.hosts`, so nodes that join
+add slots and nodes that die take theirs away; their workers' actors die with them, which
+the group handles like any worker killed mid-step.
+
+Unlike the local backend, jobs do not outlive the controller: the actors belong to the
+controller's Ray driver and end with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from tidal.backends.base import HostInfo, JobLaunch, JobStatus, WorkerState, WorkerStatus
+from tidal.backends.ray.worker import RayProcess, RaySpawner, Unplaced
+from tidal.launch.agent import worker_state
+from tidal.launch.group import GroupEvent, Outcome, WorkerGroup, WorkerSpec
+from tidal.policy.api import Slot
+
+__all__ = ["SLOT_RESOURCE", "RayBackend"]
+
+log = logging.getLogger("tidal.backends.ray")
+
+#: The custom resource that makes slots of a CPU-only node: ``{"tidal_slot": 4}``.
+SLOT_RESOURCE = "tidal_slot"
+#: How long a released job's workers get to leave (rank 0 checkpoints first).
+_STOP_GRACE = 30.0
+
+
+@dataclass(frozen=True)
+class _Node:
+    node_id: str
+    #: What one worker takes on the node: ``tidal_slot`` or ``GPU``.
+    resource: str
+
+
+def slot_name(slot: Slot) -> str:
+    """``(host, i)`` as the group names it."""
+    return f"{slot[0]}:{slot[1]}"
+
+
+def parse_slot(name: str) -> Slot:
+    """The inverse of :func:`slot_name`."""
+    host, _, index = name.rpartition(":")
+    return host, int(index)
+
+
+@dataclass
+class _Job:
+    """One job's group and the thread that drives it."""
+
+    launch: JobLaunch
+    group: WorkerGroup
+    status: JobStatus
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Slots asked for by the controller, not yet handed to the group.
+    requested: list[str] | None = None
+    stopping: bool = False
+    events: list[dict[str, Any]] = field(default_factory=list)
+    thread: threading.Thread | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class RayBackend:
+    """Runs every job's workers as actors on a Ray cluster; see the module docstring."""
+
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        *,
+        ray_address: str | None = None,
+        slot_resource: str = SLOT_RESOURCE,
+        store_host: str | None = None,
+        timeout: float = 10.0,
+        refresh: float = 1.0,
+    ) -> None:
+        """Join the Ray cluster at ``ray_address`` (``auto``: the one running on this
+        machine; ``None``: ``RAY_ADDRESS``, else a new single-node one), unless this
+        process already joined one.
+
+        ``store_host`` is the address the nodes reach this machine at, for the jobs'
+        rendezvous stores (default: this node's address as Ray knows it). ``timeout``
+        bounds collectives and joins inside the workers. Hosts are looked up again at
+        most every ``refresh`` seconds."""
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            # Workers' output reaches the job's log files through the actors, not the
+            # server's terminal.
+            ray.init(address=ray_address, log_to_driver=False, logging_level=logging.WARNING)
+        self.slot_resource = slot_resource
+        self.store_host = store_host or ray.util.get_node_ip_address()
+        self.timeout = timeout
+        self.refresh_every = refresh
+        self._jobs: dict[str, _Job] = {}
+        self._log_dirs: dict[str, Path] = {}
+        self._lock = threading.Lock()
+        self._nodes: dict[str, _Node] = {}
+        self._hosts: list[HostInfo] = []
+        self._refreshed = 0.0
+        self.refresh()
+        log.info(
+            "ray backend: %d host(s), %d slot(s); stores on %s",
+            len(self._hosts),
+            sum(h.slots for h in self._hosts),
+            self.store_host,
+        )
+
+    # -- hosts ---------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Look up the cluster's alive nodes and the slots they offer."""
+        hosts: list[HostInfo] = []
+        nodes: dict[str, _Node] = {}
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        for node in sorted(alive, key=lambda n: (str(n["NodeManagerAddress"]), n["NodeID"])):
+            resources: Mapping[str, float] = node.get("Resources", {})
+            resource, gpu = self.slot_resource, False
+            count = int(resources.get(self.slot_resource, 0))
+            if count <= 0:
+                resource, gpu = "GPU", True
+                count = int(resources.get("GPU", 0))
+            if count <= 0:
+                continue  # a head or service node that offers no slot
+            name = f"{node['NodeManagerAddress']}-{str(node['NodeID'])[:8]}"
+            labels = {
+                str(k): str(v)
+                for k, v in (node.get("Labels") or {}).items()
+                if not str(k).startswith("ray.io/")
+            }
+            hosts.append(HostInfo(name, count, gpu=gpu, labels=labels))
+            nodes[name] = _Node(str(node["NodeID"]), resource)
+        with self._lock:
+            self._hosts, self._nodes = hosts, nodes
+            self._refreshed = time.monotonic()
+
+    def hosts(self) -> Sequence[HostInfo]:
+        """The alive nodes with slots (looked up at most every ``refresh`` seconds)."""
+        if time.monotonic() - self._refreshed >= self.refresh_every:
+            self.refresh()
+        with self._lock:
+            return list(self._hosts)
+
+    def _node(self, host: str) -> _Node | None:
+        with self._lock:
+            return self._nodes.get(host)
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    @property
+    def job_ids(self) -> list[str]:
+        """Jobs this backend currently runs."""
+        return sorted(self._jobs)
+
+    def start(self, launch: JobLaunch, slots: Sequence[Slot]) -> None:
+        """Start the job's group, which starts one worker actor per slot."""
+        existing = self._jobs.get(launch.job_id)
+        if existing is not None and not existing.stopping:
+            self.assign(launch.job_id, slots)
+            return
+        spec = WorkerSpec(
+            argv=list(launch.argv),
+            run_id=launch.job_id,
+            env=dict(launch.env),
+            cwd=str(launch.working_dir) if launch.working_dir else None,
+            log_dir=launch.log_dir,
+            checkpoint_dir=str(launch.checkpoint_dir) if launch.checkpoint_dir else None,
+            checkpoint_every_steps=launch.checkpoint_every_steps,
+            checkpoint_every_seconds=launch.checkpoint_every_seconds,
+            # The controller counts failures against the job's budget and stops the job.
+            max_restarts=1 << 30,
+            timeout=self.timeout,
+            # Ray gives each GPU worker its GPU (CUDA_VISIBLE_DEVICES) itself.
+            gpus=False,
+        )
+        events: list[dict[str, Any]] = []
+
+        def on_event(event: GroupEvent) -> None:
+            events.append(
+                {
+                    "kind": event.kind,
+                    "message": event.message,
+                    "time": event.time,
+                    "stall": event.stall,
+                }
+            )
+            del events[:-200]
+
+        group = WorkerGroup(
+            spec,
+            on_event=on_event,
+            spawner=RaySpawner(self._placement, on_lost=self.refresh),
+            store_host=self.store_host,
+        )
+        job = _Job(launch, group, JobStatus(launch.job_id, -1), events=events)
+        job.requested = self._reachable(slots)
+        job.thread = threading.Thread(
+            target=self._drive, args=(job,), name=f"tidal-ray-{launch.job_id}", daemon=True
+        )
+        self._jobs[launch.job_id] = job
+        if launch.log_dir is not None:
+            self._log_dirs[launch.job_id] = launch.log_dir
+        job.thread.start()
+        log.info(
+            "job=%s started on %d slot(s), store %s", launch.job_id, len(slots), group.host.address
+        )
+
+    def _placement(self, host: str) -> tuple[str, str] | None:
+        node = self._node(host)
+        return None if node is None else (node.node_id, node.resource)
+
+    def _reachable(self, slots: Sequence[Slot]) -> list[str]:
+        """The slots whose node is alive: a worker placed on a dead node would only fail,
+        and count against the job's restart budget."""
+        self.refresh()  # one lookup per change of a job's slots: rare, and worth it
+        kept = [s for s in slots if self._node(s[0]) is not None]
+        if len(kept) < len(slots):
+            log.info("skipping %d slot(s) on nodes that are gone", len(slots) - len(kept))
+        return [slot_name(s) for s in kept]
+
+    def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
+        """Set the job's slots (applied at its next step boundary)."""
+        job = self._jobs[job_id]
+        names = self._reachable(slots)
+        with job.lock:
+            job.requested = names
+
+    def stop(self, job_id: str) -> None:
+        """Release the job's workers (rank 0 checkpoints), then end its group."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return
+        with job.lock:
+            job.stopping = True
+
+    def _drive(self, job: _Job) -> None:
+        """The job's thread: what the local backend's agent process does, in a thread."""
+        group = job.group
+        try:
+            while True:
+                with job.lock:
+                    requested, job.requested = job.requested, None
+                    stopping = job.stopping
+                if stopping:
+                    for worker in group.workers.values():
+                        process = worker.process
+                        if isinstance(process, (Unplaced, RayProcess)) and process.unplaced:
+                            process.kill()  # it would never leave by itself
+                    group.stop(grace=_STOP_GRACE)
+                    break
+                if requested is not None:
+                    group.assign(requested)
+                outcome = group.poll()
+                job.status = self._status(job)
+                if outcome is not None:
+                    group.stop(grace=0)  # closes the log files; the workers are gone
+                    break
+                time.sleep(group.poll_interval())
+            job.status = self._status(job)
+        except Exception as exc:
+            log.exception("job=%s: the group failed", job.launch.job_id)
+            try:
+                group.stop(grace=0)
+            finally:
+                job.status = JobStatus(
+                    job.launch.job_id,
+                    job.status.generation,
+                    job.status.workers,
+                    failed=True,
+                    reason=f"backend error: {type(exc).__name__}: {exc}",
+                )
+        finally:
+            job.done.set()
+
+    def _status(self, job: _Job) -> JobStatus:
+        group = job.group
+        workers = tuple(
+            WorkerStatus(
+                worker_id=int(w.id.lstrip("w")),
+                slot=parse_slot(w.slot),
+                state=WorkerState(worker_state(w.state, w.exit_code, w.killed)),
+                pid=w.process.pid,
+                exit_code=w.exit_code,
+            )
+            for w in group.workers.values()
+        )
+        reason = ""
+        if group.outcome is Outcome.FAILED:
+            reason = next(
+                (e["message"] for e in reversed(job.events) if e["kind"] == "failed"), "failed"
+            )
+        return JobStatus(
+            job_id=job.launch.job_id,
+            generation=group.generation.number if group.generation else -1,
+            workers=workers,
+            finished=group.outcome is Outcome.SUCCEEDED,
+            failed=group.outcome is Outcome.FAILED,
+            reason=reason,
+        )
+
+    def poll(self) -> Mapping[str, JobStatus]:
+        """Every job's workers as its thread last saw them; a job whose group ended is
+        reported once more, then forgotten."""
+        statuses: dict[str, JobStatus] = {}
+        for job_id, job in list(self._jobs.items()):
+            statuses[job_id] = job.status
+            if job.done.is_set():
+                del self._jobs[job_id]
+        return statuses
+
+    def events(self, job_id: str) -> list[dict[str, object]]:
+        """The group's recent events (rescales with their stall, failures) for a job."""
+        job = self._jobs.get(job_id)
+        return list(job.events) if job is not None else []
+
+    def log_paths(self, job_id: str) -> Mapping[int, Path]:
+        """Each worker's log file by worker id (in the controller's log dir: the output
+        is pulled from the nodes through the actors)."""
+        log_dir = self._log_dirs.get(job_id)
+        if log_dir is None or not log_dir.is_dir():
+            return {}
+        found = []
+        for path in log_dir.glob("worker-*.log"):
+            number = path.stem.removeprefix("worker-")
+            if number.isdigit():
+                found.append((int(number), path))
+        return dict(sorted(found))
+
+    def close(self, grace: float = _STOP_GRACE) -> None:
+        """Stop every job (workers checkpoint and leave), wait for their groups to end,
+        and leave the Ray cluster if this backend joined it."""
+        jobs = list(self._jobs.values())
+        for job in jobs:
+            with job.lock:
+                job.stopping = True
+        deadline = time.monotonic() + grace + 15
+        for job in jobs:
+            if job.thread is not None:
+                job.thread.join(timeout=max(0.0, deadline - time.monotonic()))
+                if job.thread.is_alive():
+                    log.warning("job=%s did not stop in time", job.launch.job_id)
+        self._jobs.clear()
+        if self._owns_ray and ray.is_initialized():
+            # Ends every actor this driver owns, whatever state its job was left in.
+            ray.shutdown()

@@ -1,0 +1,158 @@
+"""How a :class:`~tidal.launch.group.WorkerGroup` starts worker processes.
+
+The group decides *when* a worker starts, is admitted, leaves or is killed; a
+:class:`Spawner` decides *where and how* its process runs. :class:`LocalSpawner` runs
+workers as subprocesses of this process (``tidal run`` and the local backend's agents);
+other backends (Ray) run them elsewhere behind the same small :class:`WorkerProcess`
+interface, so the rescale protocol and failure handling are the same code everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+__all__ = ["LocalProcess", "LocalSpawner", "Spawner", "WorkerProcess", "resolve_python"]
+
+
+def resolve_python(argv: Sequence[str]) -> list[str]:
+    """``python``/``python3`` at the head of a command means this interpreter (the one
+    tidal runs in, with torch installed), not whatever ``PATH`` finds first."""
+    if argv and Path(argv[0]).name in ("python", "python3"):
+        return [sys.executable, *argv[1:]]
+    return list(argv)
+
+
+class WorkerProcess(Protocol):
+    """One running worker, wherever it runs. Every method returns promptly."""
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id on its host (``None`` while not known yet)."""
+        ...
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once known (negative: killed by that signal), else ``None``."""
+        ...
+
+    def poll(self) -> int | None:
+        """Check for an exit without blocking; returns :attr:`returncode`."""
+        ...
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started, at once (SIGKILL)."""
+        ...
+
+    def wait(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` seconds for the exit; the status, or ``None`` if still
+        running."""
+        ...
+
+    def drain(self, timeout: float) -> None:
+        """Wait (bounded) until every line the worker printed was delivered."""
+        ...
+
+
+class Spawner(Protocol):
+    """Starts worker processes for a group."""
+
+    def spawn(
+        self,
+        *,
+        worker_id: str,
+        slot: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | None,
+        on_line: Callable[[str], None],
+    ) -> WorkerProcess:
+        """Start ``argv`` for worker ``worker_id`` on ``slot``.
+
+        ``env`` is added to the environment of the place the worker runs (it holds the
+        runtime's ``TIDAL_*`` variables); ``on_line`` receives each line of the worker's
+        combined stdout and stderr, newline included, from any thread.
+        """
+        ...
+
+
+class LocalProcess:
+    """A worker subprocess of this process, in its own session."""
+
+    def __init__(self, process: subprocess.Popen[str], reader: threading.Thread) -> None:
+        self.process = process
+        self._reader = reader
+
+    @property
+    def pid(self) -> int:
+        """The subprocess's pid (also its process group id)."""
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once reaped."""
+        return self.process.returncode
+
+    def poll(self) -> int | None:
+        """Reap the subprocess if it exited."""
+        return self.process.poll()
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole session (it may have started data-loader workers)."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float) -> int | None:
+        """Wait for the exit, at most ``timeout`` seconds."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=timeout)
+        return self.process.returncode
+
+    def drain(self, timeout: float) -> None:
+        """Wait for the output reader to reach the end of the pipe."""
+        self._reader.join(timeout=timeout)
+
+
+class LocalSpawner:
+    """Workers as subprocesses of this process, each in its own session, so a Ctrl-C
+    reaches the launcher, which stops them in order."""
+
+    def spawn(
+        self,
+        *,
+        worker_id: str,
+        slot: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | None,
+        on_line: Callable[[str], None],
+    ) -> LocalProcess:
+        """Start the subprocess and a thread that pumps its output to ``on_line``."""
+        process = subprocess.Popen(
+            resolve_python(argv),
+            cwd=cwd,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+
+        def pump() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                on_line(line)
+
+        reader = threading.Thread(target=pump, name=f"tidal-log-{worker_id}", daemon=True)
+        reader.start()
+        return LocalProcess(process, reader)

@@ -1,0 +1,366 @@
+"""The Ray backend on a real local multi-node Ray cluster, driven through a real server.
+
+One cluster for the module: a head node without slots and nodes of 4 ``tidal_slot`` each,
+all on 127.0.0.1. Scenes: two jobs share two nodes fairly; a node dies mid-training and
+both jobs go on with the remaining slots and finish correctly; a node joins and a job
+grows onto it, and once cancelled its workers end on every node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.runtime.launcher import (
+    SCRIPT,
+    assert_each_sample_once,
+    assert_ranks_agree,
+    final_history,
+    steps,
+)
+from tidal.client import Client
+
+# Ray reads this when imported: keep every node on 127.0.0.1 (it would otherwise pick the
+# machine's external address). Harmless for anything else in the session.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.py"
+SLOTS_PER_NODE = 4
+DIGITS = 1797
+# The loader leaves out an epoch's tail smaller than the world (1797 = 28 x 64 + 5 would
+# lose 5 samples at 8 workers); with 60 the tail is 57, so every sample counts.
+BATCH = 60
+
+# Every scene is bounded: a wrong address makes Ray hang rather than fail.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+@dataclass
+class RayCluster:
+    """The module's cluster and the environment its users need."""
+
+    cluster: Any
+    env: dict[str, str]
+
+    @property
+    def address(self) -> str:
+        """What ``--ray-address`` takes."""
+        return str(self.cluster.address)
+
+    def add_node(self) -> Any:
+        """A node of 4 slots; returns once it is registered."""
+        return self.cluster.add_node(num_cpus=1, resources={"tidal_slot": SLOTS_PER_NODE})
+
+    def slot_nodes(self) -> list[Any]:
+        """The live nodes that offer slots."""
+        return list(self.cluster.worker_nodes)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """A head without slots and two nodes of 4 slots, on 127.0.0.1."""
+    root = tmp_path_factory.mktemp("ray")
+    env = {
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_TMPDIR": str(root / "tmp"),
+        # Ray writes an auth token under the home folder.
+        "HOME": str(root / "home"),
+    }
+    for path in (root / "tmp", root / "home"):
+        path.mkdir()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    cluster = cluster_utils.Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            # A dead node is noticed in about a second instead of ~13 s.
+            "_system_config": {
+                "health_check_initial_delay_ms": 0,
+                "health_check_period_ms": 250,
+                "health_check_failure_threshold": 4,
+            },
+        },
+    )
+    made = RayCluster(cluster, env)
+    try:
+        for _ in range(2):
+            made.add_node()
+        cluster.wait_for_nodes()
+        yield made
+    finally:
+        cluster.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@dataclass
+class Server:
+    """A ``tidal server --backend ray`` subprocess and a client on it."""
+
+    process: subprocess.Popen[str]
+    client: Client
+    data: Path
+
+
+@pytest.fixture
+def server(ray_cluster: RayCluster, tmp_path: Path) -> Iterator[Server]:
+    """The server on the module's cluster; stopped, with its actors, after the test."""
+    data = tmp_path / "data"
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tidal.cli",
+            "server",
+            "--backend",
+            "ray",
+            "--ray-address",
+            ray_cluster.address,
+            "--data-dir",
+            str(data),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ, TIDAL_HOME=str(tmp_path / "home"), **ray_cluster.env),
+    )
+    try:
+        _until(lambda: (data / "server.json").exists() or process.poll() is not None, 90, "up")
+        assert process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+        with Client(data_dir=data, timeout=30) as client:
+            yield Server(process, client, data)
+    finally:
+        process.send_signal(signal.SIGINT)  # jobs released, actors killed, driver gone
+        try:
+            process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        log.close()
+        _until(lambda: not _workers_of(tmp_path), 30, "the workers to end")
+
+
+def _workers_of(tmp_path: Path) -> list[str]:
+    """Worker processes whose command line names this test's folder."""
+    found = subprocess.run(
+        ["pgrep", "-f", f"(digits_mlp|elastic_digits).py .*{tmp_path}"],
+        capture_output=True,
+        text=True,
+    )
+    return found.stdout.split()
+
+
+def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _running(client: Client, job: str) -> list[tuple[str, int]]:
+    """The slots of the job's running workers."""
+    return [(w.host, w.slot) for w in client.get(job).worker_list if w.state == "running"]
+
+
+def _node_of(host: str, nodes: list[Any]) -> Any:
+    """The cluster node behind a host name (``<address>-<node id prefix>``)."""
+    prefix = host.rpartition("-")[2]
+    return next(n for n in nodes if n.node_id.startswith(prefix))
+
+
+def _digits(name: str, epochs: int, result: Path, workers: str) -> dict[str, object]:
+    return {
+        "name": name,
+        "command": [
+            "python",
+            str(EXAMPLE),
+            "--epochs",
+            str(epochs),
+            "--step-delay",
+            "0.05",
+            "--result",
+            str(result),
+        ],
+        "workers": workers,
+    }
+
+
+def _audited(
+    name: str, epochs: int, out: Path, workers: str, step_delay: float = 0.03
+) -> dict[str, object]:
+    """A job that records every committed step (world, samples, parameters) in ``out``."""
+    out.mkdir(parents=True)
+    return {
+        "name": name,
+        "command": [
+            "python",
+            str(SCRIPT),
+            "--out",
+            str(out),
+            "--epochs",
+            str(epochs),
+            "--step-delay",
+            str(step_delay),
+            "--batch-size",
+            str(BATCH),
+        ],
+        "workers": workers,
+        # Losing a node fails each of its workers: one restart each.
+        "restart": {"max_restarts": 8},
+        "env": {"TIDAL_TIMEOUT": "5"},
+    }
+
+
+def _progress(out: Path) -> tuple[int, int]:
+    """The latest step any worker of the job recorded, and the latest generation."""
+    step = gen = 0
+    for path in out.glob("steps-*.jsonl"):
+        lines = path.read_text().splitlines()
+        if lines and lines[-1].endswith("}"):
+            record = json.loads(lines[-1])
+            step, gen = max(step, int(record["step"])), max(gen, int(record["gen"]))
+    return step, gen
+
+
+def _check_audit(out: Path, epochs: int) -> dict[int, list[dict[str, Any]]]:
+    history = final_history(steps(out))
+    assert len(history) == epochs * -(-DIGITS // BATCH), sorted(history)[-5:]
+    assert_each_sample_once(history, DIGITS)
+    assert_ranks_agree(history)
+    return history
+
+
+def test_two_jobs_share_two_nodes_fairly(server: Server, ray_cluster: RayCluster) -> None:
+    """8 slots on two nodes: job 1 takes all 8, job 2 (up to 4) arrives → 4 / 4, one
+    node each; both train to the expected accuracy without a restart."""
+    client, tmp = server.client, server.data.parent
+    assert client.cluster().total_slots == 2 * SLOTS_PER_NODE
+
+    job1 = client.submit(_digits("job1", 24, tmp / "job1.json", "1:8")).id
+    _until(lambda: len(_running(client, job1)) == 8, 120, "job 1 on 8 workers")
+    assert len({host for host, _ in _running(client, job1)}) == 2, "job 1 spans both nodes"
+
+    job2 = client.submit(_digits("job2", 8, tmp / "job2.json", "1:4")).id
+    _until(
+        lambda: len(_running(client, job1)) == 4 and len(_running(client, job2)) == 4,
+        120,
+        "4 / 4",
+    )
+    assert {h for h, _ in _running(client, job1)}.isdisjoint(h for h, _ in _running(client, job2))
+    assert client.wait(job2, timeout=180).state == "succeeded"
+    assert client.wait(job1, timeout=180).state == "succeeded"
+    for job, name in ((job1, "job1"), (job2, "job2")):
+        assert client.get(job).restarts == 0, [(e.kind, e.message) for e in client.events(job)]
+        result = json.loads((tmp / f"{name}.json").read_text())
+        assert result["accuracy"] > 0.95, result
+        assert client.logs(job, tail=100), "worker output reached the controller's log dir"
+
+
+def test_node_lost_mid_training(server: Server, ray_cluster: RayCluster) -> None:
+    """Job A (up to 6) spans both nodes, job B (2) shares the second. The node where only
+    A runs dies: A goes on with its survivors, B is untouched, and both finish with
+    every sample seen once per epoch."""
+    client, tmp = server.client, server.data.parent
+    epochs = 16
+    # Fair share of 8 slots, B capped at 2: A gets 6, so A spans both nodes.
+    job_a = client.submit(_audited("a", epochs, tmp / "a", "2:6")).id
+    job_b = client.submit(_audited("b", epochs, tmp / "b", "1:2")).id
+    _until(
+        lambda: len(_running(client, job_a)) == 6 and len(_running(client, job_b)) == 2,
+        120,
+        "A on 6 workers and B on 2",
+    )
+    hosts_b = {host for host, _ in _running(client, job_b)}
+    hosts_a = {host for host, _ in _running(client, job_a)}
+    assert len(hosts_a) == 2 and len(hosts_b) == 1, (hosts_a, hosts_b)
+    (doomed,) = hosts_a - hosts_b
+    _until(lambda: _progress(tmp / "a")[0] >= 60, 60, "A to train a while on 6 workers")
+    step, gen = _progress(tmp / "a")
+    assert step < epochs * 25, "job A nearly finished before the scene"
+
+    node = _node_of(doomed, ray_cluster.slot_nodes())
+    lost_at = time.monotonic()
+    ray_cluster.cluster.remove_node(node, allow_graceful=False)
+    # Progress regained: a step trained in a generation formed after the loss.
+    _until(lambda: _progress(tmp / "a")[1] > gen, 120, "A to train in a new generation")
+    regained = time.monotonic() - lost_at
+    _until(lambda: client.cluster().total_slots == SLOTS_PER_NODE, 30, "the node's slots gone")
+    print(
+        f"\nnode lost at step {step} of job A → A trains again (2 survivors) "
+        f"{regained:.1f} s later; the node's slots left the cluster within "
+        f"{time.monotonic() - lost_at:.1f} s"
+    )
+
+    assert client.wait(job_a, timeout=180).state == "succeeded"
+    assert client.wait(job_b, timeout=180).state == "succeeded"
+    history = _check_audit(tmp / "a", epochs)
+    assert {r["world"] for group in history.values() for r in group} >= {6, 2}
+    _check_audit(tmp / "b", epochs)
+    assert client.get(job_b).restarts == 0
+    kinds = [e.kind for e in client.events(job_a)]
+    assert "worker_failed" in kinds, kinds
+
+
+def test_job_grows_onto_a_new_node_then_is_cancelled(
+    server: Server, ray_cluster: RayCluster
+) -> None:
+    """A job that wants 8 runs on the one node there is; a node joins: it grows onto it.
+    Cancelled, it checkpoints and its workers end on both nodes."""
+    client, tmp = server.client, server.data.parent
+    while len(ray_cluster.slot_nodes()) > 1:
+        ray_cluster.cluster.remove_node(ray_cluster.slot_nodes()[-1])
+    _until(lambda: client.cluster().total_slots == SLOTS_PER_NODE, 30, "one node")
+
+    # Long enough to outlast the growth on a busy machine: it is cancelled anyway.
+    job = client.submit(_audited("grow", 100, tmp / "grow", "1:8")).id
+    _until(lambda: len(_running(client, job)) == SLOTS_PER_NODE, 120, "4 workers")
+    old = {host for host, _ in _running(client, job)}
+
+    joined_at = time.monotonic()
+    ray_cluster.add_node()
+    _until(lambda: len(_running(client, job)) == 2 * SLOTS_PER_NODE, 120, "8 workers")
+    print(f"\nnode joined → job on 8 workers in {time.monotonic() - joined_at:.1f} s")
+    assert len({host for host, _ in _running(client, job)} - old) == 1
+    _until(lambda: _world(tmp / "grow") == 8, 60, "a step on 8 workers")
+
+    client.cancel(job)
+    _until(lambda: client.get(job).state == "cancelled", 30, "the job cancelled")
+    _until(lambda: not _workers_of(tmp), 60, "the job's workers to end")
+    checkpoints = server.data / "jobs" / job / "checkpoints"
+    assert list(checkpoints.glob("checkpoint-*.pt")), "released workers checkpoint first"
+    history = final_history(steps(tmp / "grow"))
+    assert_ranks_agree(history)
+    # Newcomers are admitted as each is ready: 4, then up to 8, never down.
+    worlds = [group[0]["world"] for group in history.values()]
+    assert worlds[0] == 4 and worlds[-1] == 8 and worlds == sorted(worlds), set(worlds)
+    assert client.get(job).restarts == 0
+
+
+def _world(out: Path) -> int:
+    """The world of the latest step recorded."""
+    latest: dict[str, Any] = {"step": 0, "world": 0}
+    for path in out.glob("steps-*.jsonl"):
+        lines = path.read_text().splitlines()
+        if lines and lines[-1].endswith("}"):
+            record = json.loads(lines[-1])
+            if record["step"] > latest["step"]:
+                latest = record
+    return int(latest["world"])
