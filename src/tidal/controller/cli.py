@@ -221,7 +221,9 @@ def server(
     from tidal.controller.server import ServerConfig, run_server
 
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,  # the top-level CLI set WARNING already; the server logs at INFO
     )
     folder = data_dir or default_data_dir()
     config = ServerConfig(

@@ -216,7 +216,9 @@ class Controller:
     def _on_failures(
         self, job: JobRecord, failed: Sequence[WorkerStatus], now: float
     ) -> JobRecord | None:
-        restarts = job.restarts + len(failed)
+        # One restart per host that lost workers in this tick: a lost node with four of the
+        # job's workers is one failure, not four, and a single crash still counts once.
+        restarts = job.restarts + len({w.slot[0] for w in failed})
         limit = self._spec(job).restart.max_restarts
         ids = ", ".join(str(w.worker_id) for w in failed)
         codes = [w.exit_code for w in failed]
