@@ -11,6 +11,7 @@ Inside a training script::
         for x, y in loader:
             ...
             state.step()
+        tidal.log_metrics(loss=loss.item())    # buffered; sent about once a second
 """
 
 from tidal.runtime import (
@@ -25,6 +26,7 @@ from tidal.runtime import (
     WorkerContext,
     current,
     init,
+    log_metrics,
 )
 
 __version__ = "0.1.0"
@@ -42,4 +44,5 @@ __all__ = [
     "__version__",
     "current",
     "init",
+    "log_metrics",
 ]

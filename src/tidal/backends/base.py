@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from tidal.policy.api import Slot
 
-__all__ = ["Backend", "JobLaunch", "JobStatus", "WorkerState", "WorkerStatus"]
+__all__ = ["Backend", "JobLaunch", "JobStatus", "MetricPoint", "WorkerState", "WorkerStatus"]
 
 
 class WorkerState(str, Enum):
@@ -47,6 +47,15 @@ class WorkerStatus:
 
 
 @dataclass(frozen=True)
+class MetricPoint:
+    """Training metrics one worker logged at one step (``tidal.log_metrics``)."""
+
+    step: int
+    time: float
+    values: Mapping[str, float]
+
+
+@dataclass(frozen=True)
 class JobStatus:
     """A job's workers as of the last poll."""
 
@@ -60,6 +69,11 @@ class JobStatus:
     failed: bool = False
     #: Why, when ``failed``.
     reason: str = ""
+    #: Metrics the job's workers logged since the previous poll (each handed over once).
+    metrics: tuple[MetricPoint, ...] = ()
+    #: The job's newest goodput report, when one arrived since the previous poll: the
+    #: fitted throughput model, noise scale, chosen batch, efficiency (JSON-like).
+    goodput: Mapping[str, Any] | None = None
 
     def alive_slots(self) -> set[Slot]:
         """Slots whose worker still holds them."""
@@ -115,7 +129,9 @@ class Backend(Protocol):
 
     def poll(self) -> Mapping[str, JobStatus]:
         """The status of every job started and not stopped, and of stopped jobs while any
-        of their workers is still alive (their slots are not free yet)."""
+        of their workers is still alive (their slots are not free yet). Reports the
+        workers sent (metrics, goodput) are in the status of the poll that first sees
+        them, and in no later one."""
         ...
 
     def log_paths(self, job_id: str) -> Mapping[int, Path]:

@@ -147,9 +147,21 @@ def _state(state: str) -> Text:
     return Text(state, style=_STATE_STYLE.get(state, ""))
 
 
+def _adaptive(job: JobView) -> str:
+    """``256 eff 0.82 ×3.1``: batch, statistical efficiency, predicted speed-up (or -)."""
+    if job.batch_size is None:
+        return "-"
+    text = str(job.batch_size)
+    if job.efficiency is not None:
+        text += f" eff {job.efficiency:.2f}"
+    if job.speedup is not None:
+        text += f" ×{job.speedup:.1f}"
+    return text
+
+
 def _jobs_table(jobs: Iterable[JobView]) -> Table:
     table = Table(box=None, header_style="bold")
-    for column in ("ID", "STATE", "WORKERS", "PRIORITY", "RESTARTS", "AGE", "REASON"):
+    for column in ("ID", "STATE", "WORKERS", "BATCH", "PRIORITY", "RESTARTS", "AGE", "REASON"):
         table.add_column(column, no_wrap=column != "REASON")
     for j in jobs:
         size = f"{j.workers} [{j.min_workers}-{j.max_workers}]"
@@ -159,6 +171,7 @@ def _jobs_table(jobs: Iterable[JobView]) -> Table:
             j.id,
             _state(j.state),
             size,
+            _adaptive(j),
             str(j.priority),
             str(j.restarts),
             _age(j.submitted_at),

@@ -10,8 +10,10 @@ the controller's local backend both drive it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import enum
+import json
 import logging
 import os
 import signal
@@ -22,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tidal.runtime.api import (
     ENV_CHECKPOINT_DIR,
@@ -36,9 +38,15 @@ from tidal.runtime.api import (
     ENV_WORKER_ID,
     EXIT_RELEASED,
 )
-from tidal.runtime.rendezvous import Generation, RendezvousHost
+from tidal.runtime.rendezvous import Generation, RendezvousHost, ReportQueue
+from tidal.runtime.report import REPORT_PREFIX
 
 log = logging.getLogger("tidal.launch")
+
+#: Seconds between reads of the workers' report queue (they flush about once a second).
+_REPORT_INTERVAL = 0.25
+#: Report batches kept until a caller takes them; the oldest are dropped beyond this.
+_MAX_REPORTS = 10_000
 
 
 def resolve_python(argv: Sequence[str]) -> list[str]:
@@ -141,6 +149,13 @@ class WorkerGroup:
         self._readers: list[threading.Thread] = []
         self._log_files: list[IO[str]] = []
         self._lock = threading.Lock()
+        self._reports = ReportQueue(self.host.store, REPORT_PREFIX)
+        self._pending_reports: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=_MAX_REPORTS
+        )
+        self._last_report_read = 0.0
+        #: The newest goodput report any worker sent (fitted model, batch, efficiency).
+        self.goodput: dict[str, Any] | None = None
 
     # -- what callers ask -------------------------------------------------------------
 
@@ -200,6 +215,35 @@ class WorkerGroup:
         """Rank 0's last report: step, epoch, generation, world."""
         return self.host.progress()
 
+    def take_reports(self, *, read: bool = False) -> list[dict[str, Any]]:
+        """Report batches the workers sent since the last call (see
+        :mod:`tidal.runtime.report`), oldest first. :meth:`poll` reads the store a few
+        times a second; ``read`` reads it now too (say, once the job ended)."""
+        if read:
+            self._read_reports(force=True)
+        taken = list(self._pending_reports)
+        self._pending_reports.clear()
+        return taken
+
+    def _read_reports(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_report_read < _REPORT_INTERVAL:
+            return
+        self._last_report_read = now
+        try:
+            raw = self._reports.drain()
+        except Exception as exc:  # a report is never worth failing the job for
+            log.debug("reading reports: %s", exc)
+            return
+        for text in raw:
+            try:
+                batch = dict(json.loads(text))
+            except ValueError:
+                continue
+            if batch.get("goodput"):
+                self.goodput = dict(batch["goodput"])
+            self._pending_reports.append(batch)
+
     # -- the state machine ------------------------------------------------------------
 
     def poll(self) -> Outcome | None:
@@ -207,6 +251,7 @@ class WorkerGroup:
         once the job has ended."""
         if self.outcome is not None:
             return self.outcome
+        self._read_reports()
         self._reap()
         if self.outcome is None:
             self._check_formation()

@@ -4,6 +4,7 @@ from tidal.runtime.api import EXIT_RELEASED, RuntimeConfig
 from tidal.runtime.context import PeerLost, WorkerContext, current, init
 from tidal.runtime.data import ElasticDataLoader
 from tidal.runtime.parallel import ElasticDataParallel
+from tidal.runtime.report import log_metrics
 from tidal.runtime.state import State
 from tidal.runtime.trainer import FitResult, Trainer
 
@@ -19,4 +20,5 @@ __all__ = [
     "WorkerContext",
     "current",
     "init",
+    "log_metrics",
 ]
