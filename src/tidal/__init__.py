@@ -16,6 +16,7 @@ Inside a training script::
 
 from tidal.runtime import (
     EXIT_RELEASED,
+    AdaptiveBatch,
     ElasticDataLoader,
     ElasticDataParallel,
     FitResult,
@@ -24,6 +25,7 @@ from tidal.runtime import (
     State,
     Trainer,
     WorkerContext,
+    adaptive_lr,
     current,
     init,
     log_metrics,
@@ -33,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EXIT_RELEASED",
+    "AdaptiveBatch",
     "ElasticDataLoader",
     "ElasticDataParallel",
     "FitResult",
@@ -42,6 +45,7 @@ __all__ = [
     "Trainer",
     "WorkerContext",
     "__version__",
+    "adaptive_lr",
     "current",
     "init",
     "log_metrics",

@@ -1,5 +1,6 @@
 """The elastic runtime that runs inside each worker process."""
 
+from tidal.runtime.adaptive import AdaptiveBatch, adaptive_lr
 from tidal.runtime.api import EXIT_RELEASED, RuntimeConfig
 from tidal.runtime.context import PeerLost, WorkerContext, current, init
 from tidal.runtime.data import ElasticDataLoader
@@ -10,6 +11,7 @@ from tidal.runtime.trainer import FitResult, Trainer
 
 __all__ = [
     "EXIT_RELEASED",
+    "AdaptiveBatch",
     "ElasticDataLoader",
     "ElasticDataParallel",
     "FitResult",
@@ -18,6 +20,7 @@ __all__ = [
     "State",
     "Trainer",
     "WorkerContext",
+    "adaptive_lr",
     "current",
     "init",
     "log_metrics",
