@@ -67,8 +67,8 @@ def test_noise_scale_of_linear_regression_within_20_percent() -> None:
         for r, adaptive in enumerate(ranks):
             local = grads[16 * r : 16 * (r + 1)].mean(0)
             adaptive.note_batch(16, batch)
-            adaptive.recorder.local_sqr = float(local @ local)
-            adaptive.recorder.global_sqr = float(mean @ mean)
+            adaptive.recorder.before(0, local)  # what the gradient hook sees
+            adaptive.recorder.after(mean)
             adaptive.end_step()
             slots.append(adaptive.agreement_values())
         reduced = [max(column) for column in zip(*slots, strict=True)]  # the MAX all-reduce

@@ -209,8 +209,12 @@ def server(
     ] = None,
     data_dir: DataDirOpt = None,
     policy: Annotated[
-        str, typer.Option(help="fairshare, static, tiresias, or module:Class.")
+        str, typer.Option(help="fairshare, goodput, static, tiresias, or module:Class.")
     ] = "fairshare",
+    policy_option: Annotated[
+        list[str] | None,
+        typer.Option(help="Policy argument KEY=VALUE, e.g. reallocation_delay=10; repeatable."),
+    ] = None,
     backend: Annotated[str, typer.Option(help="local, or module:Class.")] = "local",
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 0,
@@ -225,6 +229,7 @@ def server(
 ) -> None:
     """Run the controller and its REST API until interrupted."""
     labels = _pairs(label, "--label")
+    policy_options = _pairs(policy_option, "--policy-option")
     from tidal.controller.server import ServerConfig, run_server  # heavy: only for this verb
 
     logging.basicConfig(
@@ -235,6 +240,7 @@ def server(
         data_dir=folder,
         slots=slots,
         policy=policy,
+        policy_options=policy_options,
         backend=backend,
         host=host,
         port=port,

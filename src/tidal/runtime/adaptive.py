@@ -150,27 +150,28 @@ class GradientRecorder:
 
     ``before`` runs on the bucket as the hook receives it (this rank's gradient, before
     weighting and all-reduce); ``after`` on the reduced bucket, on the communication
-    thread. Both add one dot product per bucket; nothing is communicated.
+    thread. Each adds one dot product per bucket, kept as a tensor: on a GPU, reading it
+    in the hook would stall the backward pass, so the sums are read once per step, in
+    :meth:`totals`, after the backward pass is over anyway.
     """
 
     def __init__(self, context: WorkerContext) -> None:
         self.context = context
         self._lock = threading.Lock()
-        self.local_sqr = 0.0
-        self.global_sqr = 0.0
+        self._local: list[torch.Tensor] = []
+        self._global: list[torch.Tensor] = []
+        self._cross: list[torch.Tensor] = []
         self.last_hook = 0.0
         self.last_done = 0.0
-        # Alone: the previous step's gradient per bucket, and this step's cross terms.
+        # Alone: the previous step's gradient per bucket, and its squared norm.
         self._previous: dict[int, torch.Tensor] = {}
         self.previous_sqr = 0.0
-        self.cross = 0.0
         self.paired = True
 
     def reset(self) -> None:
         """Start a new step."""
         with self._lock:
-            self.local_sqr = self.global_sqr = 0.0
-            self.cross = 0.0
+            self._local, self._global, self._cross = [], [], []
             self.paired = True
             self.last_hook = self.last_done = 0.0
 
@@ -182,36 +183,46 @@ class GradientRecorder:
     def before(self, index: int, tensor: torch.Tensor) -> None:
         """This rank's own gradient of one bucket."""
         flat = tensor.detach().reshape(-1)
-        sqr = float(torch.dot(flat, flat))
+        sqr = torch.dot(flat, flat)
         cross = None
         if self.context.world_size == 1:
             previous = self._previous.get(index)
             if previous is not None and previous.shape == flat.shape:
-                cross = float(torch.dot(previous, flat))
+                cross = torch.dot(previous, flat)
                 previous.copy_(flat)
             else:
                 self._previous[index] = flat.clone()
         with self._lock:
-            self.local_sqr += sqr
+            self._local.append(sqr)
             self.last_hook = time.perf_counter()
             if cross is None:
                 self.paired = False
             else:
-                self.cross += cross
+                self._cross.append(cross)
 
     def after(self, tensor: torch.Tensor) -> torch.Tensor:
         """The reduced gradient of one bucket (returned unchanged)."""
         flat = tensor.detach().reshape(-1)
-        sqr = float(torch.dot(flat, flat))
+        sqr = torch.dot(flat, flat)
         with self._lock:
-            self.global_sqr += sqr
+            self._global.append(sqr)
             self.last_done = time.perf_counter()
         return tensor
+
+    def totals(self) -> tuple[float, float, float]:
+        """This step's squared norms: local, global (reduced), and the cross term with the
+        previous step's gradient (alone)."""
+
+        def total(parts: list[torch.Tensor]) -> float:
+            return float(torch.stack(parts).sum()) if parts else 0.0
+
+        with self._lock:
+            return total(self._local), total(self._global), total(self._cross)
 
     @property
     def sync_time(self) -> float:
         """Communication not hidden behind the backward pass: from the last bucket being
-        ready to the last all-reduce being done."""
+        ready to the last all-reduce being done (when the host saw them)."""
         return max(0.0, self.last_done - self.last_hook) if self.last_done else 0.0
 
 
@@ -283,23 +294,28 @@ class AdaptiveBatch:
         self._step_stats = None
         if self._global > 0:
             self.progress += self.gain()
-            if world > 1 and recorder.global_sqr > 0 and self._local < self._global:
+            local_sqr, global_sqr, cross = recorder.totals()
+            if world > 1 and global_sqr > 0 and self._local < self._global:
                 # Completed when the agreement brings every rank's local norm (absorb()).
-                self._step_stats = (recorder.local_sqr, recorder.global_sqr, self._global, world)
+                self._step_stats = (local_sqr, global_sqr, self._global, world)
             elif world == 1 and recorder.paired and recorder.previous_sqr > 0:
                 # Two successive steps of the same batch as two "workers".
-                small = (recorder.previous_sqr + recorder.local_sqr) / 2
-                big = (recorder.previous_sqr + recorder.local_sqr + 2 * recorder.cross) / 4
+                small = (recorder.previous_sqr + local_sqr) / 2
+                big = (recorder.previous_sqr + local_sqr + 2 * cross) / 4
                 self.noise.update(small, self._global, big, 2 * self._global)
             if world == 1:
-                recorder.previous_sqr = recorder.local_sqr
+                recorder.previous_sqr = local_sqr
             if self._last_end is not None:
                 key = self._config(world, self.loader.batch_size)
                 times = self.profile.setdefault(key, [])
                 times.append((now - self._last_end, recorder.sync_time))
                 del times[:-TIMING_WINDOW]
         self._last_end = now
-        if self.context.rank == 0 and now - self._last_report >= REPORT_INTERVAL:
+        if (
+            self.context.rank == 0
+            and now - self._last_report >= REPORT_INTERVAL
+            and self.measured()
+        ):
             self._last_report = now
             self._report()
 
@@ -380,6 +396,11 @@ class AdaptiveBatch:
         self.recorder.forget_previous()
 
     # -- the model --------------------------------------------------------------------------
+
+    def measured(self) -> bool:
+        """Whether some configuration has been timed enough to fit a model on (before
+        that, no report is sent: a policy is better off with its prior)."""
+        return any(len(times) >= MIN_TIMING_SAMPLES for times in self.profile.values())
 
     def ready(self) -> bool:
         """Enough gradient and timing samples for a decision."""
