@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import os
+import time
 
 import numpy as np
 import torch
@@ -48,6 +49,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step-delay", type=float, default=0.0, help="sleep per step (demo)")
     parser.add_argument("--result", help="write final metrics as JSON here (rank 0)")
+    parser.add_argument("--log-every", type=int, default=5, help="steps between log_metrics")
     args = parser.parse_args()
     logging.basicConfig(level=os.environ.get("TIDAL_LOG_LEVEL", "WARNING"))
 
@@ -65,18 +67,28 @@ def main() -> None:
     state = tidal.State(model=model, optimizer=optimizer, loader=loader, scheduler=scheduler)
     loss_fn = nn.CrossEntropyLoss()
 
+    last_time, last_step = time.perf_counter(), state.global_step
     for epoch in state.epochs(args.epochs):
         for x, y in loader:
             optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
+            out = model(x)
+            loss = loss_fn(out, y)
             loss.backward()
             optimizer.step()
             scheduler.step()
             state.step()
             if args.step_delay:
-                import time
-
                 time.sleep(args.step_delay)
+            if ctx.rank == 0 and state.global_step % args.log_every == 0:
+                # Buffered and sent about once a second: costs the step nothing.
+                now = time.perf_counter()
+                steps = max(state.global_step - last_step, 1)
+                tidal.log_metrics(
+                    loss=loss.item(),
+                    accuracy=(out.argmax(1) == y).float().mean().item(),
+                    samples_per_s=steps * loader.batch_size / max(now - last_time, 1e-9),
+                )
+                last_time, last_step = now, state.global_step
         if ctx.rank == 0:
             print(
                 f"epoch {epoch} step {state.global_step} world {ctx.world_size} "

@@ -100,6 +100,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     parser.add_argument("--trace", help="directory for per-worker JSON-lines step traces")
     parser.add_argument("--log-every", type=int, default=20, help="print a line every N steps")
+    parser.add_argument(
+        "--autoscale",
+        type=int,
+        default=0,
+        help="adaptive batch size up to this global batch (= --batch-size: statistics only)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=os.environ.get("TIDAL_LOG_LEVEL", "WARNING"))
     torch.set_num_threads(args.threads)
@@ -112,6 +118,9 @@ def main() -> None:
     loader = tidal.ElasticDataLoader(
         build_data(args.samples, args.seed), batch_size=args.batch_size, seed=args.seed
     )
+    if args.autoscale:
+        loader.autoscale_batch_size(args.autoscale)
+        tidal.adaptive_lr(optimizer, loader)
     state = tidal.State(model=model, optimizer=optimizer, loader=loader)
     trace = Trace(args.trace, ctx.worker_id)
     loss_fn = nn.CrossEntropyLoss()

@@ -11,10 +11,12 @@ Inside a training script::
         for x, y in loader:
             ...
             state.step()
+        tidal.log_metrics(loss=loss.item())    # buffered; sent about once a second
 """
 
 from tidal.runtime import (
     EXIT_RELEASED,
+    AdaptiveBatch,
     ElasticDataLoader,
     ElasticDataParallel,
     FitResult,
@@ -23,14 +25,17 @@ from tidal.runtime import (
     State,
     Trainer,
     WorkerContext,
+    adaptive_lr,
     current,
     init,
+    log_metrics,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "EXIT_RELEASED",
+    "AdaptiveBatch",
     "ElasticDataLoader",
     "ElasticDataParallel",
     "FitResult",
@@ -40,6 +45,8 @@ __all__ = [
     "Trainer",
     "WorkerContext",
     "__version__",
+    "adaptive_lr",
     "current",
     "init",
+    "log_metrics",
 ]

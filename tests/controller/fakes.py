@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from tidal.backends.base import JobLaunch, JobStatus, WorkerState, WorkerStatus
+from tidal.backends.base import JobLaunch, JobStatus, MetricPoint, WorkerState, WorkerStatus
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
 
 
@@ -20,6 +21,9 @@ class _FakeJob:
     reason: str = ""
     #: Slots asked for but not yet applied (``instant=False``).
     pending: tuple[Slot, ...] | None = None
+    #: Reports handed over with the next poll.
+    metrics: list[MetricPoint] = field(default_factory=list)
+    goodput: dict[str, Any] | None = None
 
 
 class FakeBackend:
@@ -60,8 +64,8 @@ class FakeBackend:
         self._forget_stopped()
 
     def poll(self) -> Mapping[str, JobStatus]:
-        """Snapshots of every job ever started."""
-        return {
+        """Snapshots of every job ever started (reports are handed over once)."""
+        out = {
             job_id: JobStatus(
                 job_id=job_id,
                 generation=job.generation,
@@ -69,9 +73,14 @@ class FakeBackend:
                 finished=job.finished,
                 failed=job.failed,
                 reason=job.reason,
+                metrics=tuple(job.metrics),
+                goodput=job.goodput,
             )
             for job_id, job in self.jobs.items()
         }
+        for job in self.jobs.values():
+            job.metrics, job.goodput = [], None
+        return out
 
     def log_paths(self, job_id: str) -> Mapping[int, Path]:
         """The log file each worker wrote when it started."""
@@ -100,6 +109,18 @@ class FakeBackend:
             job = self.jobs[job_id]
             if job.pending is None and not any(w.state.alive for w in job.workers):
                 del self.jobs[job_id]
+
+    def report(
+        self,
+        job_id: str,
+        metrics: Sequence[MetricPoint] = (),
+        goodput: dict[str, Any] | None = None,
+    ) -> None:
+        """Reports the job's workers sent, handed over with the next poll."""
+        job = self.jobs[job_id]
+        job.metrics.extend(metrics)
+        if goodput is not None:
+            job.goodput = goodput
 
     def fail_worker(self, job_id: str, index: int = 0, exit_code: int = 1) -> WorkerStatus:
         """Make the ``index``-th live worker of the job fail."""

@@ -191,3 +191,17 @@ def test_training_metrics_round_trip(served: Served) -> None:
     with pytest.raises(InvalidRequest) as info:
         c.report_metrics(a.id, 30, {})
     assert info.value.problems[0][0] == "values"
+
+
+def test_job_views_show_the_goodput_report(served: Served) -> None:
+    c = served.client()
+    a = c.submit(SPEC)
+    assert c.get(a.id).batch_size is None
+    served.store.set_goodput(
+        a.id, {"batch_size": 256, "efficiency": 0.8, "speedup": 3.2, "model": {}}
+    )
+    view = c.get(a.id)
+    assert (view.batch_size, view.efficiency, view.speedup) == (256, 0.8, 3.2)
+    assert view.goodput is not None and view.goodput["batch_size"] == 256
+    (listed,) = c.list()
+    assert (listed.batch_size, listed.efficiency, listed.speedup) == (256, 0.8, 3.2)

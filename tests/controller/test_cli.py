@@ -204,3 +204,16 @@ def test_verbs_against_a_real_server(capsys: pytest.CaptureFixture[str], server:
     assert code == 0 and json.loads(out)["state"] == "cancelled"
     code, _, err = run(capsys, "get", "nope", *d)
     assert code == 1 and "no job 'nope'" in err
+
+
+def test_policy_options_are_converted_and_checked() -> None:
+    from tidal.controller.plugins import PluginError, load_policy
+    from tidal.policy.goodput import GoodputPolicy
+
+    policy = load_policy("goodput", {"reallocation_delay": "5", "prior_sync": "0.1"})
+    assert isinstance(policy, GoodputPolicy)
+    assert (policy.reallocation_delay, policy.prior_sync) == (5.0, 0.1)
+    with pytest.raises(PluginError, match="no option 'speed'"):
+        load_policy("goodput", {"speed": "1"})
+    with pytest.raises(PluginError, match="not a number"):
+        load_policy("goodput", {"reallocation_delay": "soon"})

@@ -375,3 +375,49 @@ def test_hosts_follow_a_discovering_backend(store: Store, tmp_path: Path, clock:
     ctl.tick()
     assert set(job(store, a.id).slots) == {("n1", 0), ("n1", 1), ("n3", 0), ("n3", 1)}
     assert ctl.metrics.slots_total._value.get() == 4
+
+
+def test_reports_are_stored_and_feed_the_policy(store: Store, tmp_path: Path, clock: Clock) -> None:
+    from tidal.backends.base import MetricPoint
+    from tidal.policy.api import Cluster, JobRequest, Slot
+
+    seen: list[JobRequest] = []
+
+    class Spy(GreedyPolicy):
+        def allocate(
+            self, jobs: Any, cluster: Cluster, previous: Any
+        ) -> dict[str, tuple[Slot, ...]]:
+            seen.extend(jobs)
+            return super().allocate(jobs, cluster, previous)
+
+    ctl, backend = make(store, tmp_path, clock, policy=Spy())
+    a = submit(store, clock)
+    ctl.tick()
+    backend.report(
+        a.id,
+        [MetricPoint(5, 1.0, {"loss": 0.5}), MetricPoint(10, 2.0, {"loss": 0.25})],
+        {
+            "model": {
+                "alpha_compute": 0.1,
+                "beta_compute": 0.01,
+                "alpha_sync_local": 0.0,
+                "beta_sync_local": 0.0,
+                "alpha_sync_node": 0.0,
+                "beta_sync_node": 0.0,
+                "grad_noise_scale": 500.0,
+                "init_batch_size": 64,
+            },
+            "batch_size": 128,
+            "efficiency": 0.9,
+            "speedup": 3.5,
+        },
+    )
+    seen.clear()
+    ctl.tick()
+    assert [(m.step, m.values["loss"]) for m in store.metrics(a.id)] == [(5, 0.5), (10, 0.25)]
+    model = seen[0].throughput
+    assert model is not None and model.grad_noise_scale == 500.0
+    assert model.init_batch_size == 64
+    assert store.goodput()[a.id].report["batch_size"] == 128
+    ctl.tick()  # handed over once: nothing is stored twice
+    assert len(store.metrics(a.id)) == 2

@@ -112,3 +112,28 @@ def test_other_schema_version_is_refused(tmp_path: Path) -> None:
         conn.execute("UPDATE schema_version SET version = 999")
     with pytest.raises(StoreError, match="schema version 999"):
         Store.open(tmp_path)
+
+
+def test_version_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
+    Store.open(tmp_path).close()
+    with sqlite3.connect(tmp_path / "tidal.db") as conn:
+        conn.execute("DROP TABLE goodput")
+        conn.execute("UPDATE schema_version SET version = 1")
+    store = Store.open(tmp_path)
+    try:
+        job = store.add_job(spec())
+        store.set_goodput(job.id, {"batch_size": 64})
+        assert store.goodput()[job.id].report == {"batch_size": 64}
+    finally:
+        store.close()
+
+
+def test_metrics_many_and_goodput(store: Store) -> None:
+    job = store.add_job(spec())
+    store.add_metrics_many(job.id, [(1, 10.0, {"loss": 0.9}), (2, 11.0, {"loss": 0.5})])
+    assert [m.step for m in store.metrics(job.id)] == [1, 2]
+    store.set_goodput(job.id, {"batch_size": 64}, now=5.0)
+    store.set_goodput(job.id, {"batch_size": 128}, now=6.0)
+    record = store.goodput([job.id])[job.id]
+    assert (record.time, record.report["batch_size"]) == (6.0, 128)
+    assert store.goodput(["other"]) == {}

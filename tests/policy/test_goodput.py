@@ -118,3 +118,15 @@ def test_a_job_moved_too_often_still_makes_room_for_newcomers() -> None:
     # Moving it is expensive, so it keeps most of its slots (and only gives some up).
     assert len(alloc["old"]) > len(alloc["new"])
     assert set(alloc["old"]) <= set(held["old"])
+
+
+def test_jobs_without_a_model_get_their_minimum_or_a_fair_share_with_a_prior() -> None:
+    unknown = [JobRequest("a", 1, 16), JobRequest("b", 1, 16)]
+    assert {len(s) for s in GoodputPolicy().allocate(unknown, CLUSTER, {}).values()} == {1}
+    live = GoodputPolicy(prior_sync=0.05).allocate(unknown, CLUSTER, {})
+    assert [len(live["a"]), len(live["b"])] == [8, 8]  # like fairshare
+    # A job that reported a poor model gives way to one that has not reported yet.
+    mixed = GoodputPolicy(prior_sync=0.05).allocate(
+        [JobRequest("a", 1, 16), job("bad", SCALES_BADLY)], CLUSTER, {}
+    )
+    assert len(mixed["a"]) > len(mixed["bad"])

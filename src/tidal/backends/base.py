@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tidal.policy.api import Slot
 
@@ -25,6 +25,7 @@ __all__ = [
     "HostInfo",
     "JobLaunch",
     "JobStatus",
+    "MetricPoint",
     "WorkerState",
     "WorkerStatus",
 ]
@@ -59,6 +60,15 @@ class WorkerStatus:
 
 
 @dataclass(frozen=True)
+class MetricPoint:
+    """Training metrics one worker logged at one step (``tidal.log_metrics``)."""
+
+    step: int
+    time: float
+    values: Mapping[str, float]
+
+
+@dataclass(frozen=True)
 class JobStatus:
     """A job's workers as of the last poll."""
 
@@ -72,6 +82,11 @@ class JobStatus:
     failed: bool = False
     #: Why, when ``failed``.
     reason: str = ""
+    #: Metrics the job's workers logged since the previous poll (each handed over once).
+    metrics: tuple[MetricPoint, ...] = ()
+    #: The job's newest goodput report, when one arrived since the previous poll: the
+    #: fitted throughput model, noise scale, chosen batch, efficiency (JSON-like).
+    goodput: Mapping[str, Any] | None = None
 
     def alive_slots(self) -> set[Slot]:
         """Slots whose worker still holds them."""
@@ -127,7 +142,9 @@ class Backend(Protocol):
 
     def poll(self) -> Mapping[str, JobStatus]:
         """The status of every job started and not stopped, and of stopped jobs while any
-        of their workers is still alive (their slots are not free yet)."""
+        of their workers is still alive (their slots are not free yet). Reports the
+        workers sent (metrics, goodput) are in the status of the poll that first sees
+        them, and in no later one."""
         ...
 
     def log_paths(self, job_id: str) -> Mapping[int, Path]:

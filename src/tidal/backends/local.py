@@ -18,23 +18,25 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 
-from tidal.backends.base import JobLaunch, JobStatus, WorkerState, WorkerStatus
+from tidal.backends.base import JobLaunch, JobStatus, MetricPoint, WorkerState, WorkerStatus
 from tidal.launch.agent import (
     KEY_ASSIGN,
     KEY_STATUS,
     KEY_STOP,
+    REPORT_PREFIX,
     AgentConfig,
     AgentStatus,
     final_path,
     record_path,
 )
 from tidal.policy.api import Slot
-from tidal.runtime.rendezvous import connect_store
+from tidal.runtime.rendezvous import ReportQueue, connect_store
 
 log = logging.getLogger("tidal.backends.local")
 
@@ -63,6 +65,7 @@ class _Agent:
     assign_seq: int = 0
     stopped: bool = False
     last: AgentStatus | None = None
+    reports: ReportQueue | None = field(default=None, repr=False)
 
 
 class LocalBackend:
@@ -181,7 +184,10 @@ class LocalBackend:
     def poll(self) -> Mapping[str, JobStatus]:
         """Every job's workers as their agents last reported them."""
         statuses: dict[str, JobStatus] = {}
+        reports: dict[str, tuple[tuple[MetricPoint, ...], dict[str, Any] | None]] = {}
         for job_id, agent in list(self._agents.items()):
+            # Reports first: reading the final status lets go of the agent's store.
+            reports[job_id] = self._reports(agent)
             status = self._read(agent)
             alive = _pid_alive(agent)
             if status is not None:
@@ -203,7 +209,34 @@ class LocalBackend:
                         job_id, agent.last.generation, failed=True, reason="agent died"
                     )
                 del self._agents[job_id]
+        for job_id, (metrics, goodput) in reports.items():
+            if job_id in statuses:
+                statuses[job_id] = replace(statuses[job_id], metrics=metrics, goodput=goodput)
         return statuses
+
+    def _reports(self, agent: _Agent) -> tuple[tuple[MetricPoint, ...], dict[str, Any] | None]:
+        """Metrics and the newest goodput report the agent passed on since the last poll."""
+        if agent.store is None:
+            return (), None
+        if agent.reports is None:
+            agent.reports = ReportQueue(agent.store, REPORT_PREFIX)
+        try:
+            raw = agent.reports.drain()
+        except Exception:  # the agent (and its store) is gone; poll notices
+            return (), None
+        metrics: list[MetricPoint] = []
+        goodput: dict[str, Any] | None = None
+        for text in raw:
+            try:
+                batch = json.loads(text)
+                for m in batch.get("metrics") or ():
+                    metrics.append(MetricPoint(int(m["step"]), float(m["time"]), dict(m["values"])))
+            except (ValueError, KeyError, TypeError):
+                log.debug("job=%s: malformed report skipped", agent.job_id)
+                continue
+            if batch.get("goodput"):
+                goodput = dict(batch["goodput"])
+        return tuple(metrics), goodput
 
     def _read(self, agent: _Agent) -> AgentStatus | None:
         final = final_path(self.state_dir, agent.job_id)

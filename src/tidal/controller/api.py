@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
@@ -46,6 +46,7 @@ from tidal.controller.store import (
     AllocationRecord,
     Event,
     EventRecord,
+    GoodputRecord,
     JobRecord,
     JobState,
     JobStateError,
@@ -63,7 +64,14 @@ _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-ya
 _FOLLOW_POLL_S = 0.25
 
 
-def _job_view(job: JobRecord) -> JobView:
+def _number(report: Mapping[str, Any] | None, key: str) -> float | None:
+    value = None if report is None else report.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _job_view(job: JobRecord, goodput: GoodputRecord | None = None) -> JobView:
+    report = goodput.report if goodput is not None else None
+    batch = _number(report, "batch_size")
     # model_construct: the store's data is already valid, and validating every field of
     # every job again made listing jobs the API's slowest call.
     return JobView.model_construct(
@@ -88,6 +96,9 @@ def _job_view(job: JobRecord) -> JobView:
         finished_at=job.finished_at,
         updated_at=job.updated_at,
         spec=dict(job.spec_data),
+        batch_size=int(batch) if batch is not None else None,
+        efficiency=_number(report, "efficiency"),
+        speedup=_number(report, "speedup"),
     )
 
 
@@ -275,8 +286,9 @@ def create_app(controller: Controller, token: str) -> FastAPI:
         """Jobs in submission order, filtered by state (repeatable), name and labels."""
         labels = _parse_labels(label or [])
         jobs = store.list_jobs(states=state, name=name, labels=labels, limit=limit)
+        reports = store.goodput([j.id for j in jobs])
         # Serialised here in one go rather than re-validated item by item by FastAPI.
-        body = _JOB_LIST.dump_json([_job_view(j) for j in jobs])
+        body = _JOB_LIST.dump_json([_job_view(j, reports.get(j.id)) for j in jobs])
         return Response(content=body, media_type="application/json")
 
     @api.get("/jobs/{ref}", response_model=JobDetail, tags=["jobs"])
@@ -294,7 +306,12 @@ def create_app(controller: Controller, token: str) -> FastAPI:
             )
             for w in store.workers(job.id)
         ]
-        return JobDetail(**_job_view(job).model_dump(), worker_list=workers)
+        report = store.goodput([job.id]).get(job.id)
+        return JobDetail(
+            **_job_view(job, report).model_dump(),
+            worker_list=workers,
+            goodput=dict(report.report) if report is not None else None,
+        )
 
     @api.post("/jobs/{ref}/cancel", response_model=JobView, tags=["jobs"], status_code=202)
     def cancel(ref: str) -> JobView:

@@ -147,9 +147,21 @@ def _state(state: str) -> Text:
     return Text(state, style=_STATE_STYLE.get(state, ""))
 
 
+def _adaptive(job: JobView) -> str:
+    """``256 eff 0.82 ×3.1``: batch, statistical efficiency, predicted speed-up (or -)."""
+    if job.batch_size is None:
+        return "-"
+    text = str(job.batch_size)
+    if job.efficiency is not None:
+        text += f" eff {job.efficiency:.2f}"
+    if job.speedup is not None:
+        text += f" ×{job.speedup:.1f}"
+    return text
+
+
 def _jobs_table(jobs: Iterable[JobView]) -> Table:
     table = Table(box=None, header_style="bold")
-    for column in ("ID", "STATE", "WORKERS", "PRIORITY", "RESTARTS", "AGE", "REASON"):
+    for column in ("ID", "STATE", "WORKERS", "BATCH", "PRIORITY", "RESTARTS", "AGE", "REASON"):
         table.add_column(column, no_wrap=column != "REASON")
     for j in jobs:
         size = f"{j.workers} [{j.min_workers}-{j.max_workers}]"
@@ -159,6 +171,7 @@ def _jobs_table(jobs: Iterable[JobView]) -> Table:
             j.id,
             _state(j.state),
             size,
+            _adaptive(j),
             str(j.priority),
             str(j.restarts),
             _age(j.submitted_at),
@@ -196,8 +209,12 @@ def server(
     ] = None,
     data_dir: DataDirOpt = None,
     policy: Annotated[
-        str, typer.Option(help="fairshare, static, tiresias, or module:Class.")
+        str, typer.Option(help="fairshare, goodput, static, tiresias, or module:Class.")
     ] = "fairshare",
+    policy_option: Annotated[
+        list[str] | None,
+        typer.Option(help="Policy argument KEY=VALUE, e.g. reallocation_delay=10; repeatable."),
+    ] = None,
     backend: Annotated[str, typer.Option(help="local, ray, or module:Class.")] = "local",
     ray_address: Annotated[
         str | None,
@@ -216,6 +233,7 @@ def server(
 ) -> None:
     """Run the controller and its REST API until interrupted."""
     labels = _pairs(label, "--label")
+    policy_options = _pairs(policy_option, "--policy-option")
     # Heavy (FastAPI, uvicorn): only for this verb.
     from tidal.controller.auth import TOKEN_FILE, read_token
     from tidal.controller.server import ServerConfig, run_server
@@ -230,6 +248,7 @@ def server(
         data_dir=folder,
         slots=slots,
         policy=policy,
+        policy_options=policy_options,
         backend=backend,
         host=host,
         port=port,

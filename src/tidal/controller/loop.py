@@ -28,7 +28,8 @@ from tidal.backends.base import (
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.metrics import ControllerMetrics
 from tidal.controller.store import ACTIVE_STATES, Event, JobRecord, JobState, Store
-from tidal.policy.api import JobRequest, Policy, Slot
+from tidal.policy.api import JobRequest, Policy, Slot, ThroughputModel
+from tidal.policy.goodput_model import model_from_dict
 from tidal.spec import JobSpec
 
 __all__ = ["Controller"]
@@ -173,6 +174,7 @@ class Controller:
                 event=Event("lost", "the backend no longer runs this job's workers"),
             )
         newly_failed = self.store.sync_workers(job.id, status.workers, now)
+        self._record_reports(job, status, now)
         if status.finished:
             # Nothing left to stop: this releases what the backend still holds for the job.
             self._call(job, "stop", lambda: self.backend.stop(job.id))
@@ -207,6 +209,33 @@ class Controller:
             )
             event = Event("rescaled", f"now {len(job.slots)} worker(s)", {"stall_s": stall})
         return self.store.update_job(job.id, now, event=event, **changes)
+
+    def _record_reports(self, job: JobRecord, status: JobStatus, now: float) -> None:
+        """Store what the workers reported: metrics (``tidal.log_metrics``) and the newest
+        goodput report, which the policy reads as the job's throughput model."""
+        try:
+            if status.metrics:
+                self.store.add_metrics_many(
+                    job.id, [(m.step, m.time, m.values) for m in status.metrics]
+                )
+            if status.goodput is not None:
+                self.store.set_goodput(job.id, status.goodput, now)
+        except Exception:
+            # Reports are for charts and the policy; losing one must not stop scheduling.
+            log.exception("recording reports of %s failed", job.id)
+
+    def _throughput(self, job_ids: Sequence[str]) -> dict[str, ThroughputModel]:
+        """Each job's reported throughput model (jobs that reported none are absent)."""
+        models: dict[str, ThroughputModel] = {}
+        for job_id, record in self.store.goodput(job_ids).items():
+            raw = record.report.get("model")
+            if not isinstance(raw, Mapping):
+                continue
+            try:
+                models[job_id] = model_from_dict(raw)
+            except ValueError:
+                log.warning("job %s reported an unreadable throughput model", job_id)
+        return models
 
     @staticmethod
     def _settled(job: JobRecord, status: JobStatus) -> bool:
@@ -298,6 +327,7 @@ class Controller:
         """Allocate and apply; returns the slots each job holds afterwards."""
         held = {j.id: j.slots for j in jobs if j.slots}
         placeable = [j for j in jobs if self._placeable(j, now)]
+        models = self._throughput([j.id for j in placeable])
         requests = [
             JobRequest(
                 job_id=j.id,
@@ -308,6 +338,7 @@ class Controller:
                 group=j.target_group,
                 attained_service=j.attained_service,
                 target_workers=j.target_workers,
+                throughput=models.get(j.id),
                 age=now - j.started_at if j.started_at is not None else 0.0,
                 reallocations=j.generation,
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,6 +15,7 @@ __all__ = ["BACKENDS", "POLICIES", "PluginError", "load_backend", "load_policy"]
 
 POLICIES = {
     "fairshare": "tidal.policy.fairshare:FairSharePolicy",
+    "goodput": "tidal.policy.goodput:live_policy",
     "static": "tidal.policy.static:StaticPolicy",
     "tiresias": "tidal.policy.tiresias:TiresiasPolicy",
 }
@@ -47,9 +49,34 @@ def _load(kind: str, name: str, known: dict[str, str], **options: Any) -> Any:
     return factory(**{k: v for k, v in options.items() if k in accepted})
 
 
-def load_policy(name: str) -> Policy:
-    """A policy instance, e.g. ``load_policy("fairshare")``."""
-    return cast(Policy, _load("policy", name, POLICIES))
+def load_policy(name: str, options: Mapping[str, str] | None = None) -> Policy:
+    """A policy instance, e.g. ``load_policy("goodput", {"reallocation_delay": "5"})``.
+
+    ``options`` are constructor arguments as text (``tidal server --policy-option K=V``),
+    converted to the type of the parameter's default; unknown ones are an error."""
+    target = POLICIES.get(name, name)
+    converted: dict[str, Any] = {}
+    if options:
+        module_name, _, attr = target.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+            accepted = inspect.signature(factory).parameters
+        except (ImportError, AttributeError, TypeError, ValueError) as exc:
+            raise PluginError(f"cannot load policy {name!r} from {target}: {exc}") from None
+        for key, text in options.items():
+            if key not in accepted:
+                choices = ", ".join(accepted) or "none"
+                raise PluginError(f"policy {name!r} has no option {key!r} (options: {choices})")
+            default = accepted[key].default
+            try:
+                converted[key] = (
+                    type(default)(text)
+                    if isinstance(default, int | float) and not isinstance(default, bool)
+                    else text
+                )
+            except ValueError:
+                raise PluginError(f"policy option {key}: not a number: {text!r}") from None
+    return cast(Policy, _load("policy", name, POLICIES, **converted))
 
 
 def load_backend(

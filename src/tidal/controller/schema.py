@@ -103,12 +103,21 @@ class JobView(BaseModel):
     finished_at: float | None
     updated_at: float
     spec: dict[str, Any]
+    #: From the job's newest goodput report (jobs using the adaptive batch size): the
+    #: global batch it trains at, its statistical efficiency there (progress per sample
+    #: relative to the initial batch, in (0, 1]) and its predicted speed-up over one
+    #: worker at the initial batch. ``None`` until the job reports.
+    batch_size: int | None = None
+    efficiency: float | None = None
+    speedup: float | None = None
 
 
 class JobDetail(JobView):
     """A job with its workers."""
 
     worker_list: list[WorkerView] = Field(default_factory=list)
+    #: The newest goodput report as sent (fitted throughput model, noise scale, ...).
+    goodput: dict[str, Any] | None = None
 
 
 class EventView(BaseModel):

@@ -40,6 +40,8 @@ class ServerConfig:
     #: Virtual CPU slots; ``None`` detects GPUs (or uses one slot per core).
     slots: int | None = None
     policy: str = "fairshare"
+    #: Constructor arguments of the policy, as text (``--policy-option K=V``).
+    policy_options: Mapping[str, str] = field(default_factory=dict)
     backend: str = "local"
     host: str = "127.0.0.1"
     port: int = 0
@@ -133,7 +135,7 @@ def run_server(config: ServerConfig, on_ready: Callable[[str], None] | None = No
 
 def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) -> None:
     # Everything that can be refused is checked before anything is written to the data dir.
-    policy = load_policy(config.policy)
+    policy = load_policy(config.policy, config.policy_options)
     cluster = detect_local(config.slots, group=config.group, labels=config.labels)
     backend = load_backend(
         config.backend, data_dir=config.data_dir, gpus=cluster.gpu, **config.backend_options

@@ -29,6 +29,7 @@ from sqlalchemy import (
     event,
     func,
     select,
+    update,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
@@ -42,6 +43,7 @@ __all__ = [
     "AllocationRecord",
     "Event",
     "EventRecord",
+    "GoodputRecord",
     "JobRecord",
     "JobState",
     "JobStateError",
@@ -53,9 +55,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Bumped with every change to the tables below. There are no migrations yet: a store
+#: Bumped with every change to the tables below. A store of an older version is upgraded
+#: in place when the change only adds tables (:data:`_ADDITIVE_UPGRADES`); any other store
 #: written by another schema version is refused rather than misread.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions whose store becomes the current one by creating the missing tables (2 added
+#: ``goodput``).
+_ADDITIVE_UPGRADES = frozenset({1})
 
 
 class JobState(str, Enum):
@@ -166,6 +172,13 @@ class _MetricRow(_Base):
     step: Mapped[int] = mapped_column(Integer)
     time: Mapped[float] = mapped_column(Float)
     values: Mapped[dict[str, float]] = mapped_column(JSON)
+
+
+class _GoodputRow(_Base):
+    __tablename__ = "goodput"
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    time: Mapped[float] = mapped_column(Float)
+    report: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
 def _slots_json(slots: Sequence[Slot]) -> list[list[Any]]:
@@ -285,6 +298,16 @@ class MetricRecord:
 
 
 @dataclass(frozen=True)
+class GoodputRecord:
+    """The newest goodput report of a job's workers (see ``tidal.runtime.adaptive``):
+    fitted throughput model, gradient noise scale, chosen batch, efficiency, speed-up."""
+
+    job_id: str
+    time: float
+    report: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Event:
     """An event to record together with a job change, in the same transaction."""
 
@@ -358,6 +381,10 @@ class Store:
             found = s.scalar(select(_SchemaVersionRow.version))
             if found is None:
                 s.add(_SchemaVersionRow(version=SCHEMA_VERSION))
+            elif found in _ADDITIVE_UPGRADES:
+                # create_all() above already added the tables this version lacked.
+                log.info("store upgraded from schema version %d to %d", found, SCHEMA_VERSION)
+                s.execute(update(_SchemaVersionRow).values(version=SCHEMA_VERSION))
             elif found != SCHEMA_VERSION:
                 raise StoreError(
                     f"the store at {self.engine.url!r} has schema version {found}; "
@@ -629,6 +656,48 @@ class Store:
                     values={k: float(v) for k, v in values.items()},
                 )
             )
+
+    def add_metrics_many(
+        self, job_id: str, points: Sequence[tuple[int, float, Mapping[str, float]]]
+    ) -> None:
+        """Record several ``(step, time, values)`` at once (what the workers logged)."""
+        if not points:
+            return
+        with self._transaction() as s:
+            if s.get(_JobRow, job_id) is None:
+                raise KeyError(job_id)
+            s.add_all(
+                _MetricRow(
+                    job_id=job_id,
+                    step=step,
+                    time=at,
+                    values={k: float(v) for k, v in values.items()},
+                )
+                for step, at, values in points
+            )
+
+    def set_goodput(self, job_id: str, report: Mapping[str, Any], now: float | None = None) -> None:
+        """Keep ``report`` as the job's newest goodput report."""
+        now = time.time() if now is None else now
+        with self._transaction() as s:
+            if s.get(_JobRow, job_id) is None:
+                raise KeyError(job_id)
+            row = s.get(_GoodputRow, job_id)
+            if row is None:
+                s.add(_GoodputRow(job_id=job_id, time=now, report=dict(report)))
+            else:
+                row.time, row.report = now, dict(report)
+
+    def goodput(self, job_ids: Sequence[str] | None = None) -> dict[str, GoodputRecord]:
+        """The newest goodput report of each job that sent one (of ``job_ids`` if given)."""
+        query = select(_GoodputRow)
+        if job_ids is not None:
+            query = query.where(_GoodputRow.job_id.in_(list(job_ids)))
+        with self._transaction() as s:
+            return {
+                r.job_id: GoodputRecord(job_id=r.job_id, time=r.time, report=dict(r.report))
+                for r in s.scalars(query)
+            }
 
     def metrics(self, job_id: str) -> list[MetricRecord]:
         """A job's metrics in step order."""

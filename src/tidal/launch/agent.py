@@ -9,6 +9,8 @@ The agent and the backend talk through the job's store (keys under ``agent/``):
 ``agent/assign``  JSON ``{"slots": ["host:i", ...], "seq": n}`` written by the backend
 ``agent/stop``    present once the backend ended the job
 ``agent/status``  JSON :class:`AgentStatus`, written by the agent when it changes
+``agent/report/`` a :class:`~tidal.runtime.rendezvous.ReportQueue` of the workers' report
+                  batches (metrics, goodput), passed on as they arrive
 
 When the group ends, the agent writes ``<job>.final.json`` beside its record and exits.
 """
@@ -29,12 +31,14 @@ from typing import Any
 
 from tidal.launch.group import GroupEvent, Outcome, WorkerGroup, WorkerSpec, WorkerState
 from tidal.runtime.api import EXIT_RELEASED
+from tidal.runtime.rendezvous import ReportQueue
 
 log = logging.getLogger("tidal.agent")
 
 KEY_ASSIGN = "agent/assign"
 KEY_STOP = "agent/stop"
 KEY_STATUS = "agent/status"
+REPORT_PREFIX = "agent/report/"
 
 
 @dataclass
@@ -180,8 +184,17 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
     seq = 0
     published = ""
     last_publish = 0.0
+    reports = ReportQueue(store, REPORT_PREFIX)
+
+    def pass_reports(read: bool = False) -> None:
+        # The workers' batches, on to whoever polls the agent (the backend). Kept whole:
+        # the controller reads metrics and the goodput report out of them.
+        for batch in group.take_reports(read=read):
+            reports.push(json.dumps(batch))
+
     while True:
         outcome = group.poll()
+        pass_reports()
         if not stopping and store.check([KEY_STOP]):
             stopping = True
         if stopping:
@@ -200,6 +213,7 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         if outcome is not None:
             break
         time.sleep(group.poll_interval())
+    pass_reports(read=True)
     final = _status(group, config.job_id, seq, events)
     if final.outcome is None:
         final.outcome = Outcome.STOPPED.value

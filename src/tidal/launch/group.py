@@ -11,14 +11,16 @@ says where the processes run (subprocesses here by default; Ray actors for that 
 
 from __future__ import annotations
 
+import collections
 import enum
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tidal.launch.process import LocalSpawner, Spawner, WorkerProcess
 from tidal.runtime.api import (
@@ -33,9 +35,15 @@ from tidal.runtime.api import (
     ENV_WORKER_ID,
     EXIT_RELEASED,
 )
-from tidal.runtime.rendezvous import Generation, RendezvousHost
+from tidal.runtime.rendezvous import Generation, RendezvousHost, ReportQueue
+from tidal.runtime.report import REPORT_PREFIX
 
 log = logging.getLogger("tidal.launch")
+
+#: Seconds between reads of the workers' report queue (they flush about once a second).
+_REPORT_INTERVAL = 0.25
+#: Report batches kept until a caller takes them; the oldest are dropped beyond this.
+_MAX_REPORTS = 10_000
 
 
 class WorkerState(enum.Enum):
@@ -134,6 +142,13 @@ class WorkerGroup:
         self._failed_while_finishing = False
         self._log_files: list[IO[str]] = []
         self._lock = threading.Lock()
+        self._reports = ReportQueue(self.host.store, REPORT_PREFIX)
+        self._pending_reports: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=_MAX_REPORTS
+        )
+        self._last_report_read = 0.0
+        #: The newest goodput report any worker sent (fitted model, batch, efficiency).
+        self.goodput: dict[str, Any] | None = None
 
     # -- what callers ask -------------------------------------------------------------
 
@@ -193,6 +208,35 @@ class WorkerGroup:
         """Rank 0's last report: step, epoch, generation, world."""
         return self.host.progress()
 
+    def take_reports(self, *, read: bool = False) -> list[dict[str, Any]]:
+        """Report batches the workers sent since the last call (see
+        :mod:`tidal.runtime.report`), oldest first. :meth:`poll` reads the store a few
+        times a second; ``read`` reads it now too (say, once the job ended)."""
+        if read:
+            self._read_reports(force=True)
+        taken = list(self._pending_reports)
+        self._pending_reports.clear()
+        return taken
+
+    def _read_reports(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_report_read < _REPORT_INTERVAL:
+            return
+        self._last_report_read = now
+        try:
+            raw = self._reports.drain()
+        except Exception as exc:  # a report is never worth failing the job for
+            log.debug("reading reports: %s", exc)
+            return
+        for text in raw:
+            try:
+                batch = dict(json.loads(text))
+            except ValueError:
+                continue
+            if batch.get("goodput"):
+                self.goodput = dict(batch["goodput"])
+            self._pending_reports.append(batch)
+
     # -- the state machine ------------------------------------------------------------
 
     def poll(self) -> Outcome | None:
@@ -200,6 +244,7 @@ class WorkerGroup:
         once the job has ended."""
         if self.outcome is not None:
             return self.outcome
+        self._read_reports()
         self._reap()
         if self.outcome is None:
             self._check_formation()

@@ -15,6 +15,11 @@ are not concave (crossing a node boundary can cost more than a worker adds).
 A job that holds slots pays for any change: its speed-up at every other size is scaled by
 Pollux's re-allocation factor ``(age - reallocations * delay) / (age + delay)``, so young
 jobs and jobs moved often are left where they are unless a move clearly pays.
+
+A job without a throughput model gets its minimum, unless ``prior_sync`` is set: then it
+is modelled as scaling linearly but for a sync cost of that fraction of its one-worker
+step time (what the live controller does for jobs that have not reported yet, so they
+share like under ``fairshare`` until they do; see :func:`live_policy`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
+from tidal.policy.api import Allocation, Cluster, JobRequest, Slot, ThroughputModel
 from tidal.policy.budget import SlotBudget, queue_order, worker_cap
 from tidal.policy.goodput_model import FloatArray, best_goodput_table
 from tidal.policy.placement import held_counts, place
@@ -50,12 +55,33 @@ class GoodputPolicy:
 
     name = "goodput"
 
-    def __init__(self, p: float = -1.0, reallocation_delay: float = 30.0) -> None:
-        """``p``: fairness exponent (< 0); ``reallocation_delay``: seconds one move costs a job."""
+    def __init__(
+        self, p: float = -1.0, reallocation_delay: float = 30.0, prior_sync: float | None = None
+    ) -> None:
+        """``p``: fairness exponent (< 0); ``reallocation_delay``: seconds one move costs a
+        job; ``prior_sync``: model jobs without a throughput model (see the module)."""
         if p >= 0:
             raise ValueError("p must be negative")
+        if prior_sync is not None and prior_sync < 0:
+            raise ValueError("prior_sync must be >= 0")
         self.p = p
         self.reallocation_delay = reallocation_delay
+        self.prior_sync = prior_sync
+        self._prior = (
+            None
+            if prior_sync is None
+            else ThroughputModel(
+                alpha_compute=0.0,
+                beta_compute=1.0,
+                alpha_sync_local=prior_sync,
+                beta_sync_local=0.0,
+                alpha_sync_node=prior_sync,
+                beta_sync_node=0.0,
+                init_batch_size=1,
+                max_local_batch=1,
+                max_global_batch=1,
+            )
+        )
 
     def allocate(
         self,
@@ -108,12 +134,13 @@ class GoodputPolicy:
         self, job: JobRequest, cap: int, held: dict[str, int], fair: int, slots_per_node: int
     ) -> _JobState:
         """Utility table of ``job`` at every size it may get."""
-        if job.throughput is None or cap <= 0:
+        model = job.throughput or self._prior
+        if model is None or cap <= 0:
             # Nothing known about scaling: more than the minimum buys nothing.
             speed = np.zeros(cap + 1)
             speed[min(max(1, job.min_workers), cap) :] = 1.0 if cap > 0 else 0.0
         else:
-            goodput, _ = best_goodput_table(job.throughput, cap, slots_per_node)
+            goodput, _ = best_goodput_table(model, cap, slots_per_node)
             reference = goodput[min(fair, cap)]
             speed = goodput / reference if reference > 0 else goodput
         current = held.get(job.job_id, 0)
@@ -162,3 +189,16 @@ class GoodputPolicy:
         gain = float(per_slot[best])
         if gain > 0 and math.isfinite(gain):
             heapq.heappush(heap, (-gain, position, best + 1))
+
+
+#: Sync cost assumed for a job that has not reported yet, as a fraction of its step time.
+LIVE_PRIOR_SYNC = 0.05
+
+
+def live_policy(
+    p: float = -1.0, reallocation_delay: float = 30.0, prior_sync: float = LIVE_PRIOR_SYNC
+) -> GoodputPolicy:
+    """``goodput`` as ``tidal server --policy goodput`` runs it: jobs that have not
+    reported a throughput model yet are assumed to scale nearly linearly (``prior_sync``),
+    so they share the cluster like under ``fairshare`` until their reports say otherwise."""
+    return GoodputPolicy(p=p, reallocation_delay=reallocation_delay, prior_sync=prior_sync)

@@ -23,9 +23,9 @@ Every function accepts numpy arrays for the worker, node and batch arguments.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, fields, replace
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -181,3 +181,22 @@ def fit_throughput_model(
         beta_sync_node=beta_n,
         gamma=1.0,
     )
+
+
+def model_to_dict(model: ThroughputModel) -> dict[str, float]:
+    """The model as plain JSON-able numbers (what workers report to the controller)."""
+    return {name: float(value) for name, value in asdict(model).items()}
+
+
+def model_from_dict(data: Mapping[str, Any]) -> ThroughputModel:
+    """The inverse of :func:`model_to_dict`; unknown keys are ignored, missing ones take the
+    defaults. Raises ``ValueError`` on values that are not numbers."""
+    kwargs: dict[str, Any] = {}
+    for f in fields(ThroughputModel):
+        if f.name in data:
+            value = float(data[f.name])
+            kwargs[f.name] = int(value) if f.type in ("int", int) else value
+    try:
+        return ThroughputModel(**kwargs)
+    except TypeError as exc:  # a required parameter is missing
+        raise ValueError(str(exc)) from None

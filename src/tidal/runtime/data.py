@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, TensorDataset, default_collate
 
+from tidal.runtime.adaptive import AdaptiveBatch
 from tidal.runtime.context import WorkerContext, current
 
 
@@ -42,6 +43,7 @@ class ElasticDataLoader:
     number of workers. With ``micro_batch_size`` set, iterate ``loader.micro_batches(batch)``
     inside a step to accumulate gradients over pieces of at most that size.
     A final batch with fewer samples than workers is dropped (every rank needs one).
+    :meth:`autoscale_batch_size` lets the runtime choose the global batch instead.
     """
 
     def __init__(
@@ -74,8 +76,30 @@ class ElasticDataLoader:
         #: Dataset indices of this rank's last batch (for audits and tests).
         self.last_indices: list[int] = []
         self._context: WorkerContext = current()
+        #: The adaptive batch size, once :meth:`autoscale_batch_size` switched it on.
+        self.adaptive: AdaptiveBatch | None = None
         self._order_epoch = -1
         self._order = torch.empty(0, dtype=torch.long)
+
+    def autoscale_batch_size(
+        self,
+        max_global: int,
+        local_bounds: tuple[int, int] | None = None,
+        gradient_accumulation: bool = True,
+    ) -> AdaptiveBatch:
+        """Let the runtime choose the global batch, between the current ``batch_size`` and
+        ``max_global``, to maximise goodput for the current world (see
+        :mod:`tidal.runtime.adaptive`). ``local_bounds=(lo, hi)`` bounds each worker's
+        share; with ``gradient_accumulation`` a share above ``hi`` is computed in
+        micro-batches of at most ``hi`` (iterate ``loader.micro_batches(batch)``), without
+        it the global batch stays within ``hi`` x workers. Pair it with
+        :func:`tidal.adaptive_lr` so the learning rate follows the batch.
+        """
+        bounds = local_bounds if local_bounds is not None else (1, max_global)
+        self.adaptive = AdaptiveBatch(
+            self, self._context, max_global, bounds, gradient_accumulation
+        )
+        return self.adaptive
 
     def __len__(self) -> int:
         """Number of steps in a full epoch."""
@@ -111,6 +135,8 @@ class ElasticDataLoader:
         self.last_indices = indices.tolist()
         if self._context.parallel is not None:
             self._context.parallel.set_batch_share(hi - lo, size)
+        if self.adaptive is not None:
+            self.adaptive.note_batch(hi - lo, size)
         return self._fetch(indices)
 
     def _fetch(self, indices: torch.Tensor) -> Any:
@@ -142,14 +168,18 @@ class ElasticDataLoader:
         """Start ``epoch`` from its beginning."""
         self.epoch = epoch
         self.position = 0
+        if self.adaptive is not None:
+            self.adaptive.on_epoch()
 
     def state_dict(self) -> dict[str, Any]:
-        """Position in the data: enough to resume exactly, on any number of workers."""
+        """Position in the data: enough to resume exactly, on any number of workers (with
+        autoscale, also what the adaptive batch size has learnt)."""
         return {
             "epoch": self.epoch,
             "position": self.position,
             "seed": self.seed,
             "batch_size": self.batch_size,
+            "adaptive": self.adaptive.state_dict() if self.adaptive is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -158,6 +188,8 @@ class ElasticDataLoader:
         self.position = int(state["position"])
         self.seed = int(state["seed"])
         self.batch_size = int(state["batch_size"])
+        if self.adaptive is not None and state.get("adaptive") is not None:
+            self.adaptive.load_state_dict(state["adaptive"])
 
 
 def _batch_len(batch: Any) -> int:

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from tidal.runtime.adaptive import GradientRecorder
 from tidal.runtime.context import WorkerContext, current
 
 
@@ -32,17 +33,27 @@ class _HookState:
     def __init__(self, context: WorkerContext) -> None:
         self.context = context
         self.weight = 1.0
+        #: Gradient statistics of the adaptive batch size (``None``: not measured).
+        self.recorder: GradientRecorder | None = None
 
 
 def _weighted_allreduce(
     state: _HookState, bucket: dist.GradBucket
 ) -> torch.futures.Future[torch.Tensor]:
     tensor = bucket.buffer()
+    recorder = state.recorder
+    if recorder is not None:
+        # This rank's own gradient, before it is weighted and summed: with the reduced
+        # one below, the gradient noise scale's estimator (no extra communication).
+        recorder.before(bucket.index(), tensor)
     if state.weight != 1.0:
         tensor.mul_(state.weight)
     work = dist.all_reduce(tensor, async_op=True)
     assert work is not None
-    future = work.get_future().then(lambda f: f.value()[0])
+    if recorder is None:
+        future = work.get_future().then(lambda f: f.value()[0])
+    else:
+        future = work.get_future().then(lambda f: recorder.after(f.value()[0]))
     return state.context.guard(future, lambda: tensor)
 
 
@@ -95,6 +106,10 @@ class ElasticDataParallel(nn.Module):
     def set_batch_share(self, local: int, global_: int) -> None:
         """This rank computes ``local`` of the step's ``global_`` samples."""
         self._hook_state.weight = local / global_ if global_ else 0.0
+
+    def set_recorder(self, recorder: GradientRecorder | None) -> None:
+        """Measure gradient statistics in the hook (the adaptive batch size asks for it)."""
+        self._hook_state.recorder = recorder
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the wrapped module (through DDP when part of a group)."""

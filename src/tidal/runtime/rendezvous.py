@@ -15,11 +15,13 @@ Keys (all under ``tidal/``):
 ``fault/<g>``            counter: members of ``g`` that saw a collective fail
 ``progress``             JSON ``{"step", "epoch", "gen", "world", "time"}`` from rank 0
 ``resize``               JSON ``{"workers": N, "seq": k}`` asked for by ``tidal resize``
+``report/...``           a :class:`ReportQueue` of the workers' metrics and goodput reports
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
@@ -28,6 +30,8 @@ from typing import Any
 import torch.distributed as dist
 
 PREFIX = "tidal/"
+
+log = logging.getLogger("tidal.runtime")
 
 
 class RendezvousTimeout(TimeoutError):
@@ -242,3 +246,56 @@ def request_resize(store: dist.Store, workers: int) -> int:
     seq = view._add("resize_seq", 1)
     view._set("resize", json.dumps({"workers": workers, "seq": seq}))
     return seq
+
+
+class ReportQueue:
+    """An append-only queue of text records in a store: any number of writers, one reader.
+
+    Keys under ``prefix``: ``n`` counts the records reserved so far, ``r/<i>`` holds record
+    ``i`` (1-based) until it is read, ``read`` how many the reader consumed. The cursor
+    lives in the store, so a new reader (a restarted controller) resumes where the last
+    one stopped, and read records are deleted, so the store does not grow.
+
+    A writer reserves a number, then writes the record: the reader may see the number
+    before the record. It waits for a missing record up to ``skip_after`` seconds, then
+    skips it (its writer died in between).
+    """
+
+    def __init__(self, store: dist.Store, prefix: str, *, skip_after: float = 5.0) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.skip_after = skip_after
+        self._read: int | None = None
+        self._missing_since: float | None = None
+
+    def push(self, record: str) -> None:
+        """Append one record (one round trip to reserve it, one to write it)."""
+        number = int(self.store.add(self.prefix + "n", 1))
+        self.store.set(f"{self.prefix}r/{number}", record)
+
+    def drain(self, limit: int = 1000) -> list[str]:
+        """Records not read yet, oldest first (at most ``limit``); one round trip when
+        there is nothing new."""
+        total = int(self.store.add(self.prefix + "n", 0))
+        if self._read is None:
+            cursor = self.prefix + "read"
+            self._read = int(self.store.get(cursor)) if self.store.check([cursor]) else 0
+        start = self._read
+        out: list[str] = []
+        while self._read < total and len(out) < limit:
+            key = f"{self.prefix}r/{self._read + 1}"
+            if not self.store.check([key]):
+                now = time.monotonic()
+                if self._missing_since is None:
+                    self._missing_since = now
+                if now - self._missing_since < self.skip_after:
+                    break
+                log.debug("report %s never written: skipped", key)
+            else:
+                out.append(bytes(self.store.get(key)).decode())
+                self.store.delete_key(key)
+            self._read += 1
+            self._missing_since = None
+        if self._read != start:
+            self.store.set(self.prefix + "read", str(self._read))
+        return out

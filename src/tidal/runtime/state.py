@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from tidal.runtime import checkpoint
+from tidal.runtime.adaptive import AdaptiveBatch
 from tidal.runtime.api import EXIT_RELEASED
 from tidal.runtime.context import PeerLost, WorkerContext, current
 from tidal.runtime.data import ElasticDataLoader
@@ -106,6 +107,11 @@ class State:
     # -- the loop -----------------------------------------------------------------------
 
     @property
+    def _adaptive(self) -> AdaptiveBatch | None:
+        """The loader's adaptive batch size, if autoscaling is on."""
+        return self.loader.adaptive if self.loader is not None else None
+
+    @property
     def epoch(self) -> int:
         """The current epoch."""
         return self.loader.epoch if self.loader is not None else self._epoch
@@ -167,6 +173,8 @@ class State:
     def _commit_step(self) -> None:
         self.global_step += 1
         self.context.step = self.global_step
+        if self._adaptive is not None:
+            self._adaptive.end_step()
         self._snapshot()
 
     def _mark_stepped(self) -> None:
@@ -178,14 +186,24 @@ class State:
         context = self.context
         assert context.generation is not None
         decided: int | None = None
+        adaptive = self._adaptive
         if self._flag is not None:
             future, seen = self._flag
             self._flag = None
             context.wait(future)
-            if int(seen.item()) > context.generation.number:
-                decided = int(seen.item())
+            if int(seen[0].item()) > context.generation.number:
+                decided = int(seen[0].item())
+            if adaptive is not None:
+                # Rank 0's batch decision and every rank's gradient norm: the same on all
+                # ranks, applied at the same step everywhere.
+                adaptive.absorb(seen[1:].tolist())
         if decided is None and self.global_step % context.config.sync_every == 0:
-            seen = torch.tensor([context.latest_seen], dtype=torch.long, device=context.device)
+            if adaptive is None:
+                seen = torch.tensor([context.latest_seen], dtype=torch.long, device=context.device)
+            else:
+                # float64 holds generation numbers and batch sizes exactly.
+                values = [float(context.latest_seen), *adaptive.agreement_values()]
+                seen = torch.tensor(values, dtype=torch.float64, device=context.device)
             work = dist.all_reduce(seen, op=dist.ReduceOp.MAX, async_op=True)
             assert work is not None
             # Guarded from the start, so close() knows it is in flight: a process that
@@ -233,6 +251,8 @@ class State:
                     self._sync()
                 if isinstance(self.model, ElasticDataParallel):
                     self.model.rebuild()
+                if self._adaptive is not None:
+                    self._adaptive.on_generation()
                 context.mark_formed()
                 self._snapshot()
                 return

@@ -1,0 +1,620 @@
+"""Adaptive batch size and learning rate, after AdaptDL/Pollux (OSDI'21) and AdaScale.
+
+How fast a job trains depends on its batch size as much as on its worker count: a small
+batch wastes the workers (each step pays the gradient sync for few samples), a large one
+wastes samples (each sample moves the model less: lower statistical efficiency). With
+``loader.autoscale_batch_size(max_global)`` the runtime picks the global batch that
+maximises *goodput* = throughput x statistical efficiency for the current world, from
+
+* a **throughput model** (:mod:`tidal.policy.goodput_model`, the Pollux form): the step
+  time as ``compute(per-worker batch) + sync(workers)``, fitted to step times measured at
+  each configuration the job ran in (median of the recent steps of each);
+* the **gradient noise scale** ``B_noise = tr(Σ) / |G|²`` (McCandlish et al. 2018), estimated
+  without a collective of its own: the gradient hook already holds each rank's gradient
+  before the all-reduce (a mean over its ``b_r`` samples) and the reduced one after it (a
+  mean over the global ``B``), and ``E|g_b|² = |G|² + tr(Σ)/b``. One dot product per bucket
+  and side; each rank's squared norm rides in its own slot of the agreement all-reduce
+  (a MAX: the other ranks put 0 there), so every rank sees all of them one step later and
+  keeps the same estimate. Numerator and denominator are smoothed separately. Alone
+  (world 1) the two gradients are those of two successive steps.
+
+Decisions are made on rank 0 only and carried to the others inside the agreement
+collective every rank already runs at the step boundary (:class:`tidal.State`), so all
+ranks switch to the new batch at the same step. The batch is re-chosen when the world
+changes and at epoch boundaries when the predicted goodput gain exceeds
+:data:`RECHOOSE_GAIN` (5%). Everything here is part of the loader's state: it travels to
+newcomers, is rolled back with a failed step, and is saved in durable checkpoints.
+
+The learning rate follows the batch through :func:`adaptive_lr`: AdaScale (multiply by the
+gain ``r = (var + sqr) / (var / scale + sqr)``, in ``[1, scale]``) for SGD, ``sqrt(r)``
+(AdamScale) for Adam-like optimizers.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from tidal.policy.api import ThroughputModel
+from tidal.policy.goodput_model import (
+    StepSample,
+    fit_throughput_model,
+    model_to_dict,
+    statistical_gain,
+    step_time,
+)
+from tidal.runtime.context import WorkerContext
+from tidal.runtime.report import reporter
+
+log = logging.getLogger("tidal.runtime")
+
+#: A new batch at an epoch boundary must promise at least this much more goodput.
+RECHOOSE_GAIN = 1.05
+#: Smoothing of the gradient statistics (effective window ~ (1 + s) / (1 - s) steps).
+NOISE_SMOOTHING = 0.98
+#: Gradient samples needed before the noise scale is trusted for a decision.
+MIN_NOISE_SAMPLES = 10
+#: Step-time samples needed at the current configuration before a decision.
+MIN_TIMING_SAMPLES = 3
+#: Recent step times kept per configuration (their median is the configuration's time).
+TIMING_WINDOW = 16
+#: Seconds between goodput reports to the launcher (rank 0).
+REPORT_INTERVAL = 2.0
+#: Candidate global batches tried per decision (log-spaced).
+BATCH_CANDIDATES = 48
+
+
+class NoiseScaleEstimator:
+    """Smoothed estimates of ``|G|²`` and ``tr(Σ)`` (per-sample gradient covariance).
+
+    Each :meth:`update` takes the squared norm of a gradient averaged over ``small``
+    samples and of one averaged over ``big`` samples of the same step (the second
+    containing the first, or independent of it: both are unbiased). Numerator and
+    denominator are averaged separately (bias-corrected, like Adam's moments), then
+    divided: the ratio of two noisy means is far more stable than the mean of ratios.
+    """
+
+    def __init__(self, smoothing: float = NOISE_SMOOTHING) -> None:
+        self.smoothing = smoothing
+        self.sqr = 0.0
+        self.var = 0.0
+        self.weight = 0.0
+        self.count = 0
+
+    def update(self, small_sqr: float, small: float, big_sqr: float, big: float) -> None:
+        """Add one step's pair of squared norms (batches ``small < big``)."""
+        if not big > small > 0 or not (math.isfinite(small_sqr) and math.isfinite(big_sqr)):
+            return
+        grad_sqr = (big * big_sqr - small * small_sqr) / (big - small)
+        trace = (small_sqr - big_sqr) / (1.0 / small - 1.0 / big)
+        s = self.smoothing
+        self.sqr = s * self.sqr + (1 - s) * grad_sqr
+        self.var = s * self.var + (1 - s) * trace
+        self.weight = s * self.weight + (1 - s)
+        self.count += 1
+
+    @property
+    def grad_sqr(self) -> float:
+        """Smoothed ``|G|²``."""
+        return self.sqr / self.weight if self.weight > 0 else 0.0
+
+    @property
+    def grad_var(self) -> float:
+        """Smoothed ``tr(Σ)``, the per-sample gradient variance."""
+        return self.var / self.weight if self.weight > 0 else 0.0
+
+    @property
+    def noise_scale(self) -> float:
+        """``tr(Σ) / |G|²`` in samples; ``inf`` when no signal is left, 0 before data."""
+        if self.weight <= 0:
+            return 0.0
+        if self.grad_sqr <= 0:
+            return math.inf
+        return max(self.grad_var, 0.0) / self.grad_sqr
+
+    def state_dict(self) -> dict[str, float]:
+        """Plain numbers."""
+        return {"sqr": self.sqr, "var": self.var, "weight": self.weight, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Adopt :meth:`state_dict`."""
+        self.sqr = float(state["sqr"])
+        self.var = float(state["var"])
+        self.weight = float(state["weight"])
+        self.count = int(state["count"])
+
+
+def adascale_gain(noise_scale: float, init_batch: int, batch: float) -> float:
+    """Initial-batch steps one step at ``batch`` is worth: ``(var + sqr) / (var / scale +
+    sqr)`` with ``scale = batch / init_batch``; 1 at the initial batch, within
+    ``[1, scale]`` above it (``[scale, 1]`` below)."""
+    scale = batch / max(init_batch, 1)
+    ratio = noise_scale / max(init_batch, 1)
+    gain = scale if math.isinf(ratio) else (ratio + 1.0) / (ratio / scale + 1.0)
+    low, high = min(1.0, scale), max(1.0, scale)
+    return min(max(gain, low), high)
+
+
+class GradientRecorder:
+    """What the gradient hook measures in one step (see :mod:`tidal.runtime.parallel`).
+
+    ``before`` runs on the bucket as the hook receives it (this rank's gradient, before
+    weighting and all-reduce); ``after`` on the reduced bucket, on the communication
+    thread. Each adds one dot product per bucket, kept as a tensor: on a GPU, reading it
+    in the hook would stall the backward pass, so the sums are read once per step, in
+    :meth:`totals`, after the backward pass is over anyway.
+    """
+
+    def __init__(self, context: WorkerContext) -> None:
+        self.context = context
+        self._lock = threading.Lock()
+        self._local: list[torch.Tensor] = []
+        self._global: list[torch.Tensor] = []
+        self._cross: list[torch.Tensor] = []
+        self.last_hook = 0.0
+        self.last_done = 0.0
+        # Alone: the previous step's gradient per bucket, and its squared norm.
+        self._previous: dict[int, torch.Tensor] = {}
+        self.previous_sqr = 0.0
+        self.paired = True
+
+    def reset(self) -> None:
+        """Start a new step."""
+        with self._lock:
+            self._local, self._global, self._cross = [], [], []
+            self.paired = True
+            self.last_hook = self.last_done = 0.0
+
+    def forget_previous(self) -> None:
+        """Drop the previous step's gradient (the world or the batch changed)."""
+        self._previous.clear()
+        self.previous_sqr = 0.0
+
+    def before(self, index: int, tensor: torch.Tensor) -> None:
+        """This rank's own gradient of one bucket."""
+        flat = tensor.detach().reshape(-1)
+        sqr = torch.dot(flat, flat)
+        cross = None
+        if self.context.world_size == 1:
+            previous = self._previous.get(index)
+            if previous is not None and previous.shape == flat.shape:
+                cross = torch.dot(previous, flat)
+                previous.copy_(flat)
+            else:
+                self._previous[index] = flat.clone()
+        with self._lock:
+            self._local.append(sqr)
+            self.last_hook = time.perf_counter()
+            if cross is None:
+                self.paired = False
+            else:
+                self._cross.append(cross)
+
+    def after(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The reduced gradient of one bucket (returned unchanged)."""
+        flat = tensor.detach().reshape(-1)
+        sqr = torch.dot(flat, flat)
+        with self._lock:
+            self._global.append(sqr)
+            self.last_done = time.perf_counter()
+        return tensor
+
+    def totals(self) -> tuple[float, float, float]:
+        """This step's squared norms: local, global (reduced), and the cross term with the
+        previous step's gradient (alone)."""
+
+        def total(parts: list[torch.Tensor]) -> float:
+            return float(torch.stack(parts).sum()) if parts else 0.0
+
+        with self._lock:
+            return total(self._local), total(self._global), total(self._cross)
+
+    @property
+    def sync_time(self) -> float:
+        """Communication not hidden behind the backward pass: from the last bucket being
+        ready to the last all-reduce being done (when the host saw them)."""
+        return max(0.0, self.last_done - self.last_hook) if self.last_done else 0.0
+
+
+class AdaptiveBatch:
+    """The adaptive batch size of one :class:`~tidal.runtime.data.ElasticDataLoader`.
+
+    Create it with ``loader.autoscale_batch_size(...)``; the loader and :class:`tidal.State`
+    drive it. ``init_batch`` is the loader's batch when autoscaling was switched on.
+    """
+
+    def __init__(
+        self,
+        loader: Any,
+        context: WorkerContext,
+        max_global: int,
+        local_bounds: tuple[int, int],
+        gradient_accumulation: bool,
+    ) -> None:
+        lo, hi = local_bounds
+        if not 1 <= lo <= hi:
+            raise ValueError(f"local_bounds: expected 1 <= lo <= hi, got {local_bounds!r}")
+        if max_global < loader.batch_size:
+            raise ValueError(
+                f"max_global: expected >= the loader's batch size {loader.batch_size}, "
+                f"got {max_global}"
+            )
+        self.loader = loader
+        self.context = context
+        self.init_batch = int(loader.batch_size)
+        self.max_global = int(max_global)
+        self.local_bounds = (int(lo), int(hi))
+        self.gradient_accumulation = gradient_accumulation
+        self.noise = NoiseScaleEstimator()
+        #: ``(workers, nodes, local batch, accumulation steps)`` -> recent step and sync times.
+        self.profile: dict[tuple[int, int, float, int], list[tuple[float, float]]] = {}
+        #: Training progress in steps at the initial batch (the sum of the gains).
+        self.progress = 0.0
+        self.recorder = GradientRecorder(context)
+        self._attached = False
+        # Why the batch should be looked at again: "world", "epoch" or None.
+        self._pending: str | None = "world"
+        self._last_end: float | None = None
+        self._local = 0
+        self._global = 0
+        self._last_report = 0.0
+        self._gain_cache: tuple[int, int, float] | None = None
+        # (local sqr, global sqr, batch, world) of the last step, and of the one whose
+        # norms are in the agreement in flight.
+        self._step_stats: tuple[float, float, int, int] | None = None
+        self._sent: tuple[float, float, int, int] | None = None
+        if gradient_accumulation:
+            loader.micro_batch_size = hi
+
+    # -- what the loader and the state call -----------------------------------------------
+
+    def note_batch(self, local: int, global_: int) -> None:
+        """The step about to run: this rank computes ``local`` of ``global_`` samples."""
+        if not self._attached and self.context.parallel is not None:
+            self.context.parallel.set_recorder(self.recorder)
+            self._attached = True
+        self._local, self._global = local, global_
+        self.recorder.reset()
+
+    def end_step(self) -> None:
+        """A step committed: record its time and gradient statistics (every rank)."""
+        now = time.perf_counter()
+        world = self.context.world_size
+        recorder = self.recorder
+        self._step_stats = None
+        if self._global > 0:
+            self.progress += self.gain()
+            local_sqr, global_sqr, cross = recorder.totals()
+            if world > 1 and global_sqr > 0 and self._local < self._global:
+                # Completed when the agreement brings every rank's local norm (absorb()).
+                self._step_stats = (local_sqr, global_sqr, self._global, world)
+            elif world == 1 and recorder.paired and recorder.previous_sqr > 0:
+                # Two successive steps of the same batch as two "workers".
+                small = (recorder.previous_sqr + local_sqr) / 2
+                big = (recorder.previous_sqr + local_sqr + 2 * cross) / 4
+                self.noise.update(small, self._global, big, 2 * self._global)
+            if world == 1:
+                recorder.previous_sqr = local_sqr
+            if self._last_end is not None:
+                key = self._config(world, self.loader.batch_size)
+                times = self.profile.setdefault(key, [])
+                times.append((now - self._last_end, recorder.sync_time))
+                del times[:-TIMING_WINDOW]
+        self._last_end = now
+        if (
+            self.context.rank == 0
+            and now - self._last_report >= REPORT_INTERVAL
+            and self.measured()
+        ):
+            self._last_report = now
+            self._report()
+
+    def agreement_values(self) -> list[float]:
+        """What this rank adds to the agreement all-reduce (a MAX): rank 0's batch decision
+        (0 elsewhere, or no change), then one slot per rank holding that rank's squared
+        local gradient norm of this step (0 in the others' slots)."""
+        context = self.context
+        world = context.world_size
+        slots = [0.0] * world if world > 1 else []
+        self._sent = self._step_stats if world > 1 else None
+        if self._sent is not None:
+            slots[context.rank] = self._sent[0]
+        proposal = float(self.proposal()) if context.rank == 0 else 0.0
+        return [proposal, *slots]
+
+    def absorb(self, values: Sequence[float]) -> None:
+        """The agreement's result (after :meth:`agreement_values`): every rank's local norm
+        of that step completes its statistics; a batch decision takes effect now."""
+        proposal, norms = int(values[0]), values[1:]
+        sent, self._sent = self._sent, None
+        if sent is not None and len(norms) == sent[3] and all(n > 0 for n in norms):
+            _, global_sqr, batch, world = sent
+            base, extra = divmod(batch, world)
+            # Ranks hold base or base + 1 samples: E mean|g_r|² = |G|² + tr(Σ) mean(1 / b_r).
+            inverse = (extra / (base + 1) + (world - extra) / base) / world
+            self.noise.update(sum(norms) / world, 1.0 / inverse, global_sqr, batch)
+        if proposal > 0:
+            self.apply(proposal)
+
+    def on_generation(self) -> None:
+        """The world changed: re-choose the batch for it once timings are in."""
+        self._pending = "world"
+        self._last_end = None
+        self._step_stats = self._sent = None
+        self.recorder.forget_previous()
+
+    def on_epoch(self) -> None:
+        """An epoch starts: re-choose if it pays enough."""
+        if self._pending is None:
+            self._pending = "epoch"
+        self._last_end = None
+
+    def proposal(self) -> int:
+        """Rank 0's decision to carry in the agreement: a new global batch, or 0."""
+        if self._pending is None or not self.ready():
+            return 0
+        reason, self._pending = self._pending, None
+        world = self.context.world_size
+        model = self.model()
+        best = self.best_batch(world, model)
+        current = self.loader.batch_size
+        if best == current:
+            return 0
+        gain = self.predicted_goodput(world, best, model) / max(
+            self.predicted_goodput(world, current, model), 1e-30
+        )
+        if reason == "epoch" and gain < RECHOOSE_GAIN:
+            return 0
+        log.info(
+            "batch %d -> %d for %d worker(s) (%s; predicted goodput x%.2f, noise scale %.0f)",
+            current,
+            best,
+            world,
+            reason,
+            gain,
+            self.noise.noise_scale,
+        )
+        return best
+
+    def apply(self, batch: int) -> None:
+        """Train at global ``batch`` from the next step on (every rank, the same step)."""
+        if batch == self.loader.batch_size:
+            return
+        self.loader.batch_size = int(batch)
+        self._last_end = None
+        self._gain_cache = None
+        self.recorder.forget_previous()
+
+    # -- the model --------------------------------------------------------------------------
+
+    def measured(self) -> bool:
+        """Whether some configuration has been timed enough to fit a model on (before
+        that, no report is sent: a policy is better off with its prior)."""
+        return any(len(times) >= MIN_TIMING_SAMPLES for times in self.profile.values())
+
+    def ready(self) -> bool:
+        """Enough gradient and timing samples for a decision."""
+        if self.noise.count < MIN_NOISE_SAMPLES:
+            return False
+        key = self._config(self.context.world_size, self.loader.batch_size)
+        return len(self.profile.get(key, ())) >= MIN_TIMING_SAMPLES
+
+    def model(self) -> ThroughputModel:
+        """The fitted throughput model with the current noise scale and batch limits."""
+        template = ThroughputModel(
+            alpha_compute=0.0,
+            beta_compute=0.0,
+            alpha_sync_local=0.0,
+            beta_sync_local=0.0,
+            alpha_sync_node=0.0,
+            beta_sync_node=0.0,
+            grad_noise_scale=self.noise.noise_scale,
+            init_batch_size=self.init_batch,
+            max_local_batch=self.local_bounds[1],
+            max_global_batch=self.max_global,
+        )
+        samples = []
+        for (workers, nodes, local, accumulation), times in self.profile.items():
+            if not times:
+                continue
+            step = statistics.median(t for t, _ in times)
+            sync = min(statistics.median(s for _, s in times), step)
+            # Per micro-batch compute, so accumulation steps fit the same line.
+            compute = (step - sync) / accumulation
+            samples.append(StepSample(workers, nodes, local / accumulation, compute + sync, sync))
+        if not samples:
+            return template
+        model = fit_throughput_model(samples, template)
+        if len({round(s.local_batch, 3) for s in samples}) == 1:
+            # One batch size seen: compute cannot be split into a fixed and a per-sample
+            # part. Assume half and half (as AdaptDL does), so that neither larger nor
+            # smaller batches look free before they are measured.
+            compute = statistics.mean(s.step_time - s.sync_time for s in samples)
+            local = samples[0].local_batch
+            model = replace(
+                model, alpha_compute=compute / 2, beta_compute=compute / 2 / max(local, 1e-9)
+            )
+        return model
+
+    def _accumulation(self, local: float) -> int:
+        hi = self.local_bounds[1]
+        return max(1, math.ceil(local / hi)) if self.gradient_accumulation else 1
+
+    def predicted_step_time(self, workers: int, batch: float, model: ThroughputModel) -> float:
+        """Seconds per step at global ``batch`` (with gradient accumulation if needed)."""
+        local = batch / max(workers, 1)
+        steps = self._accumulation(local)
+        # One worker has no sync term: its step time is the compute of one micro-batch.
+        compute = float(step_time(model, 1, 1, local / steps))
+        sync = 0.0
+        if workers > 1:
+            sync = max(model.alpha_sync_local + model.beta_sync_local * (workers - 2), 0.0)
+        return steps * compute + sync
+
+    def predicted_goodput(self, workers: int, batch: float, model: ThroughputModel) -> float:
+        """Initial-batch steps per second at global ``batch`` on ``workers``."""
+        return float(statistical_gain(model, batch)) / self.predicted_step_time(
+            workers, batch, model
+        )
+
+    def batch_range(self, workers: int) -> tuple[int, int]:
+        """The global batches allowed for ``workers``."""
+        lo, hi = self.local_bounds
+        high = self.max_global
+        if not self.gradient_accumulation:
+            high = min(high, hi * workers)
+        low = min(max(self.init_batch, lo * workers, workers), high)
+        return low, max(high, low)
+
+    def best_batch(self, workers: int, model: ThroughputModel | None = None) -> int:
+        """The global batch that maximises predicted goodput for ``workers``."""
+        model = model or self.model()
+        low, high = self.batch_range(workers)
+        grid = np.unique(np.round(np.geomspace(low, high, BATCH_CANDIDATES)).astype(int))
+        candidates = sorted({*grid.tolist(), low, high})
+        values = [self.predicted_goodput(workers, b, model) for b in candidates]
+        return int(candidates[int(np.argmax(values))])
+
+    def gain(self) -> float:
+        """AdaScale gain of the current batch (1 at the initial batch)."""
+        batch = self.loader.batch_size
+        cached = self._gain_cache
+        if cached is not None and cached[0] == batch and cached[1] == self.noise.count:
+            return cached[2]
+        value = adascale_gain(self.noise.noise_scale, self.init_batch, batch)
+        self._gain_cache = (batch, self.noise.count, value)
+        return value
+
+    def _config(self, workers: int, batch: int) -> tuple[int, int, float, int]:
+        local = batch / max(workers, 1)
+        return (workers, 1, round(local, 3), self._accumulation(local))
+
+    # -- reports and state ------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        """The goodput report: fitted model, noise scale, batch, efficiency, speed-up."""
+        world = self.context.world_size
+        model = self.model()
+        batch = self.loader.batch_size
+        gain = float(statistical_gain(model, batch))
+        base = self.predicted_goodput(1, self.init_batch, model)
+        here = self.predicted_goodput(world, batch, model)
+        key = self._config(world, batch)
+        times = self.profile.get(key, [])
+        measured = statistics.median(t for t, _ in times) if times else None
+        fitted = model_to_dict(model)
+        # JSON has no infinity: "no signal left" is sent as a very large noise scale.
+        fitted["grad_noise_scale"] = min(fitted["grad_noise_scale"], 1e30)
+        return {
+            "model": fitted,
+            "batch_size": batch,
+            "workers": world,
+            "local_batch": batch / max(world, 1),
+            "accumulation": self._accumulation(batch / max(world, 1)),
+            "noise_scale": self.noise.noise_scale
+            if math.isfinite(self.noise.noise_scale)
+            else None,
+            "noise_samples": self.noise.count,
+            "gain": gain,
+            "efficiency": gain * self.init_batch / batch,
+            "speedup": here / base if base > 0 else None,
+            "step_time": measured,
+            "samples_per_s": batch / measured if measured else None,
+            "progress": self.progress,
+            "step": self.context.step,
+            "ready": self.ready(),
+        }
+
+    def _report(self) -> None:
+        try:
+            report = self.report()
+        except Exception as exc:  # a report must never cost the step
+            log.debug("goodput report failed: %s", exc)
+            return
+        reporter().set_goodput(report)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything learnt so far (plain data; part of the loader's state)."""
+        return {
+            "init_batch": self.init_batch,
+            "noise": self.noise.state_dict(),
+            "profile": {key: list(times) for key, times in self.profile.items()},
+            "progress": self.progress,
+            "pending": self._pending,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Adopt :meth:`state_dict`."""
+        self.init_batch = int(state["init_batch"])
+        self.noise.load_state_dict(state["noise"])
+        self.profile = {tuple(k): list(v) for k, v in state["profile"].items()}
+        self.progress = float(state["progress"])
+        self._pending = state.get("pending")
+        self._gain_cache = None
+        self._last_end = None
+
+
+def lr_factor(rule: str, gain: float, scale: float) -> float:
+    """Multiplier of the learning rate at batch ``scale`` x the initial one.
+
+    ``adascale``: the gain (SGD); ``adamscale``: its square root (Adam-like); ``sqrt``:
+    ``sqrt(scale)``; ``linear``: ``scale``.
+    """
+    if rule == "adascale":
+        return gain
+    if rule == "adamscale":
+        return math.sqrt(gain)
+    if rule == "sqrt":
+        return math.sqrt(scale)
+    if rule == "linear":
+        return scale
+    raise ValueError(f"rule: expected adascale, adamscale, sqrt or linear, got {rule!r}")
+
+
+def adaptive_lr(
+    optimizer: torch.optim.Optimizer, loader: Any, rule: str = "auto"
+) -> torch.optim.Optimizer:
+    """Make ``optimizer`` follow the adaptive batch: each ``step()`` runs with every
+    group's learning rate multiplied by :func:`lr_factor` of the current batch, then puts
+    the rates back (so LR schedulers and checkpoints see the base rates).
+
+    ``rule="auto"`` is ``adamscale`` for optimizers with ``betas`` (Adam, AdamW, ...) and
+    ``adascale`` otherwise. Returns the same optimizer; call it before building
+    :class:`tidal.State`. Without autoscale on the loader the factor is 1.
+    """
+    if rule == "auto":
+        rule = "adamscale" if "betas" in optimizer.defaults else "adascale"
+    lr_factor(rule, 1.0, 1.0)  # reject an unknown rule now, not at the first step
+    original: Callable[..., Any] = optimizer.step
+
+    # wraps() keeps the marker an LR scheduler sets on the method it wrapped.
+    @functools.wraps(original)
+    def step(*args: Any, **kwargs: Any) -> Any:
+        adaptive: AdaptiveBatch | None = getattr(loader, "adaptive", None)
+        if adaptive is None:
+            return original(*args, **kwargs)
+        scale = loader.batch_size / max(adaptive.init_batch, 1)
+        factor = lr_factor(rule, adaptive.gain(), scale)
+        if factor == 1.0:
+            return original(*args, **kwargs)
+        saved = [group["lr"] for group in optimizer.param_groups]
+        for group in optimizer.param_groups:
+            group["lr"] = group["lr"] * factor
+        try:
+            return original(*args, **kwargs)
+        finally:
+            for group, lr in zip(optimizer.param_groups, saved, strict=True):
+                group["lr"] = lr
+
+    optimizer.step = step  # type: ignore[method-assign]
+    return optimizer

@@ -1,0 +1,13 @@
+"""Set-up shared by every test module."""
+
+from __future__ import annotations
+
+import anyio
+
+# anyio imports most of its API lazily, on first use. Under pytest its modules are
+# assertion-rewritten on import (anyio registers a pytest plugin), which parses them with
+# `ast`; a first use inside a test server's thread while the main thread imports another
+# module trips CPython 3.11's AST constructor, which is not thread-safe ("SystemError: AST
+# constructor recursion depth mismatch"). Load all of it here, in the main thread, first.
+for _name in dir(anyio):
+    getattr(anyio, _name)

@@ -1,0 +1,112 @@
+"""The adaptive batch size in real elastic runs: ranks agree, state survives."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.runtime.launcher import (
+    Launch,
+    assert_each_sample_once,
+    assert_ranks_agree,
+    final_history,
+    steps,
+)
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "adaptive_digits.py"
+DIGITS = 1797
+
+
+@pytest.fixture
+def launches() -> Iterator[list[Launch]]:
+    started: list[Launch] = []
+    yield started
+    for launch in started:
+        launch.close()
+
+
+def _run(
+    launches: list[Launch], tmp_path: Path, *extra: str, epochs: int = 4
+) -> tuple[Launch, Path]:
+    out = tmp_path / "out"
+    out.mkdir()
+    launch = Launch(
+        ["--timeout", "5", *extra, "--", str(SCRIPT), "--out", str(out), "--epochs", str(epochs)],
+        home=tmp_path / "home",
+    )
+    launches.append(launch)
+    return launch, out
+
+
+def _batches_agree(history: dict[int, list[dict[str, Any]]]) -> None:
+    for step, group in history.items():
+        assert len({r["batch"] for r in group}) == 1, f"step {step}: ranks disagree: {group}"
+        assert len({r["noise_samples"] for r in group}) == 1, f"step {step}: {group}"
+
+
+def test_batch_decisions_agree_and_survive_rescale(launches: list[Launch], tmp_path: Path) -> None:
+    launch, out = _run(
+        launches, tmp_path, "--workers", "1:3", "--initial", "2", "--resize-at", "20:3,80:1"
+    )
+    assert launch.finish(timeout=300) == 0, launch.output()
+    history = final_history(steps(out))
+    assert sorted(history) == list(range(1, len(history) + 1))
+    assert_ranks_agree(history)  # same parameters everywhere, so the same batch too
+    _batches_agree(history)
+    assert_each_sample_once(history, DIGITS)  # whatever batch sizes the epochs went through
+    worlds = [g[0]["world"] for g in history.values()]
+    assert {1, 2, 3} <= set(worlds), worlds
+    batches = [g[0]["batch"] for g in history.values()]
+    assert len(set(batches)) > 1, "the batch was never re-chosen"
+    # Statistics are never lost: newcomers received them with the state, every rank keeps
+    # adding to them, and progress (in initial-batch steps) only grows.
+    samples = [g[0]["noise_samples"] for g in history.values()]
+    assert all(b >= a for a, b in itertools.pairwise(samples)), samples
+    progress = [g[0]["progress"] for g in history.values()]
+    assert all(b > a for a, b in itertools.pairwise(progress))
+    assert "restarts: 0" in launch.output(), launch.output()
+
+
+def test_adaptive_state_survives_a_durable_restart(launches: list[Launch], tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    launch, out = _run(
+        launches,
+        tmp_path,
+        "--workers",
+        "2:2",
+        "--checkpoint-dir",
+        str(ckpt),
+        "--checkpoint-every",
+        "5",
+        epochs=3,
+    )
+    launch.wait_for(lambda _: len(final_history(steps(out))) >= 45, timeout=180)
+    before = final_history(steps(out))
+    for pid in list(launch.worker_pids.values()):
+        os.kill(pid, signal.SIGKILL)
+    assert launch.finish(timeout=300) == 0, launch.output()
+    assert "restarting from the latest checkpoint" in launch.output()
+    records = steps(out)
+    history = final_history(records)
+    assert sorted(history) == list(range(1, len(history) + 1))
+    _batches_agree(history)
+    assert_each_sample_once(history, DIGITS)
+    # The first step after the restart resumed what the checkpoint held: the statistics
+    # and the chosen batch, not a fresh start.
+    restart_gen = max(r["gen"] for r in records)
+    resumed = min(
+        (r for r in records if r["gen"] == restart_gen and r["rank"] == 0), key=lambda r: r["step"]
+    )
+    assert resumed["step"] > 1, "restarted from scratch, not from the checkpoint"
+    checkpointed = before[resumed["step"] - 1][0]
+    assert resumed["noise_samples"] >= checkpointed["noise_samples"] > 0, (resumed, checkpointed)
+    assert resumed["batch"] == checkpointed["batch"]
+    assert resumed["progress"] >= checkpointed["progress"] > 0
