@@ -60,9 +60,8 @@ def main() -> None:
         nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10))
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
-        optimizer, T_max=args.epochs * -(-len(train) // args.batch_size)
-    )
+    total_steps = args.epochs * -(-len(train) // args.batch_size)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
     loader = tidal.ElasticDataLoader(train, batch_size=args.batch_size, seed=args.seed)
     state = tidal.State(model=model, optimizer=optimizer, loader=loader, scheduler=scheduler)
     loss_fn = nn.CrossEntropyLoss()
@@ -87,6 +86,7 @@ def main() -> None:
                     loss=loss.item(),
                     accuracy=(out.argmax(1) == y).float().mean().item(),
                     samples_per_s=steps * loader.batch_size / max(now - last_time, 1e-9),
+                    progress=state.global_step / total_steps,  # the dashboard's progress bar
                 )
                 last_time, last_step = now, state.global_step
         if ctx.rank == 0:

@@ -272,6 +272,9 @@ def test_two_jobs_share_two_nodes_fairly(server: Server, ray_cluster: RayCluster
         result = json.loads((tmp / f"{name}.json").read_text())
         assert result["accuracy"] > 0.95, result
         assert client.logs(job, tail=100), "worker output reached the controller's log dir"
+        # What the workers logged with tidal.log_metrics came back through the actors.
+        losses = [m.values["loss"] for m in client.metrics(job) if "loss" in m.values]
+        assert losses and losses[-1] < losses[0], losses
 
 
 def test_node_lost_mid_training(server: Server, ray_cluster: RayCluster) -> None:

@@ -11,13 +11,16 @@ slots it reports, and follows hosts as they join and leave.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from tidal.policy.api import Slot
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Backend",
@@ -28,6 +31,7 @@ __all__ = [
     "MetricPoint",
     "WorkerState",
     "WorkerStatus",
+    "read_reports",
 ]
 
 
@@ -66,6 +70,25 @@ class MetricPoint:
     step: int
     time: float
     values: Mapping[str, float]
+
+
+def read_reports(
+    batches: Iterable[Mapping[str, Any]],
+) -> tuple[tuple[MetricPoint, ...], dict[str, Any] | None]:
+    """The metrics in the workers' report batches (:mod:`tidal.runtime.report`), oldest
+    first, and the newest goodput report among them. A malformed entry is skipped: a
+    report is never worth failing a job for."""
+    metrics: list[MetricPoint] = []
+    goodput: dict[str, Any] | None = None
+    for batch in batches:
+        try:
+            for m in batch.get("metrics") or ():
+                metrics.append(MetricPoint(int(m["step"]), float(m["time"]), dict(m["values"])))
+            if batch.get("goodput"):
+                goodput = dict(batch["goodput"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.debug("malformed report batch skipped")
+    return tuple(metrics), goodput
 
 
 @dataclass(frozen=True)

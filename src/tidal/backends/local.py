@@ -24,7 +24,14 @@ from typing import Any
 
 import torch.distributed as dist
 
-from tidal.backends.base import JobLaunch, JobStatus, MetricPoint, WorkerState, WorkerStatus
+from tidal.backends.base import (
+    JobLaunch,
+    JobStatus,
+    MetricPoint,
+    WorkerState,
+    WorkerStatus,
+    read_reports,
+)
 from tidal.launch.agent import (
     KEY_ASSIGN,
     KEY_STATUS,
@@ -224,19 +231,13 @@ class LocalBackend:
             raw = agent.reports.drain()
         except Exception:  # the agent (and its store) is gone; poll notices
             return (), None
-        metrics: list[MetricPoint] = []
-        goodput: dict[str, Any] | None = None
+        batches = []
         for text in raw:
             try:
-                batch = json.loads(text)
-                for m in batch.get("metrics") or ():
-                    metrics.append(MetricPoint(int(m["step"]), float(m["time"]), dict(m["values"])))
-            except (ValueError, KeyError, TypeError):
+                batches.append(json.loads(text))
+            except ValueError:
                 log.debug("job=%s: malformed report skipped", agent.job_id)
-                continue
-            if batch.get("goodput"):
-                goodput = dict(batch["goodput"])
-        return tuple(metrics), goodput
+        return read_reports(batches)
 
     def _read(self, agent: _Agent) -> AgentStatus | None:
         final = final_path(self.state_dir, agent.job_id)

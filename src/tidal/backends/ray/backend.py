@@ -22,13 +22,20 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from tidal.backends.base import HostInfo, JobLaunch, JobStatus, WorkerState, WorkerStatus
+from tidal.backends.base import (
+    HostInfo,
+    JobLaunch,
+    JobStatus,
+    WorkerState,
+    WorkerStatus,
+    read_reports,
+)
 from tidal.backends.ray.worker import RayProcess, RaySpawner, Unplaced
 from tidal.launch.agent import worker_state
 from tidal.launch.group import GroupEvent, Outcome, WorkerGroup, WorkerSpec
@@ -74,6 +81,8 @@ class _Job:
     requested: list[str] | None = None
     stopping: bool = False
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: The workers' report batches (metrics, goodput) not yet handed to the controller.
+    reports: list[dict[str, Any]] = field(default_factory=list)
     thread: threading.Thread | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -268,11 +277,13 @@ class RayBackend:
                     group.assign(requested)
                 outcome = group.poll()
                 job.status = self._status(job)
+                self._take_reports(job)
                 if outcome is not None:
                     group.stop(grace=0)  # closes the log files; the workers are gone
                     break
                 time.sleep(group.poll_interval())
             job.status = self._status(job)
+            self._take_reports(job, read=True)
         except Exception as exc:
             log.exception("job=%s: the group failed", job.launch.job_id)
             try:
@@ -287,6 +298,13 @@ class RayBackend:
                 )
         finally:
             job.done.set()
+
+    @staticmethod
+    def _take_reports(job: _Job, *, read: bool = False) -> None:
+        batches = job.group.take_reports(read=read)
+        if batches:
+            with job.lock:
+                job.reports.extend(batches)
 
     def _status(self, job: _Job) -> JobStatus:
         group = job.group
@@ -319,8 +337,13 @@ class RayBackend:
         reported once more, then forgotten."""
         statuses: dict[str, JobStatus] = {}
         for job_id, job in list(self._jobs.items()):
-            statuses[job_id] = job.status
-            if job.done.is_set():
+            # done is read before the reports: a job's last reports arrive before it is set.
+            done = job.done.is_set()
+            with job.lock:
+                batches, job.reports = job.reports, []
+            metrics, goodput = read_reports(batches)
+            statuses[job_id] = replace(job.status, metrics=metrics, goodput=goodput)
+            if done:
                 del self._jobs[job_id]
         return statuses
 
