@@ -49,3 +49,15 @@ def test_each_epoch_has_its_own_order() -> None:
     loader = tidal.ElasticDataLoader(TensorDataset(torch.arange(50).float()), batch_size=50)
     assert not torch.equal(loader.order(0), loader.order(1))
     assert torch.equal(loader.order(1), loader.order(1))
+
+
+def test_last_global_indices_cover_the_epoch_in_order() -> None:
+    data = TensorDataset(torch.arange(25).float())
+    loader = tidal.ElasticDataLoader(data, batch_size=10, seed=5)
+    assert loader.last_global_indices == []
+    batches = []
+    for _ in loader:
+        # Alone, this rank's share is the whole global batch.
+        assert loader.last_global_indices == loader.last_indices
+        batches.append(loader.last_global_indices)
+    assert [i for b in batches for i in b] == loader.order(0).tolist()

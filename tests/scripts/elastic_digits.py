@@ -59,6 +59,7 @@ def main() -> None:
     for _epoch in state.epochs(args.epochs):
         for batch in loader:
             epoch, indices = loader.epoch, loader.last_indices
+            everyone = loader.last_global_indices
             gen, world, rank = ctx.generation.number, ctx.world_size, ctx.rank
             optimizer.zero_grad()
             for xb, yb in loader.micro_batches(batch):
@@ -66,7 +67,13 @@ def main() -> None:
                 if args.step_delay:
                     time.sleep(args.step_delay)  # so a kill lands mid-step
                 loss.backward()
+            before = [p.detach().clone() for p in model.parameters()]
             optimizer.step()
+            # Skipped when this step's gradient sync failed (the step is then redone, or
+            # adopted from a survivor that completed it): the parameters did not move.
+            stepped = any(
+                not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True)
+            )
             scheduler.step()
             # Logged before the step boundary: a released worker leaves inside
             # state.step(), after its last step committed. A step that is rolled back is
@@ -83,6 +90,8 @@ def main() -> None:
                         "world": world,
                         "rank": rank,
                         "indices": indices,
+                        "batch": everyone,
+                        "stepped": stepped,
                         "checksum": [flat.sum().item(), flat.abs().sum().item()],
                         "stall": state.last_rescale_stall,
                     }

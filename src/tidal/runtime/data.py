@@ -80,6 +80,7 @@ class ElasticDataLoader:
         self.adaptive: AdaptiveBatch | None = None
         self._order_epoch = -1
         self._order = torch.empty(0, dtype=torch.long)
+        self._last_span: tuple[int, int, int] | None = None
 
     def autoscale_batch_size(
         self,
@@ -105,6 +106,16 @@ class ElasticDataLoader:
         """Number of steps in a full epoch."""
         n = len(self.dataset)  # type: ignore[arg-type]
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    @property
+    def last_global_indices(self) -> list[int]:
+        """Dataset indices of the last step's whole global batch (every rank's share, in
+        rank order); for audits: a rank that survives a peer lost mid-step can still
+        commit that peer's samples."""
+        if self._last_span is None:
+            return []
+        epoch, start, end = self._last_span
+        return self.order(epoch)[start:end].tolist()
 
     def order(self, epoch: int) -> torch.Tensor:
         """The epoch's sample order (the same on every rank)."""
@@ -133,6 +144,7 @@ class ElasticDataLoader:
         indices = self.order(self.epoch)[start + lo : start + hi]
         self.position += size
         self.last_indices = indices.tolist()
+        self._last_span = (self.epoch, start, start + size)
         if self._context.parallel is not None:
             self._context.parallel.set_batch_share(hi - lo, size)
         if self.adaptive is not None:
