@@ -123,12 +123,12 @@ def assert_each_sample_once(history: dict[int, list[dict[str, Any]]], dataset_si
     """Within every epoch, the committed steps consumed each sample exactly once."""
     by_epoch: dict[int, list[int]] = defaultdict(list)
     for step, group in history.items():
-        if "batch" in group[0]:
+        if "global_indices" in group[0]:
             # The whole global batch: a peer lost mid-step after its gradient was summed
             # left no record, yet its samples were committed by the survivors.
-            batch = group[0]["batch"]
+            batch = group[0]["global_indices"]
             for record in group:
-                assert record["batch"] == batch, f"step {step}: ranks saw different batches"
+                assert record["global_indices"] == batch, f"step {step}: different batches"
                 assert set(record["indices"]) <= set(batch), f"step {step}: share not in batch"
             by_epoch[group[0]["epoch"]].extend(batch)
         else:

@@ -90,7 +90,7 @@ def main() -> None:
                         "world": world,
                         "rank": rank,
                         "indices": indices,
-                        "batch": everyone,
+                        "global_indices": everyone,
                         "stepped": stepped,
                         "checksum": [flat.sum().item(), flat.abs().sum().item()],
                         "stall": state.last_rescale_stall,
