@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import BASELINE, EXAMPLE, PYTHON, TORCHRUN, Proc, Trace, cleanup, env, free_port, median
-from overhead import cpu_per_step, throughput
+from common import Proc, Trace, cleanup, median
+from overhead import cpu_per_step, job_command, throughput
 
 SYSTEMS = ("ddp", "tidal", "autoscale")
 
@@ -35,33 +35,11 @@ SYSTEMS = ("ddp", "tidal", "autoscale")
 def run_one(system: str, args: argparse.Namespace, work: Path) -> tuple[float, float]:
     """Run to the end; returns (samples/s from the median step, worker CPU s per step)."""
     trace_dir = work / "trace"
-    common = [
-        "--params",
-        str(args.params),
-        "--batch-size",
-        str(args.batch_size),
-        "--samples",
-        str(args.batch_size * 128),
-        "--steps",
-        str(args.steps),
-        "--trace",
-        str(trace_dir),
-    ]
-    if system == "ddp":
-        argv = [
-            TORCHRUN,
-            "--nnodes=1",
-            "--nproc-per-node=2",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-            BASELINE,
-            *common,
-        ]
-        environ = env(OMP_NUM_THREADS="1")
-    else:
-        extra = ["--autoscale", str(args.batch_size)] if system == "autoscale" else []
-        argv = [PYTHON, "-m", "tidal.cli", "run", "--workers", "2", "--", EXAMPLE, *common, *extra]
-        environ = env(TIDAL_HOME=str(work / "home"))
+    # With autoscale, the script gathers every statistic; max_global = the batch keeps the
+    # work per step the same.
+    extra = ["--autoscale", str(args.batch_size)] if system == "autoscale" else []
+    argv, environ = job_command(system, args, work)
+    argv += extra
     trace = Trace(trace_dir)
     proc = Proc(argv, work / "run.log", environ)
     with cleanup([proc], lambda: set()):

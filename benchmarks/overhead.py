@@ -24,6 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from common import BASELINE, EXAMPLE, PYTHON, TORCHRUN, Proc, Trace, cleanup, env, free_port, median
@@ -73,12 +74,11 @@ def cpu_per_step(
     return workers, own
 
 
-def run_one(
-    system: str, args: argparse.Namespace, work: Path, sync_every: int
-) -> tuple[tuple[float, float], tuple[float, float], float]:
-    """Run a job to its end; returns ((median-based, mean) samples/s, (workers', launcher's)
-    CPU s per step, wall seconds)."""
-    trace_dir = work / "trace"
+def job_command(
+    system: str, args: argparse.Namespace, work: Path, tidal_options: Sequence[str] = ()
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of one run of the synthetic job: plain DDP under
+    torchrun for ``"ddp"``, else ``tidal run`` with ``tidal_options`` before the script."""
     common = [
         "--params",
         str(args.params),
@@ -89,24 +89,9 @@ def run_one(
         "--steps",
         str(args.steps),
         "--trace",
-        str(trace_dir),
+        str(work / "trace"),
     ]
-    if system == "tidal":
-        argv = [
-            PYTHON,
-            "-m",
-            "tidal.cli",
-            "run",
-            "--workers",
-            "2",
-            "--sync-every",
-            str(sync_every),
-            "--",
-            EXAMPLE,
-            *common,
-        ]
-        environ = env(TIDAL_HOME=str(work / "home"))
-    else:
+    if system == "ddp":
         argv = [
             TORCHRUN,
             "--nnodes=1",
@@ -116,7 +101,19 @@ def run_one(
             BASELINE,
             *common,
         ]
-        environ = env(OMP_NUM_THREADS="1")
+        return argv, env(OMP_NUM_THREADS="1")
+    argv = [PYTHON, "-m", "tidal.cli", "run", "--workers", "2", *tidal_options, "--"]
+    return [*argv, EXAMPLE, *common], env(TIDAL_HOME=str(work / "home"))
+
+
+def run_one(
+    system: str, args: argparse.Namespace, work: Path, sync_every: int
+) -> tuple[tuple[float, float], tuple[float, float], float]:
+    """Run a job to its end; returns ((median-based, mean) samples/s, (workers', launcher's)
+    CPU s per step, wall seconds)."""
+    trace_dir = work / "trace"
+    options = () if system == "ddp" else ("--sync-every", str(sync_every))
+    argv, environ = job_command(system, args, work, options)
     trace = Trace(trace_dir)
     started = time.monotonic()
     proc = Proc(argv, work / "run.log", environ)
