@@ -12,13 +12,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.controller.live import start_server, stop_server
 from tidal.client import Client
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.py"
@@ -27,32 +27,11 @@ pytestmark = pytest.mark.slow
 
 
 def _start_server(tmp_path: Path) -> subprocess.Popen[str]:
-    data = tmp_path / "data"
-    (data / "server.json").unlink(missing_ok=True)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tidal.cli", "server", "--slots", "8", "--data-dir", str(data)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-        env=dict(os.environ, TIDAL_HOME=str(tmp_path / "home")),
-    )
-    deadline = time.monotonic() + 60
-    while not (data / "server.json").exists():
-        assert process.poll() is None, "server exited at start"
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.1)
-    return process
+    return start_server(tmp_path, slots=8)
 
 
 def _stop_server(process: subprocess.Popen[str], tmp_path: Path) -> None:
-    process.send_signal(signal.SIGINT)  # jobs are released, agents end
-    try:
-        process.wait(timeout=90)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
+    stop_server(process)  # SIGINT: jobs are released, agents end
     agents = subprocess.run(
         ["pgrep", "-f", f"tidal.launch.agent .*{tmp_path}"], capture_output=True, text=True
     )
