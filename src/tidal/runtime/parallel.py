@@ -15,6 +15,7 @@ things DDP's default cannot:
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tidal.runtime.adaptive import GradientRecorder
 from tidal.runtime.context import WorkerContext, current
+
+# Buffers are synchronised at membership changes only (the state broadcast). torch 2.13
+# names the switch `forward_sync_buffers`; earlier releases call it `broadcast_buffers`.
+_NO_BUFFER_SYNC = (
+    "forward_sync_buffers"
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    else "broadcast_buffers"
+)
 
 
 class _HookState:
@@ -76,7 +85,7 @@ class ElasticDataParallel(nn.Module):
         super().__init__()
         self.module = module
         self._context = current()
-        self._ddp_options = {"forward_sync_buffers": False, **ddp_options}
+        self._ddp_options = {_NO_BUFFER_SYNC: False, **ddp_options}
         self._hook_state = _HookState(self._context)
         self._ddp: DistributedDataParallel | None = None
         self._micro_weight = 1.0
