@@ -10,7 +10,7 @@ import pytest
 
 from tests.controller.fakes import FakeBackend, GreedyPolicy
 from tidal.client import Client
-from tidal.controller.api import create_app
+from tidal.controller.app import create_app
 from tidal.controller.auth import ensure_token
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop import Controller

@@ -12,7 +12,8 @@ from tests.controller.fakes import BrokenPolicy, FakeBackend, GreedyPolicy
 from tidal.backends.base import HostInfo
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop import Controller
-from tidal.controller.store import JobRecord, JobState, Store
+from tidal.controller.store import JobRecord, Store
+from tidal.model import JobState
 from tidal.spec import parse_spec
 
 

@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy.exc import StatementError
 
 from tidal.backends.base import WorkerState, WorkerStatus
-from tidal.controller.store import Event, JobState, JobStateError, Store, StoreError
+from tidal.controller.store import Event, Store, StoreError
+from tidal.model import JobState, JobStateError
 from tidal.spec import JobSpec, parse_spec
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from tidal.backends.base import HostInfo
 from tidal.policy.api import Cluster, Host, Slot
 
-__all__ = ["ClusterModel", "HostModel", "detect_local"]
+__all__ = ["ClusterModel", "HostModel", "describe_change", "detect_local"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,16 @@ class ClusterModel:
     def single(cls, slots: int, *, gpu: bool = False, name: str | None = None) -> ClusterModel:
         """One host (this machine by default) with ``slots`` slots."""
         return cls(hosts=(HostModel(name=name or socket.gethostname(), slots=slots, gpu=gpu),))
+
+
+def describe_change(old: ClusterModel, new: ClusterModel) -> str:
+    """The hosts that joined, left or changed size, for the ``cluster`` event."""
+    before = {h.name: h.slots for h in old.hosts}
+    after = {h.name: h.slots for h in new.hosts}
+    changes = [f"+{n} ({k} slots)" for n, k in after.items() if n not in before]
+    changes += [f"-{n}" for n in before if n not in after]
+    changes += [f"{n}: {before[n]} → {k} slots" for n, k in after.items() if before.get(n, k) != k]
+    return f"{len(after)} host(s), {new.total_slots} slots: " + ", ".join(changes)
 
 
 def _gpu_count() -> int:

@@ -11,7 +11,7 @@ import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from functools import cached_property
 from pathlib import Path
@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     create_engine,
+    delete,
     event,
     func,
     select,
@@ -35,6 +36,16 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from sqlalchemy.pool import StaticPool
 
 from tidal.backends.base import WorkerState, WorkerStatus
+from tidal.controller.requests import PendingRequest, UserRequest, request_from_row, request_to_row
+from tidal.model import (
+    DEFAULT_OWNER,
+    DEFAULT_TEAM,
+    Job,
+    JobState,
+    JobStateError,
+    check_transition,
+    job_from_spec,
+)
 from tidal.policy.api import Slot
 from tidal.spec import JobSpec
 
@@ -45,8 +56,6 @@ __all__ = [
     "EventRecord",
     "GoodputRecord",
     "JobRecord",
-    "JobState",
-    "JobStateError",
     "MetricRecord",
     "Store",
     "StoreError",
@@ -58,42 +67,14 @@ log = logging.getLogger(__name__)
 #: Bumped with every change to the tables below. A store of an older version is upgraded
 #: in place when the change only adds tables (:data:`_ADDITIVE_UPGRADES`); any other store
 #: written by another schema version is refused rather than misread.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Versions whose store becomes the current one by creating the missing tables (2 added
-#: ``goodput``).
-_ADDITIVE_UPGRADES = frozenset({1})
-
-
-class JobState(str, Enum):
-    """A job's life: queued → running ⇄ rescaling → succeeded | failed | cancelled."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    RESCALING = "rescaling"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        """Whether the job is over for good."""
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-    @property
-    def holds_slots(self) -> bool:
-        """Whether the job's workers occupy slots in this state."""
-        return self in (JobState.RUNNING, JobState.RESCALING)
-
-
-ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.RESCALING)
+#: ``goodput``, 3 ``requests``).
+_ADDITIVE_UPGRADES = frozenset({1, 2})
 
 
 class StoreError(RuntimeError):
     """The store cannot be used (e.g. written by an incompatible version)."""
-
-
-class JobStateError(ValueError):
-    """A request does not fit the job's current state (e.g. scaling a finished job)."""
 
 
 class _Base(DeclarativeBase):
@@ -123,7 +104,8 @@ class _JobRow(_Base):
     scale_previous: Mapped[int | None] = mapped_column(Integer, nullable=True)
     #: The slots the controller has told the backend to use: ``[[host, index], ...]``.
     slots: Mapped[list[list[Any]]] = mapped_column(JSON, default=list)
-    generation: Mapped[int] = mapped_column(Integer, default=0)
+    #: How many times the job's allocation changed (started, resized, worker replaced).
+    reallocations: Mapped[int] = mapped_column("generation", Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     attained_service: Mapped[float] = mapped_column(Float, default=0.0)
@@ -174,6 +156,17 @@ class _MetricRow(_Base):
     values: Mapped[dict[str, float]] = mapped_column(JSON)
 
 
+class _RequestRow(_Base):
+    """A user's request the controller loop has not applied yet."""
+
+    __tablename__ = "requests"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    time: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(40))
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
 class _GoodputRow(_Base):
     __tablename__ = "goodput"
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
@@ -191,7 +184,12 @@ def _slots(raw: Sequence[Sequence[Any]]) -> tuple[Slot, ...]:
 
 @dataclass(frozen=True)
 class JobRecord:
-    """A job as stored (a detached snapshot)."""
+    """A job as stored (a detached snapshot): the submitted job and where it stands.
+
+    ``name``, ``labels``, ``target_group`` and the worker bounds are columns of their own
+    so jobs can be listed and filtered without reading every spec; :attr:`job` is the
+    whole job model.
+    """
 
     id: str
     name: str
@@ -208,7 +206,7 @@ class JobRecord:
     scale_deadline: float | None
     scale_previous: int | None
     slots: tuple[Slot, ...]
-    generation: int
+    reallocations: int
     restarts: int
     cancel_requested: bool
     attained_service: float
@@ -217,11 +215,19 @@ class JobRecord:
     started_at: float | None
     finished_at: float | None
     updated_at: float
+    owner: str = DEFAULT_OWNER
+    team: str = DEFAULT_TEAM
 
     @cached_property
     def spec(self) -> JobSpec:
         """The job's spec (validated when it was submitted, so parsing cannot fail)."""
         return JobSpec.model_validate(self.spec_data)
+
+    @cached_property
+    def job(self) -> Job:
+        """The job model, with the priority the job has now."""
+        job = job_from_spec(self.spec, job_id=self.id, owner=self.owner, team=self.team)
+        return replace(job, priority=self.priority)
 
     @classmethod
     def _of(cls, row: _JobRow) -> JobRecord:
@@ -240,7 +246,7 @@ class JobRecord:
             scale_deadline=row.scale_deadline,
             scale_previous=row.scale_previous,
             slots=_slots(row.slots or []),
-            generation=row.generation,
+            reallocations=row.reallocations,
             restarts=row.restarts,
             cancel_requested=row.cancel_requested,
             attained_service=row.attained_service,
@@ -325,7 +331,7 @@ _UPDATABLE = frozenset(
         "target_workers",
         "scale_deadline",
         "scale_previous",
-        "generation",
+        "reallocations",
         "restarts",
         "cancel_requested",
         "attained_service",
@@ -405,24 +411,25 @@ class Store:
     def add_job(self, spec: JobSpec, now: float | None = None) -> JobRecord:
         """Store a new queued job; its id is ``<name>-<6 hex digits>``."""
         now = time.time() if now is None else now
+        job = job_from_spec(spec)
         with self._transaction() as s:
-            job_id = f"{spec.name}-{secrets.token_hex(3)}"
+            job_id = f"{job.name}-{secrets.token_hex(3)}"
             while s.get(_JobRow, job_id) is not None:
-                job_id = f"{spec.name}-{secrets.token_hex(3)}"
+                job_id = f"{job.name}-{secrets.token_hex(3)}"
             row = _JobRow(
                 id=job_id,
-                name=spec.name,
+                name=job.name,
                 spec=spec.model_dump(mode="json"),
                 state=JobState.QUEUED.value,
                 reason="waiting for slots",
-                priority=spec.priority,
-                target_group=spec.target.group,
-                labels=dict(spec.labels),
-                min_workers=spec.workers.min,
-                max_workers=spec.workers.max_workers,
+                priority=job.priority,
+                target_group=job.placement.group,
+                labels=dict(job.labels),
+                min_workers=job.role.replicas.min,
+                max_workers=job.role.replicas.max,
                 target_workers=None,
                 slots=[],
-                generation=0,
+                reallocations=0,
                 restarts=0,
                 cancel_requested=False,
                 attained_service=0.0,
@@ -492,13 +499,17 @@ class Store:
         expect: Sequence[JobState] | None = None,
         slots: Sequence[Slot] | None = None,
         event: Event | None = None,
+        applied: Sequence[int] = (),
         **changes: Any,
     ) -> JobRecord:
         """Change a job's columns, its slots and record an event, all in one transaction.
 
         ``expect`` refuses the change (:class:`JobStateError`) unless the job is in one of
-        those states when the transaction reads it. New ``slots`` are appended to the
-        allocation timeline.
+        those states when the transaction reads it; so does a change of ``state`` the
+        job's state machine does not allow (:func:`tidal.model.check_transition`). New
+        ``slots`` are appended to the allocation timeline. ``applied`` names the pending
+        requests this change carries out: they are removed with it; a job that ends
+        drops whatever requests it still had.
         """
         unknown = set(changes) - _UPDATABLE
         if unknown:
@@ -508,8 +519,15 @@ class Store:
             row = s.get(_JobRow, job_id, with_for_update=True)
             if row is None:
                 raise KeyError(job_id)
-            if expect is not None and JobState(row.state) not in expect:
+            old = JobState(row.state)
+            if expect is not None and old not in expect:
                 raise JobStateError(f"job {job_id} is {row.state}")
+            new = JobState(changes.get("state", old))
+            check_transition(job_id, old, new)
+            if applied:
+                s.execute(delete(_RequestRow).where(_RequestRow.id.in_(list(applied))))
+            if new.terminal and not old.terminal:
+                s.execute(delete(_RequestRow).where(_RequestRow.job_id == job_id))
             for key, value in changes.items():
                 setattr(row, key, value.value if isinstance(value, Enum) else value)
             if slots is not None:
@@ -532,6 +550,66 @@ class Store:
             row.updated_at = now
             s.flush()
             return JobRecord._of(row)
+
+    # -- requests -------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        job_id: str,
+        request: UserRequest,
+        now: float | None = None,
+        *,
+        expect: Sequence[JobState] | None = None,
+        event: Event | None = None,
+    ) -> PendingRequest:
+        """Record what a user asked of a job (and its event) for the loop to apply.
+
+        ``expect`` refuses it (:class:`JobStateError`) unless the job is in one of those
+        states when the transaction reads it.
+        """
+        now = time.time() if now is None else now
+        kind, data = request_to_row(request)
+        with self._transaction() as s:
+            job = s.get(_JobRow, job_id)
+            if job is None:
+                raise KeyError(job_id)
+            if expect is not None and JobState(job.state) not in expect:
+                raise JobStateError(f"job {job_id} is {job.state}")
+            row = _RequestRow(job_id=job_id, time=now, kind=kind, data=data)
+            s.add(row)
+            if event is not None:
+                s.add(
+                    _EventRow(
+                        job_id=job_id,
+                        time=now,
+                        kind=event.kind,
+                        message=event.message,
+                        data=dict(event.data or {}),
+                    )
+                )
+            s.flush()
+            return PendingRequest(id=row.id, job_id=job_id, time=now, request=request)
+
+    def pending_requests(
+        self, job_ids: Sequence[str] | None = None
+    ) -> dict[str, list[PendingRequest]]:
+        """Requests not applied yet, oldest first, by job (of ``job_ids`` if given)."""
+        query = select(_RequestRow).order_by(_RequestRow.id)
+        if job_ids is not None:
+            query = query.where(_RequestRow.job_id.in_(list(job_ids)))
+        found: dict[str, list[PendingRequest]] = {}
+        with self._transaction() as s:
+            rows = list(s.scalars(query))
+        for r in rows:
+            try:
+                request = request_from_row(r.kind, r.data)
+            except (ValueError, KeyError, TypeError):
+                log.warning("request %d of job %s is unreadable; ignored", r.id, r.job_id)
+                continue
+            found.setdefault(r.job_id, []).append(
+                PendingRequest(id=r.id, job_id=r.job_id, time=r.time, request=request)
+            )
+        return found
 
     # -- workers --------------------------------------------------------------------------
 
