@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Backend",
+    "DiscoveredHost",
     "HostDiscovery",
-    "HostInfo",
     "JobLaunch",
     "JobStatus",
     "MetricPoint",
@@ -180,7 +180,7 @@ class Backend(Protocol):
 
 
 @dataclass(frozen=True)
-class HostInfo:
+class DiscoveredHost:
     """A host a backend found: its slots are ``(name, 0) .. (name, slots - 1)``."""
 
     name: str
@@ -205,6 +205,6 @@ class HostDiscovery(Protocol):
     controller was started with (``--slots`` or this machine's GPUs).
     """
 
-    def hosts(self) -> Sequence[HostInfo]:
+    def hosts(self) -> Sequence[DiscoveredHost]:
         """Every host with at least one slot, in a stable order."""
         ...

@@ -29,7 +29,7 @@ from typing import Any
 import ray
 
 from tidal.backends.base import (
-    HostInfo,
+    DiscoveredHost,
     JobLaunch,
     JobStatus,
     WorkerState,
@@ -121,7 +121,7 @@ class RayBackend:
         self._log_dirs: dict[str, Path] = {}
         self._lock = threading.Lock()
         self._nodes: dict[str, _Node] = {}
-        self._hosts: list[HostInfo] = []
+        self._hosts: list[DiscoveredHost] = []
         self._refreshed = 0.0
         self.refresh()
         log.info(
@@ -135,7 +135,7 @@ class RayBackend:
 
     def refresh(self) -> None:
         """Look up the cluster's alive nodes and the slots they offer."""
-        hosts: list[HostInfo] = []
+        hosts: list[DiscoveredHost] = []
         nodes: dict[str, _Node] = {}
         alive = [n for n in ray.nodes() if n.get("Alive")]
         for node in sorted(alive, key=lambda n: (str(n["NodeManagerAddress"]), n["NodeID"])):
@@ -153,13 +153,13 @@ class RayBackend:
                 for k, v in (node.get("Labels") or {}).items()
                 if not str(k).startswith("ray.io/")
             }
-            hosts.append(HostInfo(name, count, gpu=gpu, labels=labels))
+            hosts.append(DiscoveredHost(name, count, gpu=gpu, labels=labels))
             nodes[name] = _Node(str(node["NodeID"]), resource)
         with self._lock:
             self._hosts, self._nodes = hosts, nodes
             self._refreshed = time.monotonic()
 
-    def hosts(self) -> Sequence[HostInfo]:
+    def hosts(self) -> Sequence[DiscoveredHost]:
         """The alive nodes with slots (looked up at most every ``refresh`` seconds)."""
         if time.monotonic() - self._refreshed >= self.refresh_every:
             self.refresh()
