@@ -66,11 +66,6 @@ class Controller:
         self._thread: threading.Thread | None = None
         self.metrics.slots_total.set(cluster.total_slots)
 
-    @property
-    def data_dir(self) -> Path:
-        """The server's data dir (jobs' logs and checkpoints live under ``jobs/``)."""
-        return self.files.data_dir
-
     # -- running ---------------------------------------------------------------------------
 
     def start(self, interval: float = 0.5) -> None:
@@ -209,10 +204,6 @@ class Controller:
         return build_launch(self.effects.model(job), self.files, gpu=self.cluster.gpu)
 
     # -- what the API reads ----------------------------------------------------------------
-
-    def job_dir(self, job_id: str) -> Path:
-        """Where the job's logs (and, by default, checkpoints) live."""
-        return self.files.job_dir(job_id)
 
     def log_paths(self, job_id: str) -> dict[int, Path]:
         """Each worker's log by worker id, also after the backend forgot the job."""
