@@ -30,6 +30,7 @@ from tidal.controller.metrics import ControllerMetrics
 from tidal.controller.store import ACTIVE_STATES, Event, JobRecord, JobState, Store
 from tidal.policy.api import JobRequest, Policy, Slot, ThroughputModel
 from tidal.policy.goodput_model import model_from_dict
+from tidal.policy.restart import Fail, LostWorker, Noop, RestartView, decide_restart
 from tidal.spec import JobSpec
 
 __all__ = ["Controller"]
@@ -194,7 +195,7 @@ class Controller:
             self._fail(job, now, status.reason or "the backend reported the job failed")
             return None
         if newly_failed:
-            return self._on_failures(job, newly_failed, now)
+            return self._on_failures(job, newly_failed, status, now)
         changes: dict[str, Any] = {
             "attained_service": job.attained_service + elapsed * len(job.slots)
         }
@@ -243,39 +244,41 @@ class Controller:
         return status.alive_slots() == set(job.slots) and running == set(job.slots)
 
     def _on_failures(
-        self, job: JobRecord, failed: Sequence[WorkerStatus], now: float
+        self, job: JobRecord, failed: Sequence[WorkerStatus], status: JobStatus, now: float
     ) -> JobRecord | None:
-        # One restart per host that lost workers in this tick: a lost node with four of the
-        # job's workers is one failure, not four, and a single crash still counts once.
-        restarts = job.restarts + len({w.slot[0] for w in failed})
         limit = self._spec(job).restart.max_restarts
-        ids = ", ".join(str(w.worker_id) for w in failed)
-        codes = [w.exit_code for w in failed]
-        if restarts > limit:
+        view = RestartView(
+            max_restarts=limit, restarts=job.restarts, group_gone=not status.alive_slots()
+        )
+        lost = [LostWorker(str(w.worker_id), w.slot[0], w.exit_code) for w in failed]
+        decision = decide_restart(view, lost)
+        if isinstance(decision, Noop):
+            return job
+        if isinstance(decision, Fail):
             self._call(job, "stop", lambda: self.backend.stop(job.id))
-            self._fail(
-                job,
-                now,
-                f"worker {ids} failed (exit {codes}); restart limit {limit} reached",
-                restarts=restarts,
-            )
+            self._fail(job, now, decision.reason, restarts=decision.restarts)
             return None
         # Same slots again: the backend starts a fresh worker on each slot without a live one.
         # Not on slots whose host left the cluster: the policy moves the job off them.
         slots = tuple(s for s in job.slots if self.cluster.has_slot(s))
         self._call(job, "assign", lambda: self.backend.assign(job.id, slots))
+        ids = ", ".join(decision.workers)
         return self.store.update_job(
             job.id,
             now,
             state=JobState.RESCALING,
-            restarts=restarts,
+            restarts=decision.restarts,
             generation=job.generation + 1,
             rescale_started_at=now,
-            reason=f"replacing failed worker {ids} (restart {restarts}/{limit})",
+            reason=decision.reason,
             event=Event(
                 "worker_failed",
-                f"worker {ids} failed; replacing it (restart {restarts} of {limit})",
-                {"workers": ids, "exit_codes": codes, "restarts": restarts},
+                f"worker {ids} failed; replacing it (restart {decision.restarts} of {limit})",
+                {
+                    "workers": ids,
+                    "exit_codes": list(decision.exit_codes),
+                    "restarts": decision.restarts,
+                },
             ),
         )
 
