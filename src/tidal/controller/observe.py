@@ -94,7 +94,7 @@ def observe(
         fail(effects, job, now, status.reason or "the backend reported the job failed")
         return None
     if newly_failed:
-        return on_failures(effects, cluster, job, newly_failed, now)
+        return on_failures(effects, cluster, job, newly_failed, status, now)
     changes: dict[str, Any] = {"attained_service": job.attained_service + elapsed * len(job.slots)}
     event = None
     if job.state is JobState.RESCALING and settled(job, status):
