@@ -98,6 +98,8 @@ class JobRecord:
             started_at=row.started_at,
             finished_at=row.finished_at,
             updated_at=row.updated_at,
+            owner=row.owner,
+            team=row.team,
         )
 
 

@@ -10,6 +10,7 @@ The tables are in :mod:`~tidal.controller.tables`; what the store hands out, in
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -18,7 +19,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, delete, event, func, select, update
+from sqlalchemy import Engine, create_engine, delete, event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -40,8 +41,6 @@ from tidal.controller.tables import (
     JobRow,
     MetricRow,
     RequestRow,
-    SchemaVersionRow,
-    TableBase,
     WorkerRow,
     slots_json,
     slots_of,
@@ -65,13 +64,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Bumped with every change to the tables below. A store of an older version is upgraded
-#: in place when the change only adds tables (:data:`_ADDITIVE_UPGRADES`); any other store
-#: written by another schema version is refused rather than misread.
+#: What this release writes into the ``schema_version`` table of releases before migrations
+#: (they read 1 or 2 and refuse any other number). The Alembic revision in
+#: ``alembic_version`` describes the schema (:mod:`tidal.controller.migrations`).
 SCHEMA_VERSION = 3
-#: Versions whose store becomes the current one by creating the missing tables (2 added
-#: ``goodput``, 3 ``requests``).
-_ADDITIVE_UPGRADES = frozenset({1, 2})
 
 
 class StoreError(RuntimeError):
@@ -119,9 +115,19 @@ class Store:
 
     @classmethod
     def open(cls, data_dir: Path) -> Store:
-        """The default store: a SQLite file ``tidal.db`` in ``data_dir``."""
-        data_dir.mkdir(parents=True, exist_ok=True)
-        return cls(f"sqlite:///{data_dir / 'tidal.db'}")
+        """The default store: a SQLite file ``tidal.db`` in ``data_dir``.
+
+        The data dir is made private (0700, when this user owns it) and the database file
+        0600: they hold every job's command, environment and the admin token.
+        """
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if data_dir.stat().st_uid == os.getuid():
+            data_dir.chmod(0o700)
+        path = data_dir / "tidal.db"
+        # Created here with its mode: SQLite gives the -wal and -shm files the same one.
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        path.chmod(0o600)
+        return cls(f"sqlite:///{path}")
 
     @staticmethod
     def _engine(url: str) -> Engine:
@@ -138,20 +144,14 @@ class Store:
         return engine
 
     def _create_schema(self) -> None:
-        TableBase.metadata.create_all(self.engine)
-        with self._transaction() as s:
-            found = s.scalar(select(SchemaVersionRow.version))
-            if found is None:
-                s.add(SchemaVersionRow(version=SCHEMA_VERSION))
-            elif found in _ADDITIVE_UPGRADES:
-                # create_all() above already added the tables this version lacked.
-                log.info("store upgraded from schema version %d to %d", found, SCHEMA_VERSION)
-                s.execute(update(SchemaVersionRow).values(version=SCHEMA_VERSION))
-            elif found != SCHEMA_VERSION:
-                raise StoreError(
-                    f"the store at {self.engine.url!r} has schema version {found}; "
-                    f"this tidal reads version {SCHEMA_VERSION}"
-                )
+        # Imported here: Alembic loads only where a store is opened.
+        from tidal.controller import migrations
+
+        try:
+            migrations.upgrade(self.engine)
+        except BaseException:
+            self.engine.dispose()
+            raise
 
     def close(self) -> None:
         """Release database connections."""
@@ -175,6 +175,8 @@ class Store:
             row = JobRow(
                 id=job_id,
                 name=job.name,
+                owner=job.owner,
+                team=job.team,
                 spec=spec.model_dump(mode="json"),
                 state=JobState.QUEUED.value,
                 reason="waiting for slots",

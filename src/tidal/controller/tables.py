@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM
 from tidal.policy.api import Slot
 
 __all__ = [
@@ -38,6 +39,10 @@ class JobRow(TableBase):
     __tablename__ = "jobs"
     id: Mapped[str] = mapped_column(String(80), primary_key=True)
     name: Mapped[str] = mapped_column(String(63), index=True)
+    owner: Mapped[str] = mapped_column(
+        String(80), default=DEFAULT_OWNER, server_default=DEFAULT_OWNER
+    )
+    team: Mapped[str] = mapped_column(String(80), default=DEFAULT_TEAM, server_default=DEFAULT_TEAM)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
@@ -53,7 +58,7 @@ class JobRow(TableBase):
     #: The slots the controller has told the backend to use: ``[[host, index], ...]``.
     slots: Mapped[list[list[Any]]] = mapped_column(JSON, default=list)
     #: How many times the job's allocation changed (started, resized, worker replaced).
-    reallocations: Mapped[int] = mapped_column("generation", Integer, default=0)
+    reallocations: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     attained_service: Mapped[float] = mapped_column(Float, default=0.0)
