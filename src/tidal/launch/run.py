@@ -14,8 +14,10 @@ from types import FrameType
 
 from rich.console import Console
 
-from tidal.launch.group import GroupEvent, Outcome, WorkerGroup, WorkerSpec
+from tidal.launch.group import GroupEvent, Outcome, WorkerGroup
 from tidal.launch.runs import RunRecord, register, unregister
+from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
+from tidal.policy.restart import Fail, LostWorker, Restart, RestartView, decide_restart
 
 
 class UsageProblem(ValueError):
@@ -112,11 +114,14 @@ def run(options: RunOptions, console: Console) -> int:
         checkpoint_dir=options.checkpoint_dir,
         checkpoint_every_steps=options.checkpoint_every,
         checkpoint_every_seconds=options.checkpoint_every_seconds,
-        max_restarts=options.max_restarts,
         timeout=options.timeout,
         sync_every=options.sync_every,
     )
-    group = WorkerGroup(spec, on_output=show_output, on_event=show_event)
+    failures: list[Worker] = []
+    group = WorkerGroup(
+        spec, on_output=show_output, on_event=show_event, on_failure=failures.append
+    )
+    restarts = 0
     pool = [f"local:{i}" for i in range(options.max_workers)]
     group.start(pool[: options.initial])
     register(
@@ -145,6 +150,16 @@ def run(options: RunOptions, console: Console) -> int:
     try:
         while True:
             outcome = group.poll()
+            if outcome is None and failures:
+                decision = _decide(group, failures, options, restarts)
+                failures.clear()
+                if isinstance(decision, Fail):
+                    group.fail(decision.reason)
+                    outcome = group.outcome
+                elif isinstance(decision, Restart):
+                    restarts = decision.restarts
+                    show_event(GroupEvent("restart", decision.reason))
+                    group.assign(group.desired)  # a fresh worker on each failed slot
             if outcome is not None:
                 break
             if stopping.is_set():
@@ -175,7 +190,31 @@ def run(options: RunOptions, console: Console) -> int:
     outcome = group.outcome
     console.print(
         f"[bold cyan]tidal[/] run {options.run_id} {outcome.value if outcome else 'ended'} "
-        f"(restarts: {group.restarts})",
+        f"(restarts: {restarts})",
         highlight=False,
     )
     return 0 if outcome is Outcome.SUCCEEDED else 1
+
+
+def _decide(
+    group: WorkerGroup, failed: list[Worker], options: RunOptions, restarts: int
+) -> Fail | Restart | None:
+    """What :func:`~tidal.policy.restart.decide_restart` says about ``failed``, the
+    workers the group lost in its last poll: the same decision the controller makes."""
+    view = RestartView(
+        max_restarts=options.max_restarts,
+        restarts=restarts,
+        group_gone=all(w.phase is WorkerPhase.EXITED for w in group.workers.values()),
+        checkpoint=_has_checkpoint(options.checkpoint_dir),
+    )
+    lost = [LostWorker(w.id, w.slot.rpartition(":")[0], w.exit_code) for w in failed]
+    decision = decide_restart(view, lost)
+    return decision if isinstance(decision, (Fail, Restart)) else None
+
+
+def _has_checkpoint(directory: str | None) -> bool:
+    if not directory:
+        return False
+    from tidal.runtime.checkpoint import list_checkpoints  # loads torch: only when needed
+
+    return bool(list_checkpoints(directory))
