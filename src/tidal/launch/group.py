@@ -115,21 +115,6 @@ class WorkerGroup:
         self.desired = list(slots)
         self._held_back.clear()
 
-    def resize(self, workers: int, pool: Sequence[str]) -> list[str]:
-        """Keep the first ``workers`` current slots in rank order (survivors keep the lowest
-        ranks) and add free slots of ``pool``; returns the slots asked for."""
-        keep = [s for s in self.member_slots() if s in self.desired][:workers]
-        for slot in self.desired:
-            if len(keep) < workers and slot not in keep:
-                keep.append(slot)
-        for slot in pool:
-            if len(keep) >= workers:
-                break
-            if slot not in keep:
-                keep.append(slot)
-        self.assign(keep)
-        return keep
-
     def poll_interval(self) -> float:
         """How long a caller may wait before the next :meth:`poll`: short while a change
         is in flight, longer once settled (polling costs the workers CPU on small hosts).

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -153,11 +154,12 @@ def run(options: RunOptions, console: Console) -> int:
             if outcome is None and failures:
                 decision = _decide(group, failures, options, restarts)
                 failures.clear()
+                if decision is not None:
+                    restarts = decision.restarts
                 if isinstance(decision, Fail):
                     group.fail(decision.reason)
                     outcome = group.outcome
                 elif isinstance(decision, Restart):
-                    restarts = decision.restarts
                     show_event(GroupEvent("restart", decision.reason))
                     group.assign(group.desired)  # a fresh worker on each failed slot
             if outcome is not None:
@@ -170,13 +172,13 @@ def run(options: RunOptions, console: Console) -> int:
             if request is not None and int(request["seq"]) > seen_seq:
                 seen_seq = int(request["seq"])
                 n = max(options.min_workers, min(options.max_workers, int(request["workers"])))
-                group.resize(n, pool)
+                resize(group, n, pool)
                 show_event(GroupEvent("resize", f"asked for {n} workers"))
             if plan and group.settled():
                 progress = group.progress()
                 if progress is not None and int(str(progress["step"])) >= plan[0][0]:
                     step, n = plan.pop(0)
-                    group.resize(n, pool)
+                    resize(group, n, pool)
                     show_event(GroupEvent("resize", f"step {step}: asked for {n} workers"))
             time.sleep(group.poll_interval())
     finally:
@@ -194,6 +196,22 @@ def run(options: RunOptions, console: Console) -> int:
         highlight=False,
     )
     return 0 if outcome is Outcome.SUCCEEDED else 1
+
+
+def resize(group: WorkerGroup, workers: int, pool: Sequence[str]) -> list[str]:
+    """Assign ``group`` the first ``workers`` of its current slots in rank order (survivors
+    keep the lowest ranks) and free slots of ``pool``; returns the slots asked for."""
+    keep = [s for s in group.member_slots() if s in group.desired][:workers]
+    for slot in group.desired:
+        if len(keep) < workers and slot not in keep:
+            keep.append(slot)
+    for slot in pool:
+        if len(keep) >= workers:
+            break
+        if slot not in keep:
+            keep.append(slot)
+    group.assign(keep)
+    return keep
 
 
 def _decide(
