@@ -31,13 +31,11 @@ class JobFiles:
     def log_paths(self, job_id: str, backend: Backend) -> dict[int, Path]:
         """Each worker's log by worker id: what the backend reports, and the files left in
         the job's log dir (so logs stay readable after the backend forgot the job)."""
-        found: dict[int, Path] = {}
-        log_dir = self.log_dir(job_id)
-        if log_dir.is_dir():
-            for path in log_dir.glob("worker-*.log"):
-                number = path.stem.removeprefix("worker-")
-                if number.isdigit():
-                    found[int(number)] = path
+        # Imported here: the launch package loads the worker runtime (torch), which the
+        # controller itself never needs.
+        from tidal.launch.worker import worker_logs
+
+        found = worker_logs(self.log_dir(job_id))
         reported: Mapping[int, Path] = {}
         try:
             reported = backend.log_paths(job_id)
