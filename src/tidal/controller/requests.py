@@ -4,7 +4,8 @@ The API never changes a job's desired state itself: it stores a request (a new p
 a new size, a cancel) and answers with it; on its next tick the controller loop, the only
 writer of desired state, applies every pending request of a job in the order they came
 (:func:`apply_requests`, a pure function) and removes them. Until then the job's view
-shows the requested values (:func:`requested_view`), so a caller reads back what it asked.
+shows the requested values (:func:`tidal.controller.api.views.job_view` applies the same
+function), so a caller reads back what it asked.
 """
 
 from __future__ import annotations
