@@ -247,9 +247,9 @@ class Controller:
         self, job: JobRecord, failed: Sequence[WorkerStatus], status: JobStatus, now: float
     ) -> JobRecord | None:
         limit = self._spec(job).restart.max_restarts
-        view = RestartView(
-            max_restarts=limit, restarts=job.restarts, group_gone=not status.alive_slots()
-        )
+        # Only running workers hold the training state (a starting one has none yet).
+        running = any(w.state is WorkerState.RUNNING for w in status.workers)
+        view = RestartView(max_restarts=limit, restarts=job.restarts, group_gone=not running)
         lost = [LostWorker(str(w.worker_id), w.slot[0], w.exit_code) for w in failed]
         decision = decide_restart(view, lost)
         if isinstance(decision, Noop):
