@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tidal.backends.base import JobStatus, WorkerStatus
+from tidal.backends.base import JobStatus, WorkerState, WorkerStatus
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.effects import LoopEffects
 from tidal.controller.store import Event, JobRecord
@@ -31,9 +31,9 @@ def on_failures(
     budget is spent (:func:`~tidal.policy.restart.decide_restart`); the job as it is now,
     or ``None`` once it is over."""
     limit = effects.model(job).role.restart.max_restarts
-    view = RestartView(
-        max_restarts=limit, restarts=job.restarts, group_gone=not status.alive_slots()
-    )
+    # Only running workers hold the training state (a starting one has none yet).
+    running = any(w.state is WorkerState.RUNNING for w in status.workers)
+    view = RestartView(max_restarts=limit, restarts=job.restarts, group_gone=not running)
     lost = [LostWorker(str(w.worker_id), w.slot[0], w.exit_code) for w in failed]
     decision = decide_restart(view, lost)
     if isinstance(decision, Noop):

@@ -222,7 +222,8 @@ def _decide(
     view = RestartView(
         max_restarts=options.max_restarts,
         restarts=restarts,
-        group_gone=all(w.phase is WorkerPhase.EXITED for w in group.workers.values()),
+        # Newcomers not admitted yet hold no training state: only members count.
+        group_gone=all(group.workers[m].phase is WorkerPhase.EXITED for m in group.members),
         checkpoint=_has_checkpoint(options.checkpoint_dir),
     )
     lost = [LostWorker(w.id, w.slot.rpartition(":")[0], w.exit_code) for w in failed]

@@ -53,7 +53,8 @@ class RestartView:
     max_restarts: int
     #: Failures survived so far.
     restarts: int
-    #: No worker of the job is left alive: a restart resumes from a durable checkpoint.
+    #: No worker holding the training state is left (newcomers not admitted yet hold
+    #: none): a restart resumes from a durable checkpoint.
     group_gone: bool = False
     #: A durable checkpoint exists to resume from (only matters when ``group_gone``).
     checkpoint: bool = True
