@@ -12,6 +12,7 @@ slots it reports, and follows hosts as they join and leave.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -32,6 +33,7 @@ __all__ = [
     "WorkerState",
     "WorkerStatus",
     "read_reports",
+    "worker_logs",
 ]
 
 
@@ -114,6 +116,18 @@ class JobStatus:
     def alive_slots(self) -> set[Slot]:
         """Slots whose worker still holds them."""
         return {w.slot for w in self.workers if w.state.alive}
+
+
+_WORKER_LOG = re.compile(r"^worker-(\d+)\.log$")
+
+
+def worker_logs(log_dir: Path | None) -> dict[int, Path]:
+    """Every worker log in ``log_dir`` (``worker-<K>.log``, see :attr:`JobLaunch.log_dir`)
+    by worker number, lowest first (none if the folder is missing)."""
+    if log_dir is None or not log_dir.is_dir():
+        return {}
+    found = [(int(m.group(1)), p) for p in log_dir.iterdir() if (m := _WORKER_LOG.match(p.name))]
+    return dict(sorted(found))
 
 
 @dataclass(frozen=True)

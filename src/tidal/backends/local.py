@@ -23,7 +23,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from tidal.backends.base import JobLaunch, JobStatus, MetricPoint, read_reports
+from tidal.backends.base import JobLaunch, JobStatus, MetricPoint, read_reports, worker_logs
 from tidal.launch.agent import (
     KEY_ASSIGN,
     KEY_REPORTS,
@@ -35,7 +35,6 @@ from tidal.launch.agent import (
     record_path,
 )
 from tidal.launch.driver import slot_name
-from tidal.launch.worker import worker_logs
 from tidal.policy.api import Slot
 from tidal.runtime.rendezvous import ReportQueue, connect_store
 

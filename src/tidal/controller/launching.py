@@ -6,7 +6,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from tidal.backends.base import Backend, JobLaunch
+from tidal.backends.base import Backend, JobLaunch, worker_logs
 from tidal.model import Job
 
 __all__ = ["JobFiles", "build_launch"]
@@ -31,10 +31,6 @@ class JobFiles:
     def log_paths(self, job_id: str, backend: Backend) -> dict[int, Path]:
         """Each worker's log by worker id: what the backend reports, and the files left in
         the job's log dir (so logs stay readable after the backend forgot the job)."""
-        # Imported here: the launch package loads the worker runtime (torch), which the
-        # controller itself never needs.
-        from tidal.launch.worker import worker_logs
-
         found = worker_logs(self.log_dir(job_id))
         reported: Mapping[int, Path] = {}
         try:

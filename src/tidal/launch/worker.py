@@ -4,13 +4,12 @@ environment and its log file.
 A worker is named ``w<K>`` inside its group and reported as worker ``K`` to the
 controller; ``K`` is never reused within a group. Its output goes to
 ``<log_dir>/worker-<K>.log`` (:func:`worker_log_path`), which the controller reads
-(:func:`worker_logs`) even after the backend forgot the job.
+(:func:`tidal.backends.base.worker_logs`) even after the backend forgot the job.
 """
 
 from __future__ import annotations
 
 import enum
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,11 +33,8 @@ __all__ = [
     "WorkerSpec",
     "worker_env",
     "worker_log_path",
-    "worker_logs",
     "worker_number",
 ]
-
-_WORKER_LOG = re.compile(r"^worker-(\d+)\.log$")
 
 
 class WorkerPhase(enum.Enum):
@@ -121,12 +117,3 @@ def worker_env(spec: WorkerSpec, *, worker_id: str, slot: str, store: str) -> di
 def worker_log_path(log_dir: Path, worker_id: str) -> Path:
     """The log file of worker ``w<K>``: ``log_dir / "worker-<K>.log"``."""
     return log_dir / f"worker-{worker_number(worker_id)}.log"
-
-
-def worker_logs(log_dir: Path | None) -> dict[int, Path]:
-    """Every worker log in ``log_dir`` by worker number, lowest first (none if the folder
-    is missing)."""
-    if log_dir is None or not log_dir.is_dir():
-        return {}
-    found = [(int(m.group(1)), p) for p in log_dir.iterdir() if (m := _WORKER_LOG.match(p.name))]
-    return dict(sorted(found))

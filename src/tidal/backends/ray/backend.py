@@ -29,10 +29,10 @@ from typing import Any
 
 import ray
 
-from tidal.backends.base import DiscoveredHost, JobLaunch, JobStatus, read_reports
+from tidal.backends.base import DiscoveredHost, JobLaunch, JobStatus, read_reports, worker_logs
 from tidal.backends.ray.worker import RaySpawner
 from tidal.launch.driver import GroupDriver, slot_name
-from tidal.launch.worker import WorkerSpec, worker_logs
+from tidal.launch.worker import WorkerSpec
 from tidal.policy.api import Slot
 
 __all__ = ["SLOT_RESOURCE", "RayBackend"]
