@@ -71,12 +71,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs; an exited process that its parent (here the init
+    process, since pg_ctl detaches the server) has not reaped yet counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def _wait_for_exit(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not _running(pid):
             return True
         time.sleep(0.05)
     return False
@@ -134,6 +142,7 @@ def running_postgres() -> Iterator[Postgres]:
                 # "Immediate" shutdown: no final checkpoint, the cluster is deleted anyway.
                 os.kill(pid, signal.SIGQUIT)
             if not _wait_for_exit(pid, 30):
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
                 _wait_for_exit(pid, 10)
         shutil.rmtree(root, ignore_errors=True)
