@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo demo-run test test-quick lint typecheck clean
+.PHONY: setup browser postgres demo demo-run test test-quick lint typecheck clean
 
 setup: $(STAMP)
 
@@ -41,7 +41,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser:
 	test -x /usr/bin/chromium || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium)
 
-test: lint typecheck browser
+# The store tests run on a real PostgreSQL as well: Debian's server binaries (the tests
+# start a private cluster of their own); installed here when missing, for CI.
+postgres:
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql)
+
+test: lint typecheck browser postgres
 	$(VENV)/bin/pytest -q
 
 clean:

@@ -12,24 +12,33 @@ Inside a training script::
             ...
             state.step()
         tidal.log_metrics(loss=loss.item())    # buffered; sent about once a second
+
+The training API lives in :mod:`tidal.runtime` and loads (with torch) on first use of one
+of these names, so ``import tidal.client`` or the ``tidal`` command stay light.
 """
 
-from tidal.runtime import (
-    EXIT_RELEASED,
-    AdaptiveBatch,
-    ElasticDataLoader,
-    ElasticDataParallel,
-    FitResult,
-    PeerLost,
-    RuntimeConfig,
-    State,
-    Trainer,
-    WorkerContext,
-    adaptive_lr,
-    current,
-    init,
-    log_metrics,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidal.runtime import (
+        EXIT_RELEASED,
+        AdaptiveBatch,
+        ElasticDataLoader,
+        ElasticDataParallel,
+        FitResult,
+        PeerLost,
+        RuntimeConfig,
+        State,
+        Trainer,
+        WorkerContext,
+        adaptive_lr,
+        current,
+        init,
+        log_metrics,
+    )
 
 __version__ = "0.1.0"
 
@@ -50,3 +59,20 @@ __all__ = [
     "init",
     "log_metrics",
 ]
+
+#: The names above that :mod:`tidal.runtime` provides.
+_RUNTIME = frozenset(__all__) - {"__version__"}
+
+
+def __getattr__(name: str) -> Any:
+    """Load the training API on first use of one of its names (PEP 562)."""
+    if name in _RUNTIME:
+        value = getattr(importlib.import_module("tidal.runtime"), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    raise AttributeError(f"module 'tidal' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The package's names, the lazily loaded ones included."""
+    return sorted(set(globals()) | _RUNTIME)

@@ -1,4 +1,8 @@
-"""The ``tidal`` command."""
+"""The ``tidal`` command.
+
+Light to start: ``tidal --help`` and ``tidal VERB --help`` import neither torch nor the
+server (FastAPI, SQLAlchemy) nor the simulator; each verb imports what it runs.
+"""
 
 from __future__ import annotations
 
@@ -14,17 +18,6 @@ from rich.console import Console
 from typer._click.exceptions import UsageError
 
 from tidal.controller.cli import controller_app
-from tidal.launch.run import (
-    RunOptions,
-    UsageProblem,
-    parse_resize_plan,
-    parse_workers,
-    run,
-)
-from tidal.launch.runs import lookup
-from tidal.runtime.api import ConfigError, RuntimeConfig
-from tidal.runtime.rendezvous import connect_store, request_resize
-from tidal.sim.cli import sim_app
 
 app = typer.Typer(
     name="tidal",
@@ -35,7 +28,7 @@ app = typer.Typer(
 )
 console = Console(stderr=True)
 app.add_typer(controller_app)  # server, submit, list, get, logs, priority, scale, ...
-app.add_typer(sim_app, name="sim", help="Replay cluster traces through tidal's policies.")
+_SIM_HELP = "Replay cluster traces through tidal's policies."
 
 
 @app.command(
@@ -65,47 +58,57 @@ def run_command(
     resize_at: Annotated[str, typer.Option(help="scripted resizes: STEP:N[,STEP:N...]")] = "",
 ) -> None:
     """Run SCRIPT on MIN..MAX local workers that grow and shrink while they train."""
-    low, high = parse_workers(workers)
-    start = high if initial is None else initial
-    if not low <= start <= high:
-        raise UsageProblem(
-            f"--initial: expected a value within --workers {low}:{high}, got {start}"
-        )
-    if max_restarts < 0:
-        raise UsageProblem(f"--max-restarts: expected an integer >= 0, got {max_restarts}")
+    from tidal.launch.run import RunOptions, UsageProblem, parse_resize_plan, parse_workers, run
+    from tidal.runtime.api import ConfigError, RuntimeConfig
+
     try:
-        defaults = RuntimeConfig.from_env()
-    except ConfigError as exc:
-        raise UsageProblem(str(exc)) from None
-    timeout = defaults.timeout if timeout is None else timeout
-    sync_every = defaults.sync_every if sync_every is None else sync_every
-    if timeout <= 0:
-        raise UsageProblem(f"--timeout: expected seconds > 0, got {timeout}")
-    if sync_every < 1:
-        raise UsageProblem(f"--sync-every: expected an integer >= 1, got {sync_every}")
-    if checkpoint_every < 0:
-        raise UsageProblem(f"--checkpoint-every: expected an integer >= 0, got {checkpoint_every}")
-    if checkpoint_every_seconds < 0:
-        raise UsageProblem(
-            f"--checkpoint-every-seconds: expected seconds >= 0, got {checkpoint_every_seconds}"
+        low, high = parse_workers(workers)
+        start = high if initial is None else initial
+        if not low <= start <= high:
+            raise UsageProblem(
+                f"--initial: expected a value within --workers {low}:{high}, got {start}"
+            )
+        if max_restarts < 0:
+            raise UsageProblem(f"--max-restarts: expected an integer >= 0, got {max_restarts}")
+        try:
+            defaults = RuntimeConfig.from_env()
+        except ConfigError as exc:
+            raise UsageProblem(str(exc)) from None
+        timeout = defaults.timeout if timeout is None else timeout
+        sync_every = defaults.sync_every if sync_every is None else sync_every
+        if timeout <= 0:
+            raise UsageProblem(f"--timeout: expected seconds > 0, got {timeout}")
+        if sync_every < 1:
+            raise UsageProblem(f"--sync-every: expected an integer >= 1, got {sync_every}")
+        if checkpoint_every < 0:
+            raise UsageProblem(
+                f"--checkpoint-every: expected an integer >= 0, got {checkpoint_every}"
+            )
+        if checkpoint_every_seconds < 0:
+            raise UsageProblem(
+                f"--checkpoint-every-seconds: expected seconds >= 0, got {checkpoint_every_seconds}"
+            )
+        options = RunOptions(
+            command=list(command),
+            min_workers=low,
+            max_workers=high,
+            initial=start,
+            max_restarts=max_restarts,
+            checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
+            checkpoint_every=checkpoint_every,
+            checkpoint_every_seconds=checkpoint_every_seconds,
+            timeout=timeout,
+            sync_every=sync_every,
+            log_dir=log_dir,
+            resize_plan=parse_resize_plan(resize_at, low, high),
         )
-    options = RunOptions(
-        command=list(command),
-        min_workers=low,
-        max_workers=high,
-        initial=start,
-        max_restarts=max_restarts,
-        checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
-        checkpoint_every=checkpoint_every,
-        checkpoint_every_seconds=checkpoint_every_seconds,
-        timeout=timeout,
-        sync_every=sync_every,
-        log_dir=log_dir,
-        resize_plan=parse_resize_plan(resize_at, low, high),
-    )
-    if run_id:
-        options.run_id = run_id
-    raise typer.Exit(run(options, console))
+        if run_id:
+            options.run_id = run_id
+        code = run(options, console)
+    except UsageProblem as exc:
+        # Reported by main() as every usage error is: one line, exit status 2.
+        raise UsageError(str(exc)) from None
+    raise typer.Exit(code)
 
 
 @app.command("resize")
@@ -114,11 +117,14 @@ def resize_command(
     workers: Annotated[int, typer.Option(help="how many workers the run should have")],
 ) -> None:
     """Ask a running `tidal run` for WORKERS workers."""
+    from tidal.launch.runs import lookup
+    from tidal.runtime.rendezvous import connect_store, request_resize
+
     record = lookup(run_id)
     if record is None:
-        raise UsageProblem(f"RUN: no running run with id {run_id!r}")
+        raise UsageError(f"RUN: no running run with id {run_id!r}")
     if not record.min_workers <= workers <= record.max_workers:
-        raise UsageProblem(
+        raise UsageError(
             f"--workers: expected a value within {record.min_workers}:{record.max_workers}, "
             f"got {workers}"
         )
@@ -127,14 +133,36 @@ def resize_command(
     console.print(f"asked run {run_id} for {workers} workers (request {seq})", highlight=False)
 
 
+# A group of its own, added after the controller's verbs, so help lists it last as before.
+_sim_entry = typer.Typer()
+
+
+@_sim_entry.command(
+    "sim",
+    help=_SIM_HELP,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def sim_command(ctx: typer.Context) -> None:
+    """Hand the rest of the command line to the simulator's verbs, imported only here."""
+    from tidal.sim.cli import sim_app
+
+    outer = typer.Typer(add_completion=False)
+    outer.add_typer(sim_app, name="sim", help=_SIM_HELP)
+    command = typer.main.get_command(outer)
+    # Errors propagate to main(), which reports them as for every other verb.
+    result = command.main(args=["sim", *ctx.args], prog_name="tidal", standalone_mode=False)
+    raise typer.Exit(result if isinstance(result, int) else 0)
+
+
+app.add_typer(_sim_entry)
+
+
 def main() -> None:
     """Entry point: usage problems are one line on stderr and exit status 2."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     try:
         code = app(standalone_mode=False)
-    except UsageProblem as exc:
-        console.print(f"tidal: {exc}", highlight=False, markup=False, soft_wrap=True)
-        sys.exit(2)
     except UsageError as exc:
         console.print(
             f"tidal: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True

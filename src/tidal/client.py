@@ -18,8 +18,7 @@ from typing import Any
 
 import httpx
 
-from tidal.controller.auth import read_token
-from tidal.controller.discovery import default_data_dir, read_server_info
+from tidal.controller.discovery import default_data_dir, read_server_info, read_token
 from tidal.controller.schema import (
     AllocationView,
     ClusterView,

@@ -3,7 +3,8 @@
 One cluster for the module: a head node without slots and nodes of 4 ``tidal_slot`` each,
 all on 127.0.0.1. Scenes: two jobs share two nodes fairly; a node dies mid-training and
 both jobs go on with the remaining slots and finish correctly; a node joins and a job
-grows onto it, and once cancelled its workers end on every node.
+grows onto it, and once cancelled its workers end on every node. Then the backend
+conformance suite, on a backend in this process joined to the same cluster.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.backends.conformance import BackendConformance, Harness
 from tests.runtime.launcher import (
     SCRIPT,
     assert_each_sample_once,
@@ -367,3 +369,36 @@ def _world(out: Path) -> int:
             if record["step"] > latest["step"]:
                 latest = record
     return int(latest["world"])
+
+
+class TestRayConformance(BackendConformance):
+    """The backend conformance suite on the module's cluster (re-attaching is not
+    supported: a job's actors belong to the controller's Ray driver and end with it)."""
+
+    @pytest.fixture
+    def harness(self, ray_cluster: RayCluster) -> Iterator[Harness]:
+        """The Ray backend, joined to the cluster from this process; closing it stops its
+        jobs and leaves the cluster. Made once per test (it cannot re-attach)."""
+        from tidal.backends.ray import RayBackend
+
+        backend = RayBackend(ray_address=ray_cluster.address, store_host="127.0.0.1")
+        slots = [(h.name, i) for h in backend.hosts() for i in range(h.slots)]
+        handed: list[RayBackend] = []
+
+        def make(data: Path) -> RayBackend:
+            assert not handed, "one Ray backend per test"
+            handed.append(backend)
+            return backend
+
+        made = Harness(
+            make=make,
+            slots=(slots[0], slots[1], slots[-1]),
+            reattach_unsupported="the Ray backend's jobs end with the controller (its actors "
+            "belong to the controller's Ray driver)",
+        )
+        try:
+            yield made
+        finally:
+            made.close()
+            if not handed:
+                backend.close()

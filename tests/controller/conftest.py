@@ -1,4 +1,5 @@
-"""A real API server on 127.0.0.1:0 over a controller with the fake backend."""
+"""A real API server on 127.0.0.1:0 over a controller with the fake backend; databases for
+the store tests (SQLite and a private PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.controller.fakes import FakeBackend, GreedyPolicy
+from tests.controller.postgres import Postgres, running_postgres
 from tidal.client import Client
-from tidal.controller.api import create_app
+from tidal.controller.app import create_app
 from tidal.controller.auth import ensure_token
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop import Controller
@@ -51,3 +53,19 @@ def served(tmp_path: Path) -> Iterator[Served]:
     finally:
         server.stop()
         store.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Postgres]:
+    """A private PostgreSQL server shared by the session's tests (skipped where absent)."""
+    with running_postgres() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new, empty database: a SQLite file, then a database on the private PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'tidal.db'}"
+    server: Postgres = request.getfixturevalue("postgres_server")
+    return server.new_database()

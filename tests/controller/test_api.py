@@ -84,8 +84,14 @@ def test_submit_list_get_priority_cancel(served: Served) -> None:
     got = c.get(a.id)
     assert got.workers == 3 and got.state == "running"
     assert c.get("mnist").id == a.id  # by name
-    assert c.priority(a.id, 9000).priority == 9000
+    asked = c.priority(a.id, 9000)
+    assert asked.priority == 9000
+    assert [r.kind for r in asked.pending_requests] == ["priority"]
+    # The API records the request; the loop, the only writer of desired state, applies it.
+    assert served.store.get_job(a.id).priority == 5000  # type: ignore[union-attr]
+    served.controller.tick()
     assert served.store.get_job(a.id).priority == 9000  # type: ignore[union-attr]
+    assert c.get(a.id).pending_requests == []
     assert c.cancel(a.id).cancel_requested
     served.controller.tick()
     assert c.wait(a.id, timeout=5).state == "cancelled"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidal.controller.cluster import ClusterModel, HostModel, detect_local
+from tidal.controller.cluster import ClusterHost, ClusterModel, detect_local
 from tidal.controller.plugins import PluginError, load_backend, load_policy
 
 
@@ -22,8 +22,8 @@ def test_detect_prefers_explicit_slots_then_gpus_then_cores() -> None:
 def test_policy_view_and_placement() -> None:
     cluster = ClusterModel(
         hosts=(
-            HostModel("a", 4, gpu=True, group="a100", labels={"ib": "yes"}),
-            HostModel("b", 2, gpu=True),
+            ClusterHost("a", 4, gpu=True, group="a100", labels={"ib": "yes"}),
+            ClusterHost("b", 2, gpu=True),
         )
     )
     view = cluster.to_policy()
@@ -34,7 +34,7 @@ def test_policy_view_and_placement() -> None:
     assert not cluster.can_place(None, {"ib": "no"}, 1)
     assert cluster.has_slot(("b", 1)) and not cluster.has_slot(("b", 2))
     with pytest.raises(ValueError, match="unique"):
-        ClusterModel(hosts=(HostModel("a", 1), HostModel("a", 1)))
+        ClusterModel(hosts=(ClusterHost("a", 1), ClusterHost("a", 1)))
 
 
 def test_plugins_by_import_path_and_clear_errors() -> None:

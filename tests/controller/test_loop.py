@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from tests.controller.fakes import BrokenPolicy, FakeBackend, GreedyPolicy
-from tidal.backends.base import HostInfo
+from tidal.backends.base import DiscoveredHost
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop import Controller
-from tidal.controller.store import JobRecord, JobState, Store
+from tidal.controller.store import JobRecord, Store
+from tidal.model import JobState, JobStateError
 from tidal.spec import parse_spec
 
 
@@ -334,17 +335,17 @@ def test_policy_exception_is_an_event_and_the_loop_goes_on(
 class DiscoveringBackend(FakeBackend):
     """The fake backend with hosts that come and go (a Ray cluster's nodes)."""
 
-    def __init__(self, hosts: list[HostInfo]) -> None:
+    def __init__(self, hosts: list[DiscoveredHost]) -> None:
         super().__init__()
         self.host_list = hosts
 
-    def hosts(self) -> list[HostInfo]:
+    def hosts(self) -> list[DiscoveredHost]:
         """The hosts as the test set them."""
         return list(self.host_list)
 
 
 def test_hosts_follow_a_discovering_backend(store: Store, tmp_path: Path, clock: Clock) -> None:
-    backend = DiscoveringBackend([HostInfo("n1", 2), HostInfo("n2", 2)])
+    backend = DiscoveringBackend([DiscoveredHost("n1", 2), DiscoveredHost("n2", 2)])
     ctl, _ = make(store, tmp_path, clock, backend=backend)
     a = submit(store, clock, workers="1:4", restart={"max_restarts": 5})
     ctl.tick()
@@ -354,7 +355,7 @@ def test_hosts_follow_a_discovering_backend(store: Store, tmp_path: Path, clock:
 
     # n2 dies: its workers fail, its slots leave the cluster; the failed workers are not
     # replaced on it, and the job goes on with n1's slots.
-    backend.host_list = [HostInfo("n1", 2)]
+    backend.host_list = [DiscoveredHost("n1", 2)]
     for _ in range(2):
         slot = next(
             w.slot for w in backend.jobs[a.id].workers if w.state.alive and w.slot[0] == "n2"
@@ -370,7 +371,7 @@ def test_hosts_follow_a_discovering_backend(store: Store, tmp_path: Path, clock:
     assert any(e.kind == "cluster" and "-n2" in e.message for e in store.events())
 
     # n3 joins: the job grows onto it.
-    backend.host_list = [HostInfo("n1", 2), HostInfo("n3", 2)]
+    backend.host_list = [DiscoveredHost("n1", 2), DiscoveredHost("n3", 2)]
     ctl.tick()
     ctl.tick()
     assert set(job(store, a.id).slots) == {("n1", 0), ("n1", 1), ("n3", 0), ("n3", 1)}
@@ -421,3 +422,53 @@ def test_reports_are_stored_and_feed_the_policy(store: Store, tmp_path: Path, cl
     assert store.goodput()[a.id].report["batch_size"] == 128
     ctl.tick()  # handed over once: nothing is stored twice
     assert len(store.metrics(a.id)) == 2
+
+
+def test_job_starts_at_its_initial_size_then_grows(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, backend = make(store, tmp_path, clock, slots=8)
+    a = submit(store, clock, workers={"min": 1, "max": 8, "initial": 2})
+    ctl.tick()
+    assert backend.calls == [("start", a.id, 2)]
+    assert len(job(store, a.id).slots) == 2
+    ctl.tick()
+    # Started: from now on the policy sizes it within [min, max] (greedy: all it may).
+    assert len(job(store, a.id).slots) == 8
+
+
+def test_requests_wait_for_the_next_tick_and_apply_in_order(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    from tidal.controller.requests import Resize, SetPriority
+
+    ctl, _ = make(store, tmp_path, clock)
+    a = submit(store, clock)
+    ctl.tick()
+    store.add_request(a.id, SetPriority(7000))
+    store.add_request(a.id, Resize(3, "scale_out", deadline=clock.now + 60))
+    store.add_request(a.id, Resize(2, "scale_in"))
+    assert job(store, a.id).priority == 5000 and job(store, a.id).target_workers is None
+    ctl.tick()
+    got = job(store, a.id)
+    # The later resize wins and, being no scale-out, leaves no deadline behind.
+    assert (got.priority, got.target_workers, got.scale_deadline) == (7000, 2, None)
+    assert len(got.slots) == 2
+    assert store.pending_requests() == {}
+
+
+def test_requests_of_a_job_that_ends_are_dropped(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    from tidal.controller.requests import Cancel, SetPriority
+
+    ctl, backend = make(store, tmp_path, clock)
+    a = submit(store, clock)
+    ctl.tick()
+    backend.finish(a.id)
+    store.add_request(a.id, SetPriority(7000))
+    ctl.tick()
+    assert job(store, a.id).state is JobState.SUCCEEDED
+    assert store.pending_requests() == {}
+    with pytest.raises(JobStateError):
+        store.add_request(a.id, Cancel(), expect=[JobState.QUEUED, JobState.RUNNING])

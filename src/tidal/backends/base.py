@@ -12,6 +12,7 @@ slots it reports, and follows hosts as they join and leave.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -24,14 +25,15 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Backend",
+    "DiscoveredHost",
     "HostDiscovery",
-    "HostInfo",
     "JobLaunch",
     "JobStatus",
     "MetricPoint",
     "WorkerState",
     "WorkerStatus",
     "read_reports",
+    "worker_logs",
 ]
 
 
@@ -116,6 +118,18 @@ class JobStatus:
         return {w.slot for w in self.workers if w.state.alive}
 
 
+_WORKER_LOG = re.compile(r"^worker-(\d+)\.log$")
+
+
+def worker_logs(log_dir: Path | None) -> dict[int, Path]:
+    """Every worker log in ``log_dir`` (``worker-<K>.log``, see :attr:`JobLaunch.log_dir`)
+    by worker number, lowest first (none if the folder is missing)."""
+    if log_dir is None or not log_dir.is_dir():
+        return {}
+    found = [(int(m.group(1)), p) for p in log_dir.iterdir() if (m := _WORKER_LOG.match(p.name))]
+    return dict(sorted(found))
+
+
 @dataclass(frozen=True)
 class JobLaunch:
     """Everything a backend needs to run one job's workers; built by the controller."""
@@ -180,7 +194,7 @@ class Backend(Protocol):
 
 
 @dataclass(frozen=True)
-class HostInfo:
+class DiscoveredHost:
     """A host a backend found: its slots are ``(name, 0) .. (name, slots - 1)``."""
 
     name: str
@@ -205,6 +219,6 @@ class HostDiscovery(Protocol):
     controller was started with (``--slots`` or this machine's GPUs).
     """
 
-    def hosts(self) -> Sequence[HostInfo]:
+    def hosts(self) -> Sequence[DiscoveredHost]:
         """Every host with at least one slot, in a stable order."""
         ...

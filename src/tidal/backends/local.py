@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -24,42 +23,24 @@ from typing import Any
 
 import torch.distributed as dist
 
-from tidal.backends.base import (
-    JobLaunch,
-    JobStatus,
-    MetricPoint,
-    WorkerState,
-    WorkerStatus,
-    read_reports,
-)
+from tidal.backends.base import JobLaunch, JobStatus, MetricPoint, read_reports, worker_logs
 from tidal.launch.agent import (
     KEY_ASSIGN,
+    KEY_REPORTS,
     KEY_STATUS,
     KEY_STOP,
-    REPORT_PREFIX,
     AgentConfig,
     AgentStatus,
     final_path,
     record_path,
 )
+from tidal.launch.driver import slot_name
 from tidal.policy.api import Slot
 from tidal.runtime.rendezvous import ReportQueue, connect_store
 
 log = logging.getLogger("tidal.backends.local")
 
-_WORKER_LOG = re.compile(r"^worker-(\d+)\.log$")
 _START_TIMEOUT = 60.0
-
-
-def slot_name(slot: Slot) -> str:
-    """``(host, i)`` as the agent names it."""
-    return f"{slot[0]}:{slot[1]}"
-
-
-def parse_slot(name: str) -> Slot:
-    """The inverse of :func:`slot_name`."""
-    host, _, index = name.rpartition(":")
-    return host, int(index)
 
 
 @dataclass
@@ -204,13 +185,13 @@ class LocalBackend:
                     statuses[job_id] = JobStatus(job_id, -1, failed=True, reason="agent died")
                     del self._agents[job_id]
                 continue
-            statuses[job_id] = _job_status(agent.last)
+            statuses[job_id] = agent.last.job_status()
             if not alive and (agent.last.outcome is not None or agent.stopped):
                 del self._agents[job_id]
             elif not alive:
                 final = final_path(self.state_dir, job_id)
                 if final.exists():
-                    statuses[job_id] = _job_status(AgentStatus.from_json(final.read_text()))
+                    statuses[job_id] = AgentStatus.from_json(final.read_text()).job_status()
                 else:
                     statuses[job_id] = JobStatus(
                         job_id, agent.last.generation, failed=True, reason="agent died"
@@ -226,7 +207,7 @@ class LocalBackend:
         if agent.store is None:
             return (), None
         if agent.reports is None:
-            agent.reports = ReportQueue(agent.store, REPORT_PREFIX)
+            agent.reports = ReportQueue(agent.store, KEY_REPORTS)
         try:
             raw = agent.reports.drain()
         except Exception:  # the agent (and its store) is gone; poll notices
@@ -254,20 +235,9 @@ class LocalBackend:
             agent.store = None
         return None
 
-    def events(self, job_id: str) -> list[dict[str, object]]:
-        """The agent's recent events (rescales with their stall, failures) for a job."""
-        agent = self._agents.get(job_id)
-        return list(agent.last.events) if agent is not None and agent.last is not None else []
-
     def log_paths(self, job_id: str) -> Mapping[int, Path]:
         """Each worker's log file by worker id."""
-        log_dir = self._log_dirs.get(job_id)
-        if log_dir is None or not log_dir.is_dir():
-            return {}
-        found = [
-            (int(m.group(1)), p) for p in log_dir.iterdir() if (m := _WORKER_LOG.match(p.name))
-        ]
-        return dict(sorted(found))
+        return worker_logs(self._log_dirs.get(job_id))
 
     def close(self, grace: float = 30.0) -> None:
         """Stop every job (workers checkpoint and leave) and wait for the agents to end."""
@@ -301,24 +271,3 @@ def _pid_alive(agent: _Agent) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
-
-
-def _job_status(status: AgentStatus) -> JobStatus:
-    workers = tuple(
-        WorkerStatus(
-            worker_id=w.id,
-            slot=parse_slot(w.slot),
-            state=WorkerState(w.state),
-            pid=w.pid,
-            exit_code=w.exit_code,
-        )
-        for w in status.workers
-    )
-    return JobStatus(
-        job_id=status.job_id,
-        generation=status.generation,
-        workers=workers,
-        finished=status.outcome == "succeeded",
-        failed=status.outcome == "failed",
-        reason=status.reason,
-    )

@@ -11,12 +11,13 @@ import hmac
 import logging
 import os
 import secrets
-import stat
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from tidal.controller.discovery import TOKEN_FILE, read_token
 
 __all__ = [
     "CSRF_HEADER",
@@ -29,7 +30,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TOKEN_FILE = "token"
 #: The cookie the dashboard's login sets; it holds the token itself (HttpOnly).
 TOKEN_COOKIE = "tidal_token"
 #: A request authenticated by the cookie that changes anything must carry this header. A
@@ -58,19 +58,6 @@ def ensure_token(data_dir: Path) -> str:
         f.write(token + "\n")
     log.info("wrote a new admin token to %s", path)
     return token
-
-
-def read_token(data_dir: Path) -> str | None:
-    """The admin token stored in ``data_dir``, if any."""
-    path = data_dir / TOKEN_FILE
-    try:
-        mode = path.stat().st_mode
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning("%s is readable by other users; chmod 600 it", path)
-    return text or None
 
 
 class BearerAuth:

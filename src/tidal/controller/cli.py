@@ -1,41 +1,46 @@
 """The controller's CLI verbs: ``tidal server``, ``tidal submit``, ``tidal list`` and the rest.
 
 Output is rich tables for people and ``--json`` for scripts. Bad input is one line on
-stderr naming the argument, with exit status 2; a refusal by the server exits 1.
+stderr naming the argument, with exit status 2; a refusal by the server exits 1. The verbs
+that talk to a server share ``--url``, ``--token``, ``--data-dir`` and ``--json`` through
+:func:`with_client_options`. Importing this module stays light (``tidal --help``): the SDK,
+pydantic and the server load inside the verbs.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import BaseModel
 from rich.console import Console, Group
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 from typer.exceptions import TyperException
 
-from tidal.client import (
-    Client,
-    ClientError,
-    InvalidRequest,
-    NotFound,
-)
 from tidal.controller.discovery import default_data_dir
-from tidal.controller.plugins import PluginError
-from tidal.controller.schema import ClusterView, JobDetail, JobView
-from tidal.spec import SpecError, load_spec_file, parse_spec, parse_workers_range
 
-__all__ = ["controller_app", "main", "parse_duration", "run_app"]
+if TYPE_CHECKING:
+    from tidal.client import Client
+    from tidal.controller.schema import ClusterView, JobDetail, JobView
+
+__all__ = [
+    "ClientOptions",
+    "controller_app",
+    "main",
+    "parse_duration",
+    "run_app",
+    "with_client_options",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +68,7 @@ _STATE_STYLE = {
 
 DataDirOpt = Annotated[
     Path | None,
-    typer.Option("--data-dir", help="Server data dir [default: $TIDAL_DATA_DIR or ~/.tidal]."),
+    typer.Option("--data-dir", help="Server data dir (default: $TIDAL_DATA_DIR or ~/.tidal)."),
 ]
 UrlOpt = Annotated[
     str | None, typer.Option("--url", envvar="TIDAL_URL", help="Server URL (else from data dir).")
@@ -80,15 +85,80 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _client(url: str | None, token: str | None, data_dir: Path | None) -> Client:
-    try:
-        return Client(url=url, token=token, data_dir=data_dir)
-    except ClientError as exc:
-        _fail(str(exc))
+@dataclass(frozen=True)
+class ClientOptions:
+    """How a verb reaches the server and prints its answer: ``--url``, ``--token``,
+    ``--data-dir`` and (for verbs that print a result) ``--json``."""
+
+    url: str | None = None
+    token: str | None = None
+    data_dir: Path | None = None
+    as_json: bool = False
+
+    def client(self) -> Client:
+        """An SDK client for the server these options name (exit 1 if none is found)."""
+        from tidal.client import Client, ClientError
+
+        try:
+            return Client(url=self.url, token=self.token, data_dir=self.data_dir)
+        except ClientError as exc:
+            _fail(str(exc))
+
+    def show(self, view: JobView, message: str) -> None:
+        """Print a changed job: ``message`` for people, the job as JSON with ``--json``."""
+        if self.as_json:
+            _emit_json(view)
+        else:
+            _out.print(message, markup=False)
+
+
+#: The command-line parameters behind :class:`ClientOptions`, in the order help lists them.
+_CLIENT_PARAMETERS = {
+    name: inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
+    for name, kind, default in (
+        ("url", UrlOpt, None),
+        ("token", TokenOpt, None),
+        ("data_dir", DataDirOpt, None),
+        ("as_json", JsonOpt, False),
+    )
+}
+
+
+def with_client_options(
+    *, json_output: bool = True
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a verb the shared options: it takes ``options: ClientOptions`` and its command
+    line gets ``--url``, ``--token``, ``--data-dir`` (and ``--json``) after its own."""
+    shared = [n for n in _CLIENT_PARAMETERS if json_output or n != "as_json"]
+
+    def decorate(verb: Callable[..., None]) -> Callable[..., None]:
+        own = inspect.signature(verb, eval_str=True)
+        parameters = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in own.parameters.values()
+            if p.name != "options"
+        ] + [_CLIENT_PARAMETERS[n] for n in shared]
+
+        def command(**values: Any) -> None:
+            options = ClientOptions(**{n: values.pop(n) for n in shared})
+            verb(options=options, **values)
+
+        # typer reads the command's name, help and parameters from these.
+        command.__name__ = verb.__name__
+        command.__qualname__ = verb.__qualname__
+        command.__doc__ = verb.__doc__
+        command.__module__ = verb.__module__
+        command.__annotations__ = {p.name: p.annotation for p in parameters}
+        command.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+        return command
+
+    return decorate
 
 
 def _call(action: Callable[[], Any], arg: str | None = None) -> Any:
     """Run one SDK call, turning its errors into one-line messages and exit codes."""
+    from tidal.client import ClientError, InvalidRequest, NotFound
+
     try:
         return action()
     except InvalidRequest as exc:
@@ -101,6 +171,8 @@ def _call(action: Callable[[], Any], arg: str | None = None) -> Any:
 
 
 def _emit_json(data: Any) -> None:
+    from pydantic import BaseModel
+
     if isinstance(data, BaseModel):
         data = data.model_dump(mode="json")
     elif isinstance(data, list):
@@ -234,8 +306,9 @@ def server(
     """Run the controller and its REST API until interrupted."""
     labels = _pairs(label, "--label")
     policy_options = _pairs(policy_option, "--policy-option")
-    # Heavy (FastAPI, uvicorn): only for this verb.
-    from tidal.controller.auth import TOKEN_FILE, read_token
+    # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
+    from tidal.controller.discovery import TOKEN_FILE, read_token
+    from tidal.controller.plugins import PluginError
     from tidal.controller.server import ServerConfig, run_server
 
     logging.basicConfig(
@@ -284,7 +357,9 @@ def server(
 @controller_app.command(
     epilog="Examples: tidal submit job.yaml; tidal submit --name x --workers 1:8 -- python t.py"
 )
+@with_client_options()
 def submit(
+    options: ClientOptions,
     args: Annotated[
         list[str] | None,
         typer.Argument(
@@ -300,12 +375,10 @@ def submit(
     max_restarts: Annotated[int | None, typer.Option(min=0)] = None,
     working_dir: Annotated[str | None, typer.Option()] = None,
     checkpoint_dir: Annotated[str | None, typer.Option()] = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Submit a job from a spec file, or from options and a command after --."""
+    from tidal.spec import SpecError, load_spec_file, parse_spec, parse_workers_range
+
     args = args or []
     if workers is not None:
         try:
@@ -346,29 +419,27 @@ def submit(
         spec = parse_spec(data, source=args[0] if name is None else None)
     except SpecError as exc:
         _fail(exc.summary(), 2)
-    client = _client(url, token, data_dir)
+    client = options.client()
     job = _call(lambda: client.submit(spec), "spec")
-    if as_json:
+    if options.as_json:
         _emit_json(job)
     else:
         _out.print(f"submitted [bold]{job.id}[/] ({job.state})")
 
 
 @controller_app.command("list")
+@with_client_options()
 def list_jobs(
+    options: ClientOptions,
     state: Annotated[list[str] | None, typer.Option(help="Filter by state, repeatable.")] = None,
     name: Annotated[str | None, typer.Option(help="Filter by name.")] = None,
     label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """List jobs."""
     labels = _pairs(label, "--label")
-    client = _client(url, token, data_dir)
+    client = options.client()
     jobs = _call(lambda: client.list(state=state, name=name, labels=labels), "--state")
-    if as_json:
+    if options.as_json:
         _emit_json(jobs)
     elif not jobs:
         _out.print("no jobs")
@@ -377,18 +448,16 @@ def list_jobs(
 
 
 @controller_app.command()
+@with_client_options()
 def get(
+    options: ClientOptions,
     job: JobArg,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Show one job: its state, workers and recent events."""
-    client = _client(url, token, data_dir)
+    client = options.client()
     detail: JobDetail = _call(lambda: client.get(job))
     events = _call(lambda: client.events(detail.id, limit=10))
-    if as_json:
+    if options.as_json:
         data = detail.model_dump(mode="json")
         data["events"] = [e.model_dump(mode="json") for e in events]
         _emit_json(data)
@@ -417,19 +486,18 @@ def get(
 
 
 @controller_app.command()
+@with_client_options(json_output=False)
 def logs(
+    options: ClientOptions,
     job: JobArg,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream until the job ends.")
     ] = False,
     tail: Annotated[int, typer.Option(min=0, help="Lines per worker.")] = 100,
     worker: Annotated[int | None, typer.Option(min=0, help="Only this worker.")] = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    data_dir: DataDirOpt = None,
 ) -> None:
     """Print a job's logs, each line prefixed with its worker."""
-    client = _client(url, token, data_dir)
+    client = options.client()
     if not follow:
         sys.stdout.write(_call(lambda: client.logs(job, tail=tail, worker=worker)))
         return
@@ -446,46 +514,40 @@ def logs(
 
 
 @controller_app.command()
+@with_client_options()
 def priority(
+    options: ClientOptions,
     job: JobArg,
     value: Annotated[int, typer.Argument(metavar="N", help="New priority (higher wins).")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Change a job's priority."""
-    client = _client(url, token, data_dir)
+    client = options.client()
     view = _call(lambda: client.priority(job, value), "N")
-    _show(view, as_json, f"{view.id}: priority {view.priority}")
+    options.show(view, f"{view.id}: priority {view.priority}")
 
 
 @controller_app.command()
+@with_client_options()
 def scale(
+    options: ClientOptions,
     job: JobArg,
     workers: Annotated[int, typer.Option(min=1, help="Exact number of workers.")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Ask for exactly N workers (within the job's min and max)."""
-    client = _client(url, token, data_dir)
+    client = options.client()
     view = _call(lambda: client.scale(job, workers), "--workers")
-    _show(view, as_json, f"{view.id}: target {view.target_workers} worker(s)")
+    options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
 
 
 @controller_app.command("scale-out")
+@with_client_options()
 def scale_out(
+    options: ClientOptions,
     job: JobArg,
     count: Annotated[int, typer.Option(min=1, help="Workers to add.")],
     timeout: Annotated[
         str | None, typer.Option(help="Roll back if not reached in time, e.g. 10m.")
     ] = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Grow a running job by K workers."""
     seconds = None
@@ -494,54 +556,48 @@ def scale_out(
             seconds = parse_duration(timeout)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--timeout") from None
-    client = _client(url, token, data_dir)
+    client = options.client()
     view = _call(lambda: client.scale_out(job, count, seconds), "--count")
-    _show(view, as_json, f"{view.id}: target {view.target_workers} worker(s)")
+    options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
 
 
 @controller_app.command("scale-in")
+@with_client_options()
 def scale_in(
+    options: ClientOptions,
     job: JobArg,
     count: Annotated[int, typer.Option(min=1, help="Workers to remove.")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Shrink a running job by K workers."""
-    client = _client(url, token, data_dir)
+    client = options.client()
     view = _call(lambda: client.scale_in(job, count), "--count")
-    _show(view, as_json, f"{view.id}: target {view.target_workers} worker(s)")
+    options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
 
 
 @controller_app.command()
+@with_client_options()
 def cancel(
+    options: ClientOptions,
     job: JobArg,
     wait: Annotated[bool, typer.Option(help="Wait until the job is cancelled.")] = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Cancel a job; its workers stop on the controller's next tick."""
-    client = _client(url, token, data_dir)
+    client = options.client()
     view = _call(lambda: client.cancel(job))
     if wait:
         view = _call(lambda: client.wait(view.id, timeout=60))
-    _show(view, as_json, f"{view.id}: {'cancelled' if wait else 'cancel requested'}")
+    options.show(view, f"{view.id}: {'cancelled' if wait else 'cancel requested'}")
 
 
 @controller_app.command()
+@with_client_options()
 def cluster(
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
+    options: ClientOptions,
 ) -> None:
     """Show hosts, slots and which jobs hold them."""
-    client = _client(url, token, data_dir)
+    client = options.client()
     view: ClusterView = _call(client.cluster)
-    if as_json:
+    if options.as_json:
         _emit_json(view)
         return
     _out.print(f"policy {view.policy}: {view.used_slots}/{view.total_slots} slots used")
@@ -549,15 +605,16 @@ def cluster(
 
 
 @controller_app.command()
+@with_client_options(json_output=False)
 def top(
+    options: ClientOptions,
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between refreshes.")] = 1.0,
     iterations: Annotated[int, typer.Option(min=0, hidden=True)] = 0,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    data_dir: DataDirOpt = None,
 ) -> None:
     """A live view of the cluster and its jobs (Ctrl-C to leave)."""
-    client = _client(url, token, data_dir)
+    from rich.live import Live
+
+    client = options.client()
 
     def frame() -> Group:
         view: ClusterView = _call(client.cluster)
@@ -580,13 +637,6 @@ def top(
                 live.update(frame(), refresh=True)
     except KeyboardInterrupt:
         pass
-
-
-def _show(view: JobView, as_json: bool, message: str) -> None:
-    if as_json:
-        _emit_json(view)
-    else:
-        _out.print(message, markup=False)
 
 
 # -- entry point ---------------------------------------------------------------------------

@@ -8,16 +8,16 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tidal.backends.base import HostInfo
+from tidal.backends.base import DiscoveredHost
 from tidal.policy.api import Cluster, Host, Slot
 
-__all__ = ["ClusterModel", "HostModel", "detect_local"]
+__all__ = ["ClusterHost", "ClusterModel", "describe_change", "detect_local"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class HostModel:
+class ClusterHost:
     """One machine: ``slots`` GPUs (or virtual CPU slots when ``gpu`` is false)."""
 
     name: str
@@ -37,7 +37,7 @@ class HostModel:
 class ClusterModel:
     """The hosts the controller manages, in a stable order."""
 
-    hosts: tuple[HostModel, ...]
+    hosts: tuple[ClusterHost, ...]
 
     def __post_init__(self) -> None:
         names = [h.name for h in self.hosts]
@@ -56,7 +56,7 @@ class ClusterModel:
         """Whether the slots are accelerators (every host has GPUs)."""
         return bool(self.hosts) and all(h.gpu for h in self.hosts)
 
-    def host(self, name: str) -> HostModel | None:
+    def host(self, name: str) -> ClusterHost | None:
         """The host called ``name``, if any."""
         return next((h for h in self.hosts if h.name == name), None)
 
@@ -79,11 +79,11 @@ class ClusterModel:
         )
 
     @classmethod
-    def from_hosts(cls, hosts: Sequence[HostInfo]) -> ClusterModel:
+    def from_hosts(cls, hosts: Sequence[DiscoveredHost]) -> ClusterModel:
         """The hosts a backend discovered (see :class:`~tidal.backends.base.HostDiscovery`)."""
         return cls(
             hosts=tuple(
-                HostModel(h.name, h.slots, gpu=h.gpu, group=h.group, labels=dict(h.labels))
+                ClusterHost(h.name, h.slots, gpu=h.gpu, group=h.group, labels=dict(h.labels))
                 for h in hosts
             )
         )
@@ -91,7 +91,17 @@ class ClusterModel:
     @classmethod
     def single(cls, slots: int, *, gpu: bool = False, name: str | None = None) -> ClusterModel:
         """One host (this machine by default) with ``slots`` slots."""
-        return cls(hosts=(HostModel(name=name or socket.gethostname(), slots=slots, gpu=gpu),))
+        return cls(hosts=(ClusterHost(name=name or socket.gethostname(), slots=slots, gpu=gpu),))
+
+
+def describe_change(old: ClusterModel, new: ClusterModel) -> str:
+    """The hosts that joined, left or changed size, for the ``cluster`` event."""
+    before = {h.name: h.slots for h in old.hosts}
+    after = {h.name: h.slots for h in new.hosts}
+    changes = [f"+{n} ({k} slots)" for n, k in after.items() if n not in before]
+    changes += [f"-{n}" for n in before if n not in after]
+    changes += [f"{n}: {before[n]} → {k} slots" for n, k in after.items() if before.get(n, k) != k]
+    return f"{len(after)} host(s), {new.total_slots} slots: " + ", ".join(changes)
 
 
 def _gpu_count() -> int:
@@ -123,7 +133,7 @@ def detect_local(
         gpus = _gpu_count() if gpu_count is None else gpu_count
         count, gpu = (gpus, True) if gpus > 0 else (os.cpu_count() or 1, False)
     log.info("cluster: %d %s slot(s) on this host", count, "GPU" if gpu else "CPU")
-    host = HostModel(
+    host = ClusterHost(
         name=name or socket.gethostname(), slots=count, gpu=gpu, group=group, labels=labels or {}
     )
     return ClusterModel(hosts=(host,))

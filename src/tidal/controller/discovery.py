@@ -1,22 +1,30 @@
-"""Where a running server tells the CLI and SDK its URL: a small file in the data dir."""
+"""What the CLI and SDK find in the data dir: the running server's URL (a small file) and
+the admin token. Light on purpose: the SDK imports it."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
     "SERVER_FILE",
+    "TOKEN_FILE",
     "ServerInfo",
     "clear_server_info",
     "default_data_dir",
     "read_server_info",
+    "read_token",
     "write_server_info",
 ]
 
+log = logging.getLogger(__name__)
+
 SERVER_FILE = "server.json"
+TOKEN_FILE = "token"
 
 
 def default_data_dir() -> Path:
@@ -57,3 +65,16 @@ def clear_server_info(data_dir: Path, pid: int) -> None:
     info = read_server_info(data_dir)
     if info is not None and info.pid == pid:
         (data_dir / SERVER_FILE).unlink(missing_ok=True)
+
+
+def read_token(data_dir: Path) -> str | None:
+    """The admin token stored in ``data_dir``, if any."""
+    path = data_dir / TOKEN_FILE
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning("%s is readable by other users; chmod 600 it", path)
+    return text or None

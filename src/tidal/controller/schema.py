@@ -20,6 +20,7 @@ __all__ = [
     "MetricsReport",
     "MetricsView",
     "PriorityRequest",
+    "RequestView",
     "ScaleByRequest",
     "ScaleRequest",
     "SpecCheck",
@@ -79,8 +80,22 @@ class WorkerView(BaseModel):
     exit_code: int | None
 
 
+class RequestView(BaseModel):
+    """A request made of a job (``priority``, ``resize``, ``cancel``) that the controller
+    has not applied yet; it does on its next tick."""
+
+    id: int
+    time: float
+    kind: str
+    data: dict[str, Any]
+
+
 class JobView(BaseModel):
-    """A job as the API shows it."""
+    """A job as the API shows it.
+
+    ``priority``, ``target_workers``, ``scale_deadline`` and ``cancel_requested`` show what
+    was last asked for, including requests still pending (listed in ``pending_requests``).
+    """
 
     id: str
     name: str
@@ -93,7 +108,10 @@ class JobView(BaseModel):
     target_workers: int | None
     slots: list[tuple[str, int]]
     restarts: int
-    generation: int
+    #: How many times the job's allocation changed (started, resized, worker replaced).
+    reallocations: int = 0
+    #: The same count under its former name, kept for clients that read it.
+    generation: int = 0
     labels: dict[str, str]
     target_group: str | None
     cancel_requested: bool
@@ -103,6 +121,9 @@ class JobView(BaseModel):
     finished_at: float | None
     updated_at: float
     spec: dict[str, Any]
+    owner: str = "admin"
+    team: str = "default"
+    pending_requests: list[RequestView] = Field(default_factory=list)
     #: From the job's newest goodput report (jobs using the adaptive batch size): the
     #: global batch it trains at, its statistical efficiency there (progress per sample
     #: relative to the initial batch, in (0, 1]) and its predicted speed-up over one

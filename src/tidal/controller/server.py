@@ -19,7 +19,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from tidal.backends.base import HostDiscovery
-from tidal.controller.api import create_app
+from tidal.controller.app import create_app
 from tidal.controller.auth import ensure_token
 from tidal.controller.cluster import ClusterModel, detect_local
 from tidal.controller.discovery import ServerInfo, clear_server_info, write_server_info

@@ -1,5 +1,6 @@
-"""Starting and resizing a job's worker processes (used by ``tidal run`` and backends)."""
+"""Launching elastic jobs: the worker group, its driver for backends, and ``tidal run``."""
 
-from tidal.launch.group import GroupEvent, Outcome, Worker, WorkerGroup, WorkerSpec, WorkerState
+from tidal.launch.group import GroupEvent, Outcome, WorkerGroup
+from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
 
-__all__ = ["GroupEvent", "Outcome", "Worker", "WorkerGroup", "WorkerSpec", "WorkerState"]
+__all__ = ["GroupEvent", "Outcome", "Worker", "WorkerGroup", "WorkerPhase", "WorkerSpec"]

@@ -12,7 +12,10 @@ The agent and the backend talk through the job's store (keys under ``agent/``):
 ``agent/report/`` a :class:`~tidal.runtime.rendezvous.ReportQueue` of the workers' report
                   batches (metrics, goodput), passed on as they arrive
 
-When the group ends, the agent writes ``<job>.final.json`` beside its record and exits.
+The agent runs its group through :class:`~tidal.launch.driver.GroupDriver`, as the Ray
+backend does in a thread. It never replaces a failed worker by itself: the controller
+decides, and assigns the slot again. When the group ends, the agent writes
+``<job>.final.json`` beside its record and exits.
 """
 
 from __future__ import annotations
@@ -24,13 +27,17 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from tidal.launch.group import GroupEvent, Outcome, WorkerGroup, WorkerSpec, WorkerState
-from tidal.runtime.api import EXIT_RELEASED
+import torch.distributed as dist
+
+from tidal.backends.base import JobStatus, WorkerState, WorkerStatus
+from tidal.launch.driver import GroupDriver, parse_slot, slot_name
+from tidal.launch.worker import WorkerSpec
 from tidal.runtime.rendezvous import ReportQueue
 
 log = logging.getLogger("tidal.agent")
@@ -38,7 +45,9 @@ log = logging.getLogger("tidal.agent")
 KEY_ASSIGN = "agent/assign"
 KEY_STOP = "agent/stop"
 KEY_STATUS = "agent/status"
-REPORT_PREFIX = "agent/report/"
+#: The agent's queue of report batches for the backend (the workers' own queue, which the
+#: agent drains, is :data:`tidal.runtime.report.REPORT_PREFIX`).
+KEY_REPORTS = "agent/report/"
 
 
 @dataclass
@@ -47,30 +56,69 @@ class AgentWorker:
 
     id: int
     slot: str
-    state: str  # starting, running, released, exited, failed
+    state: str  # a WorkerState value: starting, running, released, exited, failed
     pid: int | None
     exit_code: int | None
 
 
 @dataclass
 class AgentStatus:
-    """What the agent publishes about its job."""
+    """What the agent publishes about its job: a :class:`JobStatus` as JSON, with the
+    last assignment it applied and how its group ended (``None`` while running)."""
 
     job_id: str
     generation: int
     workers: list[AgentWorker] = field(default_factory=list)
     assign_seq: int = 0
-    outcome: str | None = None
+    outcome: str | None = None  # succeeded, failed or stopped
     reason: str = ""
-    #: Events since the agent started: kind, message, time, stall (seconds or None).
-    events: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> AgentStatus:
-        """Parse what the agent published."""
+        """Parse what the agent published (fields it does not know are left out: an
+        agent of an earlier release also sent its events)."""
         data = json.loads(raw)
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}
         data["workers"] = [AgentWorker(**w) for w in data.get("workers", [])]
         return cls(**data)
+
+    @classmethod
+    def of(cls, status: JobStatus, *, assign_seq: int, ended: bool) -> AgentStatus:
+        """``status`` as the agent publishes it."""
+        outcome = None
+        if status.finished:
+            outcome = "succeeded"
+        elif status.failed:
+            outcome = "failed"
+        elif ended:
+            outcome = "stopped"
+        workers = [
+            AgentWorker(w.worker_id, slot_name(w.slot), w.state.value, w.pid, w.exit_code)
+            for w in status.workers
+        ]
+        return cls(status.job_id, status.generation, workers, assign_seq, outcome, status.reason)
+
+    def job_status(self) -> JobStatus:
+        """The job as a backend reports it."""
+        workers = tuple(
+            WorkerStatus(
+                worker_id=w.id,
+                slot=parse_slot(w.slot),
+                state=WorkerState(w.state),
+                pid=w.pid,
+                exit_code=w.exit_code,
+            )
+            for w in self.workers
+        )
+        return JobStatus(
+            job_id=self.job_id,
+            generation=self.generation,
+            workers=workers,
+            finished=self.outcome == "succeeded",
+            failed=self.outcome == "failed",
+            reason=self.reason,
+        )
 
 
 @dataclass
@@ -100,59 +148,51 @@ def final_path(state_dir: Path, job_id: str) -> Path:
     return state_dir / f"{job_id}.final.json"
 
 
-def worker_state(state: WorkerState, exit_code: int | None, killed: bool) -> str:
-    """A group's worker as a backend reports it: starting, running, released, exited or
-    failed."""
-    if state is not WorkerState.EXITED:
-        return "running" if state in (WorkerState.MEMBER, WorkerState.LEAVING) else "starting"
-    if exit_code == 0:
-        return "exited"
-    if exit_code == EXIT_RELEASED or killed:
-        return "released"  # a worker the group stopped itself did not fail
-    return "failed"
-
-
-def _status(group: WorkerGroup, job_id: str, seq: int, events: list[dict[str, Any]]) -> AgentStatus:
-    workers = [
-        AgentWorker(
-            id=int(w.id.lstrip("w")),
-            slot=w.slot,
-            state=worker_state(w.state, w.exit_code, w.killed),
-            pid=w.process.pid,
-            exit_code=w.exit_code,
-        )
-        for w in group.workers.values()
-    ]
-    outcome = group.outcome.value if group.outcome is not None else None
-    reason = ""
-    if group.outcome is Outcome.FAILED:
-        reason = next((e["message"] for e in reversed(events) if e["kind"] == "failed"), "failed")
-    return AgentStatus(
-        job_id=job_id,
-        generation=group.generation.number if group.generation else -1,
-        workers=workers,
-        assign_seq=seq,
-        outcome=outcome,
-        reason=reason,
-        events=events[-200:],
-    )
-
-
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
 
 
+class StoreControl:
+    """The agent's :class:`~tidal.launch.driver.JobControl`: orders and status through
+    the job's store (see the module docstring)."""
+
+    def __init__(self, store: dist.Store) -> None:
+        """Read and write the agent's keys in ``store``."""
+        self.store = store
+        self.stopping = False
+        self.seq = 0
+        self._reports = ReportQueue(store, KEY_REPORTS)
+        self._published = ""
+        self._published_at = 0.0
+
+    def requests(self) -> tuple[Sequence[str] | None, bool]:
+        """The newest assignment not applied yet, and whether the backend stopped the job."""
+        if not self.stopping and self.store.check([KEY_STOP]):
+            self.stopping = True
+        if self.stopping or not self.store.check([KEY_ASSIGN]):
+            return None, self.stopping
+        request = json.loads(self.store.get(KEY_ASSIGN))
+        if int(request["seq"]) <= self.seq:
+            return None, False
+        self.seq = int(request["seq"])
+        return list(request["slots"]), False
+
+    def publish(self, status: JobStatus, ended: bool, reports: list[dict[str, Any]]) -> None:
+        """Pass the workers' batches on whole (the controller reads metrics and the goodput
+        report out of them); write the status when it changed, and at least every second."""
+        for batch in reports:
+            self._reports.push(json.dumps(batch))
+        text = json.dumps(asdict(AgentStatus.of(status, assign_seq=self.seq, ended=ended)))
+        now = time.monotonic()
+        if ended or text != self._published or now - self._published_at > 1.0:
+            self.store.set(KEY_STATUS, text)
+            self._published, self._published_at = text, now
+
+
 def serve(config: AgentConfig, state_dir: Path) -> int:
     """Run the job until it ends or the backend stops it; returns the exit status."""
-    events: list[dict[str, Any]] = []
-
-    def on_event(event: GroupEvent) -> None:
-        events.append(
-            {"kind": event.kind, "message": event.message, "time": event.time, "stall": event.stall}
-        )
-
     spec = WorkerSpec(
         argv=config.argv,
         run_id=config.job_id,
@@ -162,63 +202,26 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         checkpoint_dir=config.checkpoint_dir,
         checkpoint_every_steps=config.checkpoint_every_steps,
         checkpoint_every_seconds=config.checkpoint_every_seconds,
-        # The controller counts failures against the job's budget and stops the job.
-        max_restarts=1 << 30,
         timeout=config.timeout,
         gpus=config.gpus,
     )
-    group = WorkerGroup(spec, on_event=on_event)
-    store = group.host.store
-    group.start(config.slots)
+    driver = GroupDriver(config.job_id, spec)
+    control = StoreControl(driver.group.host.store)
+    driver.group.start(config.slots)
     _write_atomic(
         record_path(state_dir, config.job_id),
-        json.dumps({"job_id": config.job_id, "pid": os.getpid(), "store": group.host.address}),
+        json.dumps(
+            {"job_id": config.job_id, "pid": os.getpid(), "store": driver.group.host.address}
+        ),
     )
-    stopping = False
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
+        control.stopping = True
 
     signal.signal(signal.SIGTERM, on_signal)
-    seq = 0
-    published = ""
-    last_publish = 0.0
-    reports = ReportQueue(store, REPORT_PREFIX)
-
-    def pass_reports(read: bool = False) -> None:
-        # The workers' batches, on to whoever polls the agent (the backend). Kept whole:
-        # the controller reads metrics and the goodput report out of them.
-        for batch in group.take_reports(read=read):
-            reports.push(json.dumps(batch))
-
-    while True:
-        outcome = group.poll()
-        pass_reports()
-        if not stopping and store.check([KEY_STOP]):
-            stopping = True
-        if stopping:
-            group.stop()
-            break
-        if store.check([KEY_ASSIGN]):
-            request = json.loads(store.get(KEY_ASSIGN))
-            if int(request["seq"]) > seq:
-                seq = int(request["seq"])
-                group.assign(list(request["slots"]))
-        status = json.dumps(asdict(_status(group, config.job_id, seq, events)))
-        now = time.monotonic()
-        if status != published or now - last_publish > 1.0:
-            store.set(KEY_STATUS, status)
-            published, last_publish = status, now
-        if outcome is not None:
-            break
-        time.sleep(group.poll_interval())
-    pass_reports(read=True)
-    final = _status(group, config.job_id, seq, events)
-    if final.outcome is None:
-        final.outcome = Outcome.STOPPED.value
-    _write_atomic(final_path(state_dir, config.job_id), json.dumps(asdict(final)))
-    store.set(KEY_STATUS, json.dumps(asdict(final)))
+    final = driver.drive(control)
+    text = json.dumps(asdict(AgentStatus.of(final, assign_seq=control.seq, ended=True)))
+    _write_atomic(final_path(state_dir, config.job_id), text)
     record_path(state_dir, config.job_id).unlink(missing_ok=True)
     # Give a backend polling right now the chance to read the final status from the store.
     time.sleep(0.2)

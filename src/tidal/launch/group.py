@@ -3,57 +3,31 @@
 :class:`WorkerGroup` is the launcher half of the rescale protocol: it hosts the job's
 rendezvous store, starts workers on slots, admits newcomers only once they are ready (built
 their model), publishes a generation for every change (grow, planned shrink, failure,
-restart from checkpoint), and replaces failed workers within ``max_restarts``. It decides
-nothing about *how many* slots a job should have: ``assign`` says that. ``tidal run`` and
-the controller's local backend both drive it; a :class:`~tidal.launch.process.Spawner`
-says where the processes run (subprocesses here by default; Ray actors for that backend).
+restart from checkpoint). It decides nothing about *how many* slots a job should have,
+nor whether a failed worker is replaced: ``assign`` says that. A slot whose worker failed
+gets a new worker only once it is assigned again (after :func:`~tidal.policy.restart.
+decide_restart` said so). ``tidal run`` and the backends drive it (through
+:mod:`tidal.launch.driver`); a :class:`~tidal.launch.process.Spawner` says where the
+processes run (subprocesses here by default; Ray actors for that backend).
 """
 
 from __future__ import annotations
 
-import collections
 import enum
-import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from tidal.launch.process import LocalSpawner, Spawner, WorkerProcess
-from tidal.runtime.api import (
-    ENV_CHECKPOINT_DIR,
-    ENV_CHECKPOINT_EVERY_SECONDS,
-    ENV_CHECKPOINT_EVERY_STEPS,
-    ENV_RUN_ID,
-    ENV_SLOT,
-    ENV_STORE,
-    ENV_SYNC_EVERY,
-    ENV_TIMEOUT,
-    ENV_WORKER_ID,
-    EXIT_RELEASED,
-)
-from tidal.runtime.rendezvous import Generation, RendezvousHost, ReportQueue
-from tidal.runtime.report import REPORT_PREFIX
+from tidal.launch.process import LocalSpawner, Spawner
+from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_env, worker_log_path
+from tidal.runtime.api import EXIT_RELEASED
+from tidal.runtime.rendezvous import Generation, RendezvousHost
+
+__all__ = ["GroupEvent", "Outcome", "WorkerGroup"]
 
 log = logging.getLogger("tidal.launch")
-
-#: Seconds between reads of the workers' report queue (they flush about once a second).
-_REPORT_INTERVAL = 0.25
-#: Report batches kept until a caller takes them; the oldest are dropped beyond this.
-_MAX_REPORTS = 10_000
-
-
-class WorkerState(enum.Enum):
-    """Where a worker process is in its life."""
-
-    STARTING = "starting"  # process started, model not built yet
-    READY = "ready"  # waiting to be admitted
-    MEMBER = "member"  # in the current generation
-    LEAVING = "leaving"  # released, finishing its step
-    EXITED = "exited"
 
 
 class Outcome(enum.Enum):
@@ -62,42 +36,6 @@ class Outcome(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
-
-
-@dataclass
-class WorkerSpec:
-    """What every worker of the job runs, and how."""
-
-    argv: list[str]
-    run_id: str
-    env: dict[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    log_dir: Path | None = None
-    checkpoint_dir: str | None = None
-    checkpoint_every_steps: int = 0
-    checkpoint_every_seconds: float = 0.0
-    max_restarts: int = 3
-    #: Bound on collectives and joins inside the workers, in seconds.
-    timeout: float = 10.0
-    sync_every: int = 1
-    #: Slots are GPUs: a worker on slot ``host:i`` sees only GPU ``i``.
-    gpus: bool = False
-
-
-@dataclass
-class Worker:
-    """One worker process."""
-
-    id: str
-    slot: str
-    process: WorkerProcess
-    state: WorkerState = WorkerState.STARTING
-    exit_code: int | None = None
-    started_at: float = field(default_factory=time.monotonic)
-    #: Formed a generation at least once: it holds (or held) the training state.
-    trained: bool = False
-    #: Killed by the group itself (never admitted, or left behind by a finished job).
-    killed: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,35 +58,32 @@ class WorkerGroup:
         *,
         on_output: Callable[[str, str], None] | None = None,
         on_event: Callable[[GroupEvent], None] | None = None,
+        on_failure: Callable[[Worker], None] | None = None,
         spawner: Spawner | None = None,
         store_host: str = "127.0.0.1",
     ) -> None:
-        """``spawner`` runs the worker processes (subprocesses here by default);
-        ``store_host`` is the address workers reach the job's store at."""
+        """``on_failure`` hears of every worker that failed (its slot then waits for the
+        next :meth:`assign`); ``spawner`` runs the worker processes (subprocesses here by
+        default); ``store_host`` is the address workers reach the job's store at."""
         self.spec = spec
         self.spawner: Spawner = spawner or LocalSpawner()
         self.host = RendezvousHost(store_host)
         self.workers: dict[str, Worker] = {}
         self.generation: Generation | None = None
         self.desired: list[str] = []
-        self.restarts = 0
         self.outcome: Outcome | None = None
         self._on_output = on_output
         self._on_event = on_event
+        self._on_failure = on_failure
+        #: Slots whose worker failed since they were last assigned: no new worker there
+        #: until an :meth:`assign` lists them again (the restart decision is the caller's).
+        self._held_back: set[str] = set()
         self._next_id = 0
         self._forming_since: float | None = None
         self._finishing = False
         self._finishing_since = 0.0
         self._failed_while_finishing = False
         self._log_files: list[IO[str]] = []
-        self._lock = threading.Lock()
-        self._reports = ReportQueue(self.host.store, REPORT_PREFIX)
-        self._pending_reports: collections.deque[dict[str, Any]] = collections.deque(
-            maxlen=_MAX_REPORTS
-        )
-        self._last_report_read = 0.0
-        #: The newest goodput report any worker sent (fitted model, batch, efficiency).
-        self.goodput: dict[str, Any] | None = None
 
     # -- what callers ask -------------------------------------------------------------
 
@@ -173,26 +108,12 @@ class WorkerGroup:
     def assign(self, slots: Sequence[str]) -> None:
         """Make the job run on exactly ``slots``: workers on slots that stay keep going,
         the others are released at their next step boundary, newcomers start on new slots
-        and are admitted once ready. An empty list releases every worker (the job
-        checkpoints and waits)."""
+        and are admitted once ready; a listed slot whose worker failed gets a new one. An
+        empty list releases every worker (the job checkpoints and waits)."""
         if len(set(slots)) != len(slots):
             raise ValueError(f"slots: each slot at most once, got {list(slots)}")
         self.desired = list(slots)
-
-    def resize(self, workers: int, pool: Sequence[str]) -> list[str]:
-        """Keep the first ``workers`` current slots in rank order (survivors keep the lowest
-        ranks) and add free slots of ``pool``; returns the slots asked for."""
-        keep = [s for s in self.member_slots() if s in self.desired][:workers]
-        for slot in self.desired:
-            if len(keep) < workers and slot not in keep:
-                keep.append(slot)
-        for slot in pool:
-            if len(keep) >= workers:
-                break
-            if slot not in keep:
-                keep.append(slot)
-        self.assign(keep)
-        return keep
+        self._held_back.clear()
 
     def poll_interval(self) -> float:
         """How long a caller may wait before the next :meth:`poll`: short while a change
@@ -208,35 +129,6 @@ class WorkerGroup:
         """Rank 0's last report: step, epoch, generation, world."""
         return self.host.progress()
 
-    def take_reports(self, *, read: bool = False) -> list[dict[str, Any]]:
-        """Report batches the workers sent since the last call (see
-        :mod:`tidal.runtime.report`), oldest first. :meth:`poll` reads the store a few
-        times a second; ``read`` reads it now too (say, once the job ended)."""
-        if read:
-            self._read_reports(force=True)
-        taken = list(self._pending_reports)
-        self._pending_reports.clear()
-        return taken
-
-    def _read_reports(self, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_report_read < _REPORT_INTERVAL:
-            return
-        self._last_report_read = now
-        try:
-            raw = self._reports.drain()
-        except Exception as exc:  # a report is never worth failing the job for
-            log.debug("reading reports: %s", exc)
-            return
-        for text in raw:
-            try:
-                batch = dict(json.loads(text))
-            except ValueError:
-                continue
-            if batch.get("goodput"):
-                self.goodput = dict(batch["goodput"])
-            self._pending_reports.append(batch)
-
     # -- the state machine ------------------------------------------------------------
 
     def poll(self) -> Outcome | None:
@@ -244,7 +136,6 @@ class WorkerGroup:
         once the job has ended."""
         if self.outcome is not None:
             return self.outcome
-        self._read_reports()
         self._reap()
         if self.outcome is None:
             self._check_formation()
@@ -256,20 +147,20 @@ class WorkerGroup:
         members = set(self.members)
         lost: list[str] = []
         for worker in list(self.workers.values()):
-            if worker.state is WorkerState.EXITED:
+            if worker.phase is WorkerPhase.EXITED:
                 continue
             code = worker.process.poll()
             if code is None:
                 continue
-            was = worker.state
-            worker.state, worker.exit_code = WorkerState.EXITED, code
+            was = worker.phase
+            worker.phase, worker.exit_code = WorkerPhase.EXITED, code
             if code == 0 and worker.id in members:
                 if not self._finishing:
                     self._finishing, self._finishing_since = True, time.monotonic()
                 self._emit("finished", f"{worker.id} finished")
-            elif code == EXIT_RELEASED and was in (WorkerState.LEAVING, WorkerState.MEMBER):
+            elif code == EXIT_RELEASED and was in (WorkerPhase.LEAVING, WorkerPhase.MEMBER):
                 self._emit("released", f"{worker.id} released from slot {worker.slot}")
-            elif was is WorkerState.LEAVING:
+            elif was is WorkerPhase.LEAVING:
                 self._emit("released", f"{worker.id} left with status {code}")
             elif self._finishing and (code != 0 and not worker.killed):
                 self._failed_while_finishing = True
@@ -280,24 +171,26 @@ class WorkerGroup:
                 self._emit("released", f"{worker.id} stopped before it was admitted")
             else:
                 self._emit("failed", f"{worker.id} on slot {worker.slot} exited with status {code}")
+                worker.failed = True
+                self._held_back.add(worker.slot)
                 if worker.id in members:
                     lost.append(worker.id)
-                else:
-                    self._count_restart()
+                if self._on_failure is not None:
+                    self._on_failure(worker)
         if self._finishing:
             # Training is over: a newcomer still waiting to be admitted holds nothing.
             for worker in self.workers.values():
-                if not worker.trained and worker.state is not WorkerState.EXITED:
+                if not worker.trained and worker.phase is not WorkerPhase.EXITED:
                     self._kill(worker)
-                    worker.state = WorkerState.EXITED
-            alive = [w for w in self.workers.values() if w.state is not WorkerState.EXITED]
+                    worker.phase = WorkerPhase.EXITED
+            alive = [w for w in self.workers.values() if w.phase is not WorkerPhase.EXITED]
             if alive and time.monotonic() - self._finishing_since > 3 * self.spec.timeout + 30:
                 for worker in alive:
                     log.warning(
                         "worker=%s still running after the job finished: killing", worker.id
                     )
                     self._kill(worker)
-                    worker.state = WorkerState.EXITED
+                    worker.phase = WorkerPhase.EXITED
                 alive = []
             if not alive:
                 failed = self._failed_while_finishing
@@ -307,29 +200,19 @@ class WorkerGroup:
         if lost:
             self._handle_loss(lost)
 
-    def _count_restart(self) -> None:
-        self.restarts += 1
-        if self.restarts > self.spec.max_restarts:
-            self._emit("failed", f"more than {self.spec.max_restarts} restarts: giving up")
-            self.outcome = Outcome.FAILED
-            self._terminate_all()
-
     def _handle_loss(self, lost: list[str]) -> None:
-        self._count_restart()  # one failure event, however many workers it took
-        if self.outcome is not None:
-            return
         survivors = [
             m
             for m in self.members
-            if m not in lost and self.workers[m].state is not WorkerState.EXITED
+            if m not in lost and self.workers[m].phase is not WorkerPhase.EXITED
         ]
         ready = self._ready_newcomers()
         if survivors:
             self._publish(survivors + ready, reason="failure", lost=lost)
         else:
             # Nobody holds the state in memory: the next generation resumes from the
-            # latest durable checkpoint. Fresh workers start in _reconcile.
-            self._emit("restarted", "no survivor: restarting from the latest checkpoint")
+            # latest durable checkpoint. Fresh workers start once the slots are assigned.
+            self._emit("restarted", "no survivor: the next workers resume from the checkpoint")
             self.generation = Generation(
                 self.generation.number if self.generation else -1, (), reason="failure"
             )
@@ -361,9 +244,9 @@ class WorkerGroup:
     def _ready_newcomers(self) -> list[str]:
         ready = []
         for worker in self.workers.values():
-            if worker.state is WorkerState.STARTING and self.host.is_ready(worker.id):
-                worker.state = WorkerState.READY
-            if worker.state is WorkerState.READY and worker.slot in self.desired:
+            if worker.phase is WorkerPhase.STARTING and self.host.is_ready(worker.id):
+                worker.phase = WorkerPhase.READY
+            if worker.phase is WorkerPhase.READY and worker.slot in self.desired:
                 ready.append(worker.id)
         return ready
 
@@ -371,13 +254,13 @@ class WorkerGroup:
         occupied = {
             w.slot: w
             for w in self.workers.values()
-            if w.state in (WorkerState.STARTING, WorkerState.READY, WorkerState.MEMBER)
+            if w.phase in (WorkerPhase.STARTING, WorkerPhase.READY, WorkerPhase.MEMBER)
         }
         for slot in self.desired:
-            if slot not in occupied:
+            if slot not in occupied and slot not in self._held_back:
                 self._spawn(slot)
         for worker in list(occupied.values()):
-            if worker.slot not in self.desired and worker.state is not WorkerState.MEMBER:
+            if worker.slot not in self.desired and worker.phase is not WorkerPhase.MEMBER:
                 self._kill(worker)  # never admitted: nothing to hand over
         if self._forming_since is not None:
             return
@@ -389,9 +272,9 @@ class WorkerGroup:
             waiting = [
                 w
                 for w in self.workers.values()
-                if w.state is WorkerState.STARTING and w.slot in self.desired
+                if w.phase is WorkerPhase.STARTING and w.slot in self.desired
             ]
-            if waiting or not ready:
+            if waiting or not ready or self._held_back & set(self.desired):
                 return  # a (re)start forms once every worker is built
         elif not leavers and not ready:
             return
@@ -403,14 +286,14 @@ class WorkerGroup:
             reason = "release"
         self._publish(stay + ready, reason=reason)
         for m in leavers:
-            self.workers[m].state = WorkerState.LEAVING
+            self.workers[m].phase = WorkerPhase.LEAVING
 
     def _publish(self, members: list[str], *, reason: str, lost: Sequence[str] = ()) -> None:
         number = (self.generation.number if self.generation else -1) + 1
         self.generation = Generation(number, tuple(members), reason=reason, lost=tuple(lost))
         self.host.publish(self.generation)
         for m in members:
-            self.workers[m].state = WorkerState.MEMBER
+            self.workers[m].phase = WorkerPhase.MEMBER
         self._forming_since = time.monotonic() if members else None
         self._emit(
             "generation",
@@ -422,26 +305,7 @@ class WorkerGroup:
     def _spawn(self, slot: str) -> Worker:
         worker_id = f"w{self._next_id}"
         self._next_id += 1
-        # Only what the worker needs on top of the environment where it runs: the spawner
-        # adds that environment (this process's for local workers, the node's elsewhere).
-        env = dict(self.spec.env)
-        env.update(
-            {
-                ENV_STORE: self.host.address,
-                ENV_WORKER_ID: worker_id,
-                ENV_RUN_ID: self.spec.run_id,
-                ENV_SLOT: slot,
-                ENV_TIMEOUT: str(self.spec.timeout),
-                ENV_SYNC_EVERY: str(self.spec.sync_every),
-                ENV_CHECKPOINT_EVERY_STEPS: str(self.spec.checkpoint_every_steps),
-                ENV_CHECKPOINT_EVERY_SECONDS: str(self.spec.checkpoint_every_seconds),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        if self.spec.checkpoint_dir:
-            env[ENV_CHECKPOINT_DIR] = self.spec.checkpoint_dir
-        if self.spec.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = slot.rpartition(":")[2]
+        env = worker_env(self.spec, worker_id=worker_id, slot=slot, store=self.host.address)
         process = self.spawner.spawn(
             worker_id=worker_id,
             slot=slot,
@@ -460,9 +324,7 @@ class WorkerGroup:
         sink: IO[str] | None = None
         if self.spec.log_dir is not None:
             self.spec.log_dir.mkdir(parents=True, exist_ok=True)
-            sink = open(  # noqa: SIM115
-                self.spec.log_dir / f"worker-{worker_id.lstrip('w')}.log", "a", buffering=1
-            )
+            sink = open(worker_log_path(self.spec.log_dir, worker_id), "a", buffering=1)  # noqa: SIM115
             self._log_files.append(sink)
 
         def on_line(line: str) -> None:
@@ -481,22 +343,32 @@ class WorkerGroup:
             worker.process.kill()
         worker.process.wait(timeout=10)
         worker.exit_code = worker.process.returncode
-        if worker.state is not WorkerState.MEMBER:
-            worker.state = WorkerState.EXITED
+        if worker.phase is not WorkerPhase.MEMBER:
+            worker.phase = WorkerPhase.EXITED
 
     def _terminate_all(self) -> None:
         for worker in self.workers.values():
             if worker.process.poll() is None:
                 self._kill(worker)
-            worker.state = WorkerState.EXITED
+            worker.phase = WorkerPhase.EXITED
+
+    def fail(self, reason: str) -> None:
+        """End the group as failed (the restart budget is spent): kill every worker."""
+        if self.outcome is None:
+            self._emit("failed", reason)
+            self.outcome = Outcome.FAILED
+            self._terminate_all()
 
     def stop(self, grace: float = 30.0) -> None:
         """Release every worker (rank 0 checkpoints first), wait up to ``grace`` seconds
         for them to leave, then kill what is left. Closes the store and the logs."""
+        for worker in self.workers.values():
+            if worker.phase in (WorkerPhase.STARTING, WorkerPhase.READY):
+                self._kill(worker)  # never admitted: it holds nothing, and would not leave
         if self.outcome is None and self.members and self._forming_since is None:
             self._publish([], reason="release")
             for m in self.generation.members if self.generation else ():
-                self.workers[m].state = WorkerState.LEAVING
+                self.workers[m].phase = WorkerPhase.LEAVING
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and any(
                 w.process.poll() is None for w in self.workers.values()

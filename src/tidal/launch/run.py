@@ -8,14 +8,17 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
 from rich.console import Console
 
-from tidal.launch.group import GroupEvent, Outcome, WorkerGroup, WorkerSpec
+from tidal.launch.group import GroupEvent, Outcome, WorkerGroup
 from tidal.launch.runs import RunRecord, register, unregister
+from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
+from tidal.policy.restart import Fail, LostWorker, Restart, RestartView, decide_restart
 
 
 class UsageProblem(ValueError):
@@ -112,11 +115,14 @@ def run(options: RunOptions, console: Console) -> int:
         checkpoint_dir=options.checkpoint_dir,
         checkpoint_every_steps=options.checkpoint_every,
         checkpoint_every_seconds=options.checkpoint_every_seconds,
-        max_restarts=options.max_restarts,
         timeout=options.timeout,
         sync_every=options.sync_every,
     )
-    group = WorkerGroup(spec, on_output=show_output, on_event=show_event)
+    failures: list[Worker] = []
+    group = WorkerGroup(
+        spec, on_output=show_output, on_event=show_event, on_failure=failures.append
+    )
+    restarts = 0
     pool = [f"local:{i}" for i in range(options.max_workers)]
     group.start(pool[: options.initial])
     register(
@@ -145,6 +151,17 @@ def run(options: RunOptions, console: Console) -> int:
     try:
         while True:
             outcome = group.poll()
+            if outcome is None and failures:
+                decision = _decide(group, failures, options, restarts)
+                failures.clear()
+                if decision is not None:
+                    restarts = decision.restarts
+                if isinstance(decision, Fail):
+                    group.fail(decision.reason)
+                    outcome = group.outcome
+                elif isinstance(decision, Restart):
+                    show_event(GroupEvent("restart", decision.reason))
+                    group.assign(group.desired)  # a fresh worker on each failed slot
             if outcome is not None:
                 break
             if stopping.is_set():
@@ -155,13 +172,13 @@ def run(options: RunOptions, console: Console) -> int:
             if request is not None and int(request["seq"]) > seen_seq:
                 seen_seq = int(request["seq"])
                 n = max(options.min_workers, min(options.max_workers, int(request["workers"])))
-                group.resize(n, pool)
+                resize(group, n, pool)
                 show_event(GroupEvent("resize", f"asked for {n} workers"))
             if plan and group.settled():
                 progress = group.progress()
                 if progress is not None and int(str(progress["step"])) >= plan[0][0]:
                     step, n = plan.pop(0)
-                    group.resize(n, pool)
+                    resize(group, n, pool)
                     show_event(GroupEvent("resize", f"step {step}: asked for {n} workers"))
             time.sleep(group.poll_interval())
     finally:
@@ -175,7 +192,48 @@ def run(options: RunOptions, console: Console) -> int:
     outcome = group.outcome
     console.print(
         f"[bold cyan]tidal[/] run {options.run_id} {outcome.value if outcome else 'ended'} "
-        f"(restarts: {group.restarts})",
+        f"(restarts: {restarts})",
         highlight=False,
     )
     return 0 if outcome is Outcome.SUCCEEDED else 1
+
+
+def resize(group: WorkerGroup, workers: int, pool: Sequence[str]) -> list[str]:
+    """Assign ``group`` the first ``workers`` of its current slots in rank order (survivors
+    keep the lowest ranks) and free slots of ``pool``; returns the slots asked for."""
+    keep = [s for s in group.member_slots() if s in group.desired][:workers]
+    for slot in group.desired:
+        if len(keep) < workers and slot not in keep:
+            keep.append(slot)
+    for slot in pool:
+        if len(keep) >= workers:
+            break
+        if slot not in keep:
+            keep.append(slot)
+    group.assign(keep)
+    return keep
+
+
+def _decide(
+    group: WorkerGroup, failed: list[Worker], options: RunOptions, restarts: int
+) -> Fail | Restart | None:
+    """What :func:`~tidal.policy.restart.decide_restart` says about ``failed``, the
+    workers the group lost in its last poll: the same decision the controller makes."""
+    view = RestartView(
+        max_restarts=options.max_restarts,
+        restarts=restarts,
+        # Newcomers not admitted yet hold no training state: only members count.
+        group_gone=all(group.workers[m].phase is WorkerPhase.EXITED for m in group.members),
+        checkpoint=_has_checkpoint(options.checkpoint_dir),
+    )
+    lost = [LostWorker(w.id, w.slot.rpartition(":")[0], w.exit_code) for w in failed]
+    decision = decide_restart(view, lost)
+    return decision if isinstance(decision, (Fail, Restart)) else None
+
+
+def _has_checkpoint(directory: str | None) -> bool:
+    if not directory:
+        return False
+    from tidal.runtime.checkpoint import list_checkpoints  # loads torch: only when needed
+
+    return bool(list_checkpoints(directory))

@@ -1,10 +1,11 @@
 """The Ray backend: every job's workers run as actors on the nodes of a Ray cluster.
 
 Each job has a :class:`~tidal.launch.group.WorkerGroup` in the controller process, driven
-by a thread of its own: it hosts the job's rendezvous store (on an address the nodes can
-reach), publishes generations and handles resizes and failures exactly as the local
-backend's agents do. Only the processes differ: a worker is a :class:`WorkerActor` pinned
-to the node of its slot, running the user's command there (see :mod:`.worker`).
+by a thread of its own through the same :class:`~tidal.launch.driver.GroupDriver` as the
+local backend's agents: it hosts the job's rendezvous store (on an address the nodes can
+reach), publishes generations and handles resizes and failures exactly as they do. Only
+the processes differ: a worker is a :class:`WorkerActor` pinned to the node of its slot,
+running the user's command there (see :mod:`.worker`).
 
 Hosts are the cluster's alive nodes that offer slots: one slot per unit of the custom
 resource ``tidal_slot`` (nodes started with ``--resources '{"tidal_slot": 4}'``), or per
@@ -28,17 +29,10 @@ from typing import Any
 
 import ray
 
-from tidal.backends.base import (
-    HostInfo,
-    JobLaunch,
-    JobStatus,
-    WorkerState,
-    WorkerStatus,
-    read_reports,
-)
-from tidal.backends.ray.worker import RayProcess, RaySpawner, Unplaced
-from tidal.launch.agent import worker_state
-from tidal.launch.group import GroupEvent, Outcome, WorkerGroup, WorkerSpec
+from tidal.backends.base import DiscoveredHost, JobLaunch, JobStatus, read_reports, worker_logs
+from tidal.backends.ray.worker import RaySpawner
+from tidal.launch.driver import GroupDriver, slot_name
+from tidal.launch.worker import WorkerSpec
 from tidal.policy.api import Slot
 
 __all__ = ["SLOT_RESOURCE", "RayBackend"]
@@ -58,33 +52,34 @@ class _Node:
     resource: str
 
 
-def slot_name(slot: Slot) -> str:
-    """``(host, i)`` as the group names it."""
-    return f"{slot[0]}:{slot[1]}"
-
-
-def parse_slot(name: str) -> Slot:
-    """The inverse of :func:`slot_name`."""
-    host, _, index = name.rpartition(":")
-    return host, int(index)
-
-
 @dataclass
 class _Job:
-    """One job's group and the thread that drives it."""
+    """One job's driver, the thread that runs it, and what passes between that thread and
+    the controller's (the job's :class:`~tidal.launch.driver.JobControl`)."""
 
     launch: JobLaunch
-    group: WorkerGroup
+    driver: GroupDriver
     status: JobStatus
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: Slots asked for by the controller, not yet handed to the group.
     requested: list[str] | None = None
     stopping: bool = False
-    events: list[dict[str, Any]] = field(default_factory=list)
     #: The workers' report batches (metrics, goodput) not yet handed to the controller.
     reports: list[dict[str, Any]] = field(default_factory=list)
     thread: threading.Thread | None = None
     done: threading.Event = field(default_factory=threading.Event)
+
+    def requests(self) -> tuple[Sequence[str] | None, bool]:
+        """The slots asked for since the last call, and whether the job is to stop."""
+        with self.lock:
+            requested, self.requested = self.requested, None
+            return requested, self.stopping
+
+    def publish(self, status: JobStatus, ended: bool, reports: list[dict[str, Any]]) -> None:
+        """Keep the status and the batches until the controller's next poll."""
+        with self.lock:
+            self.status = status
+            self.reports.extend(reports)
 
 
 class RayBackend:
@@ -121,7 +116,7 @@ class RayBackend:
         self._log_dirs: dict[str, Path] = {}
         self._lock = threading.Lock()
         self._nodes: dict[str, _Node] = {}
-        self._hosts: list[HostInfo] = []
+        self._hosts: list[DiscoveredHost] = []
         self._refreshed = 0.0
         self.refresh()
         log.info(
@@ -135,7 +130,7 @@ class RayBackend:
 
     def refresh(self) -> None:
         """Look up the cluster's alive nodes and the slots they offer."""
-        hosts: list[HostInfo] = []
+        hosts: list[DiscoveredHost] = []
         nodes: dict[str, _Node] = {}
         alive = [n for n in ray.nodes() if n.get("Alive")]
         for node in sorted(alive, key=lambda n: (str(n["NodeManagerAddress"]), n["NodeID"])):
@@ -153,13 +148,13 @@ class RayBackend:
                 for k, v in (node.get("Labels") or {}).items()
                 if not str(k).startswith("ray.io/")
             }
-            hosts.append(HostInfo(name, count, gpu=gpu, labels=labels))
+            hosts.append(DiscoveredHost(name, count, gpu=gpu, labels=labels))
             nodes[name] = _Node(str(node["NodeID"]), resource)
         with self._lock:
             self._hosts, self._nodes = hosts, nodes
             self._refreshed = time.monotonic()
 
-    def hosts(self) -> Sequence[HostInfo]:
+    def hosts(self) -> Sequence[DiscoveredHost]:
         """The alive nodes with slots (looked up at most every ``refresh`` seconds)."""
         if time.monotonic() - self._refreshed >= self.refresh_every:
             self.refresh()
@@ -192,32 +187,18 @@ class RayBackend:
             checkpoint_dir=str(launch.checkpoint_dir) if launch.checkpoint_dir else None,
             checkpoint_every_steps=launch.checkpoint_every_steps,
             checkpoint_every_seconds=launch.checkpoint_every_seconds,
-            # The controller counts failures against the job's budget and stops the job.
-            max_restarts=1 << 30,
             timeout=self.timeout,
             # Ray gives each GPU worker its GPU (CUDA_VISIBLE_DEVICES) itself.
             gpus=False,
         )
-        events: list[dict[str, Any]] = []
-
-        def on_event(event: GroupEvent) -> None:
-            events.append(
-                {
-                    "kind": event.kind,
-                    "message": event.message,
-                    "time": event.time,
-                    "stall": event.stall,
-                }
-            )
-            del events[:-200]
-
-        group = WorkerGroup(
+        driver = GroupDriver(
+            launch.job_id,
             spec,
-            on_event=on_event,
             spawner=RaySpawner(self._placement, on_lost=self.refresh),
             store_host=self.store_host,
+            stop_grace=_STOP_GRACE,
         )
-        job = _Job(launch, group, JobStatus(launch.job_id, -1), events=events)
+        job = _Job(launch, driver, JobStatus(launch.job_id, -1))
         job.requested = self._reachable(slots)
         job.thread = threading.Thread(
             target=self._drive, args=(job,), name=f"tidal-ray-{launch.job_id}", daemon=True
@@ -227,7 +208,10 @@ class RayBackend:
             self._log_dirs[launch.job_id] = launch.log_dir
         job.thread.start()
         log.info(
-            "job=%s started on %d slot(s), store %s", launch.job_id, len(slots), group.host.address
+            "job=%s started on %d slot(s), store %s",
+            launch.job_id,
+            len(slots),
+            driver.group.host.address,
         )
 
     def _placement(self, host: str) -> tuple[str, str] | None:
@@ -258,79 +242,13 @@ class RayBackend:
         with job.lock:
             job.stopping = True
 
-    def _drive(self, job: _Job) -> None:
+    @staticmethod
+    def _drive(job: _Job) -> None:
         """The job's thread: what the local backend's agent process does, in a thread."""
-        group = job.group
         try:
-            while True:
-                with job.lock:
-                    requested, job.requested = job.requested, None
-                    stopping = job.stopping
-                if stopping:
-                    for worker in group.workers.values():
-                        process = worker.process
-                        if isinstance(process, (Unplaced, RayProcess)) and process.unplaced:
-                            process.kill()  # it would never leave by itself
-                    group.stop(grace=_STOP_GRACE)
-                    break
-                if requested is not None:
-                    group.assign(requested)
-                outcome = group.poll()
-                job.status = self._status(job)
-                self._take_reports(job)
-                if outcome is not None:
-                    group.stop(grace=0)  # closes the log files; the workers are gone
-                    break
-                time.sleep(group.poll_interval())
-            job.status = self._status(job)
-            self._take_reports(job, read=True)
-        except Exception as exc:
-            log.exception("job=%s: the group failed", job.launch.job_id)
-            try:
-                group.stop(grace=0)
-            finally:
-                job.status = JobStatus(
-                    job.launch.job_id,
-                    job.status.generation,
-                    job.status.workers,
-                    failed=True,
-                    reason=f"backend error: {type(exc).__name__}: {exc}",
-                )
+            job.driver.drive(job)
         finally:
             job.done.set()
-
-    @staticmethod
-    def _take_reports(job: _Job, *, read: bool = False) -> None:
-        batches = job.group.take_reports(read=read)
-        if batches:
-            with job.lock:
-                job.reports.extend(batches)
-
-    def _status(self, job: _Job) -> JobStatus:
-        group = job.group
-        workers = tuple(
-            WorkerStatus(
-                worker_id=int(w.id.lstrip("w")),
-                slot=parse_slot(w.slot),
-                state=WorkerState(worker_state(w.state, w.exit_code, w.killed)),
-                pid=w.process.pid,
-                exit_code=w.exit_code,
-            )
-            for w in group.workers.values()
-        )
-        reason = ""
-        if group.outcome is Outcome.FAILED:
-            reason = next(
-                (e["message"] for e in reversed(job.events) if e["kind"] == "failed"), "failed"
-            )
-        return JobStatus(
-            job_id=job.launch.job_id,
-            generation=group.generation.number if group.generation else -1,
-            workers=workers,
-            finished=group.outcome is Outcome.SUCCEEDED,
-            failed=group.outcome is Outcome.FAILED,
-            reason=reason,
-        )
 
     def poll(self) -> Mapping[str, JobStatus]:
         """Every job's workers as its thread last saw them; a job whose group ended is
@@ -341,29 +259,17 @@ class RayBackend:
             done = job.done.is_set()
             with job.lock:
                 batches, job.reports = job.reports, []
+                status = job.status
             metrics, goodput = read_reports(batches)
-            statuses[job_id] = replace(job.status, metrics=metrics, goodput=goodput)
+            statuses[job_id] = replace(status, metrics=metrics, goodput=goodput)
             if done:
                 del self._jobs[job_id]
         return statuses
 
-    def events(self, job_id: str) -> list[dict[str, object]]:
-        """The group's recent events (rescales with their stall, failures) for a job."""
-        job = self._jobs.get(job_id)
-        return list(job.events) if job is not None else []
-
     def log_paths(self, job_id: str) -> Mapping[int, Path]:
         """Each worker's log file by worker id (in the controller's log dir: the output
         is pulled from the nodes through the actors)."""
-        log_dir = self._log_dirs.get(job_id)
-        if log_dir is None or not log_dir.is_dir():
-            return {}
-        found = []
-        for path in log_dir.glob("worker-*.log"):
-            number = path.stem.removeprefix("worker-")
-            if number.isdigit():
-                found.append((int(number), path))
-        return dict(sorted(found))
+        return worker_logs(self._log_dirs.get(job_id))
 
     def close(self, grace: float = _STOP_GRACE) -> None:
         """Stop every job (workers checkpoint and leave), wait for their groups to end,

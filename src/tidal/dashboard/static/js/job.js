@@ -139,7 +139,7 @@ export function render(view, id) {
         h("span", { class: "muted" }, ` now · min ${job.min_workers} · max ${job.max_workers}`),
         job.target_workers !== null ? h("div", { class: "muted small" }, `target ${job.target_workers}`) : null),
       fact("Priority", h("span", { id: "priority-now", class: "big-num" }, job.priority)),
-      fact("Generation", job.generation, h("div", { class: "muted small" }, `${job.restarts} restart(s)`)),
+      fact("Reallocations", job.reallocations, h("div", { class: "muted small" }, `${job.restarts} restart(s)`)),
       fact("Submitted", clock(job.submitted_at)),
       fact("Started", clock(job.started_at), ran !== null ? h("div", { class: "muted small" }, `ran ${duration(ran)}`) : null),
       fact("Ended", clock(job.finished_at)),

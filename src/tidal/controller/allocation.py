@@ -1,0 +1,107 @@
+"""From jobs to an allocation: what the policy is asked, and whether its answer is valid.
+
+:func:`policy_request` is the one conversion of a job into what a policy sees;
+:func:`allocation_problems` checks a policy's answer against the cluster (both pure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tidal.controller.cluster import ClusterModel
+from tidal.controller.store import JobRecord
+from tidal.model import Job
+from tidal.policy.api import JobRequest, Slot, ThroughputModel
+
+__all__ = ["Placed", "allocation_problems", "plan_changes", "policy_request"]
+
+
+def policy_request(
+    record: JobRecord, job: Job, now: float, throughput: ThroughputModel | None = None
+) -> JobRequest:
+    """What the policy sees of ``record`` (whose model is ``job``) at ``now``.
+
+    A job that never ran and has no user target asks for its ``initial`` size: the target
+    the policy honours, so it starts there; from then on the policy sizes it within
+    ``[min, max]`` as usual.
+    """
+    replicas = job.role.replicas
+    target = record.target_workers
+    if target is None and record.started_at is None and replicas.initial < replicas.max:
+        target = replicas.initial
+    return JobRequest(
+        job_id=record.id,
+        min_workers=replicas.min,
+        max_workers=replicas.max,
+        priority=record.priority,
+        submitted_at=record.submitted_at,
+        group=job.placement.group,
+        attained_service=record.attained_service,
+        target_workers=target,
+        throughput=throughput,
+        age=now - record.started_at if record.started_at is not None else 0.0,
+        reallocations=record.reallocations,
+    )
+
+
+def allocation_problems(
+    proposed: Mapping[str, Sequence[Slot]], jobs: Mapping[str, Job], cluster: ClusterModel
+) -> list[str]:
+    """What is wrong with a policy's answer for ``jobs`` (empty when nothing is)."""
+    seen: set[Slot] = set()
+    problems: list[str] = []
+    for job_id, slots in proposed.items():
+        job = jobs.get(job_id)
+        if job is None:
+            problems.append(f"unknown job {job_id}")
+            continue
+        if len(set(slots)) != len(slots) or seen & set(slots):
+            problems.append(f"{job_id}: a slot given twice")
+        seen |= set(slots)
+        replicas = job.role.replicas
+        if slots and not replicas.min <= len(slots) <= replicas.max:
+            problems.append(
+                f"{job_id}: {len(slots)} slot(s) outside [{replicas.min}, {replicas.max}]"
+            )
+        for host, index in slots:
+            model = cluster.host(host)
+            if model is None or not 0 <= index < model.slots:
+                problems.append(f"{job_id}: no slot {host}:{index}")
+            elif not model.matches(job.placement.group, job.placement.labels):
+                problems.append(f"{job_id}: host {host} does not match the job's target")
+    return problems
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A job whose slots change: to ``slots``, or it waits for ``busy`` slots to free."""
+
+    job: JobRecord
+    slots: tuple[Slot, ...]
+    busy: tuple[Slot, ...] = ()
+
+
+def plan_changes(
+    jobs: Sequence[JobRecord],
+    allocation: Mapping[str, Sequence[Slot]],
+    occupied: Mapping[Slot, str],
+) -> list[Placed]:
+    """The jobs whose slots change, releasing ones first.
+
+    A slot moves to its new job only once its old worker left: a job that would get a
+    slot another job's worker still holds (``occupied``: slot → job) waits instead.
+    """
+    changes = [
+        (j, tuple(sorted(allocation.get(j.id, ()))))
+        for j in jobs
+        if set(allocation.get(j.id, ())) != set(j.slots)
+    ]
+    changes.sort(key=lambda c: bool(set(c[1]) - set(c[0].slots)))
+    placed: list[Placed] = []
+    for job, slots in changes:
+        busy = tuple(
+            sorted(s for s in set(slots) - set(job.slots) if occupied.get(s, job.id) != job.id)
+        )
+        placed.append(Placed(job, slots, busy))
+    return placed

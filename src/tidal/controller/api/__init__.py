@@ -1,0 +1,27 @@
+"""The REST API over the controller, one router per resource.
+
+``jobs`` (submit, list, requests to change a job), ``logs``, ``cluster`` (hosts, events,
+allocations, utilisation), ``metrics`` (training metrics and Prometheus) and ``health``.
+Handlers read the store and record what users ask for as requests
+(:mod:`tidal.controller.requests`); the controller loop carries them out on its next tick.
+Every route but ``/health`` needs the admin bearer token; :func:`tidal.controller.app.create_app`
+puts the routers and the dashboard together.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from tidal.controller.api import cluster, health, jobs, logs, metrics
+
+__all__ = ["PROTECTED_ROUTERS", "PUBLIC_ROUTERS"]
+
+#: Routers that need no token.
+PUBLIC_ROUTERS: tuple[APIRouter, ...] = (health.router,)
+#: Routers behind the bearer token.
+PROTECTED_ROUTERS: tuple[APIRouter, ...] = (
+    jobs.router,
+    logs.router,
+    cluster.router,
+    metrics.router,
+)

@@ -1,0 +1,44 @@
+"""What every route needs: the controller serving it and the job a path names."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+
+from tidal.controller.loop import Controller
+from tidal.controller.store import JobRecord, Store
+
+__all__ = ["UNPROCESSABLE", "ControllerDep", "StoreDep", "invalid", "job_or_404"]
+
+#: Spelled out: the status constant's name differs between Starlette versions.
+UNPROCESSABLE = 422
+
+
+def _controller(request: Request) -> Controller:
+    controller: Controller = request.app.state.controller
+    return controller
+
+
+def _store(request: Request) -> Store:
+    return _controller(request).store
+
+
+ControllerDep = Annotated[Controller, Depends(_controller)]
+StoreDep = Annotated[Store, Depends(_store)]
+
+
+def job_or_404(store: Store, ref: str) -> JobRecord:
+    """The job ``ref`` names (an id, or the latest job of that name); 404 if none."""
+    job = store.resolve(ref)
+    if job is None:
+        raise HTTPException(status_code=status.HTTP_404_NOT_FOUND, detail=f"no job {ref!r}")
+    return job
+
+
+def invalid(path: str, message: str, where: str = "body") -> HTTPException:
+    """A 422 naming the field at fault, shaped like FastAPI's own validation errors."""
+    return HTTPException(
+        status_code=UNPROCESSABLE,
+        detail=[{"loc": [where, path], "path": path, "msg": message, "type": "value_error"}],
+    )

@@ -1,0 +1,18 @@
+"""Liveness: the one route that needs no token."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+import tidal
+from tidal.controller.schema import HealthView
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["meta"])
+
+
+@router.get("/health", response_model=HealthView)
+def health() -> HealthView:
+    """Liveness; needs no token."""
+    return HealthView(status="ok", version=tidal.__version__)

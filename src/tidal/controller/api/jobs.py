@@ -1,0 +1,253 @@
+"""Jobs: submit, validate, list and read them, and ask for changes (priority, size, cancel).
+
+A change is recorded as a request the controller loop applies on its next tick; the answer
+is the job's view showing what was asked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+from pydantic import TypeAdapter
+
+from tidal.controller.api.deps import StoreDep, invalid, job_or_404
+from tidal.controller.api.spec_body import (
+    SPEC_BODY,
+    read_spec,
+    spec_loc,
+    spec_problem_response,
+    spec_text,
+)
+from tidal.controller.api.views import allocation_view, event_view, job_view
+from tidal.controller.requests import Cancel, Resize, SetPriority, UserRequest
+from tidal.controller.schema import (
+    AllocationView,
+    EventView,
+    JobDetail,
+    JobView,
+    PriorityRequest,
+    ScaleByRequest,
+    ScaleRequest,
+    SpecCheck,
+    SpecProblem,
+    WorkerView,
+)
+from tidal.controller.store import Event, JobRecord, Store
+from tidal.model import ACTIVE_STATES, JobState, JobStateError
+from tidal.spec import SpecError, locate_problems
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["jobs"])
+_JOB_LIST = TypeAdapter(list[JobView])
+
+
+def _parse_labels(raw: Sequence[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in raw:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise invalid("label", f"expected KEY=VALUE (got {item!r})", where="query")
+        labels[key] = value
+    return labels
+
+
+def _current(store: Store, job: JobRecord) -> JobView:
+    """The job's view with every request still pending."""
+    return job_view(job, None, store.pending_requests([job.id]).get(job.id, ()))
+
+
+def _ask(store: Store, job: JobRecord, request: UserRequest, event: Event) -> JobView:
+    """Record ``request`` for the loop; 409 when the job is over."""
+    try:
+        store.add_request(job.id, request, expect=ACTIVE_STATES, event=event)
+    except JobStateError as exc:
+        raise HTTPException(status_code=status.HTTP_409_CONFLICT, detail=str(exc)) from None
+    return _current(store, job)
+
+
+def _holding(job: JobRecord) -> None:
+    if not job.state.holds_slots:
+        raise HTTPException(status_code=409, detail=f"job {job.id} is {job.state.value}")
+
+
+@router.post(
+    "/jobs",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobView,
+    openapi_extra=SPEC_BODY,
+)
+async def submit(request: Request, store: StoreDep) -> Response:
+    """Submit a job from a spec: JSON, or YAML text with ``Content-Type: application/yaml``."""
+    try:
+        spec = read_spec(*await spec_text(request))
+    except SpecError as exc:
+        return spec_problem_response(exc)
+    job = await run_in_threadpool(store.add_job, spec)
+    return JSONResponse(
+        status_code=status.HTTP_201_CREATED, content=job_view(job).model_dump(mode="json")
+    )
+
+
+@router.post("/jobs/validate", response_model=SpecCheck, openapi_extra=SPEC_BODY)
+async def validate(request: Request) -> SpecCheck:
+    """Check a spec without submitting it: every problem with its field path and, for
+    YAML, the line it names (what the dashboard's submit page shows next to the text)."""
+    text, is_yaml = await spec_text(request)
+    try:
+        read_spec(text, is_yaml)
+    except SpecError as exc:
+        lines = locate_problems(text, exc.problems) if is_yaml else None
+        return SpecCheck(
+            valid=False,
+            problems=[
+                SpecProblem(
+                    loc=spec_loc(path)[1:],
+                    path=path,
+                    msg=message,
+                    line=lines[i] if lines is not None else None,
+                )
+                for i, (path, message) in enumerate(exc.problems)
+            ],
+        )
+    return SpecCheck(valid=True, problems=[])
+
+
+@router.get("/jobs", response_model=list[JobView])
+def list_jobs(
+    store: StoreDep,
+    state: Annotated[list[JobState] | None, Query()] = None,
+    name: str | None = None,
+    label: Annotated[list[str] | None, Query(description="KEY=VALUE, repeatable")] = None,
+    limit: Annotated[int | None, Query(ge=1)] = None,
+) -> Response:
+    """Jobs in submission order, filtered by state (repeatable), name and labels."""
+    labels = _parse_labels(label or [])
+    jobs = store.list_jobs(states=state, name=name, labels=labels, limit=limit)
+    ids = [j.id for j in jobs]
+    reports = store.goodput(ids)
+    pending = store.pending_requests(ids)
+    # Serialised here in one go rather than re-validated item by item by FastAPI.
+    body = _JOB_LIST.dump_json(
+        [job_view(j, reports.get(j.id), pending.get(j.id, ())) for j in jobs]
+    )
+    return Response(content=body, media_type="application/json")
+
+
+@router.get("/jobs/{ref}", response_model=JobDetail)
+def get_job(ref: str, store: StoreDep) -> JobDetail:
+    """A job by id (or the latest job with that name), with its workers."""
+    job = job_or_404(store, ref)
+    workers = [
+        WorkerView(
+            worker_id=w.worker_id,
+            host=w.slot[0],
+            slot=w.slot[1],
+            pid=w.pid,
+            state=w.state.value,
+            exit_code=w.exit_code,
+        )
+        for w in store.workers(job.id)
+    ]
+    report = store.goodput([job.id]).get(job.id)
+    pending = store.pending_requests([job.id]).get(job.id, ())
+    return JobDetail(
+        **job_view(job, report, pending).model_dump(),
+        worker_list=workers,
+        goodput=dict(report.report) if report is not None else None,
+    )
+
+
+@router.post("/jobs/{ref}/cancel", response_model=JobView, status_code=202)
+def cancel(ref: str, store: StoreDep) -> JobView:
+    """Ask for the job to be cancelled; its workers stop on the controller's next tick."""
+    job = job_or_404(store, ref)
+    return _ask(store, job, Cancel(), Event("cancel_requested"))
+
+
+@router.put("/jobs/{ref}/priority", response_model=JobView)
+def set_priority(ref: str, body: PriorityRequest, store: StoreDep) -> JobView:
+    """Change the job's priority; the next allocation takes it into account."""
+    job = job_or_404(store, ref)
+    before = _current(store, job).priority
+    return _ask(
+        store,
+        job,
+        SetPriority(body.priority),
+        Event("priority", f"{before} → {body.priority}", {"from": before, "to": body.priority}),
+    )
+
+
+@router.post("/jobs/{ref}/scale", response_model=JobView)
+def scale(ref: str, body: ScaleRequest, store: StoreDep) -> JobView:
+    """Ask for exactly ``workers`` workers."""
+    job = job_or_404(store, ref)
+    if not job.min_workers <= body.workers <= job.max_workers:
+        raise invalid(
+            "workers",
+            f"must be within [{job.min_workers}, {job.max_workers}] (got {body.workers})",
+        )
+    return _ask(
+        store,
+        job,
+        Resize(body.workers, "scale"),
+        Event("scale", f"target {body.workers} worker(s)", {"to": body.workers}),
+    )
+
+
+@router.post("/jobs/{ref}/scale-out", response_model=JobView)
+def scale_out(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
+    """Grow by ``count`` workers; with ``timeout_s``, rolled back if not reached in time."""
+    job = job_or_404(store, ref)
+    _holding(job)
+    target = len(job.slots) + body.count
+    if target > job.max_workers:
+        raise invalid(
+            "count", f"would make {target} workers, above the job's max of {job.max_workers}"
+        )
+    deadline = time.time() + body.timeout_s if body.timeout_s else None
+    return _ask(
+        store,
+        job,
+        Resize(target, "scale_out", deadline),
+        Event("scale_out", f"target {target} worker(s)", {"to": target}),
+    )
+
+
+@router.post("/jobs/{ref}/scale-in", response_model=JobView)
+def scale_in(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
+    """Shrink by ``count`` workers."""
+    job = job_or_404(store, ref)
+    _holding(job)
+    target = len(job.slots) - body.count
+    if target < job.min_workers:
+        raise invalid(
+            "count", f"would leave {target} workers, below the job's min of {job.min_workers}"
+        )
+    return _ask(
+        store,
+        job,
+        Resize(target, "scale_in"),
+        Event("scale_in", f"target {target} worker(s)", {"to": target}),
+    )
+
+
+@router.get("/jobs/{ref}/events", response_model=list[EventView])
+def job_events(
+    ref: str, store: StoreDep, limit: Annotated[int, Query(ge=1, le=10000)] = 1000
+) -> list[EventView]:
+    """The job's events in time order."""
+    job = job_or_404(store, ref)
+    return [event_view(e) for e in store.events(job.id, limit=limit)]
+
+
+@router.get("/jobs/{ref}/allocations", response_model=list[AllocationView])
+def job_allocations(ref: str, store: StoreDep) -> list[AllocationView]:
+    """The job's allocation timeline."""
+    job = job_or_404(store, ref)
+    return [allocation_view(a) for a in store.allocations(job.id)]

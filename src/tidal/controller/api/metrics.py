@@ -1,0 +1,47 @@
+"""Metrics: training metrics jobs report, each job's latest progress, and the
+controller's Prometheus exposition."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse, Response
+
+from tidal.controller.api.deps import ControllerDep, StoreDep, job_or_404
+from tidal.controller.schema import JobProgress, MetricsReport, MetricsView
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.post("/jobs/{ref}/metrics", status_code=204, tags=["jobs"])
+def report_metrics(ref: str, body: MetricsReport, store: StoreDep) -> Response:
+    """Record a job's training metrics at one step (for training curves)."""
+    job = job_or_404(store, ref)
+    store.add_metrics(job.id, body.step, body.values)
+    return Response(status_code=204)
+
+
+@router.get("/jobs/{ref}/metrics", response_model=list[MetricsView], tags=["jobs"])
+def job_metrics(ref: str, store: StoreDep) -> list[MetricsView]:
+    """The job's training metrics in step order."""
+    job = job_or_404(store, ref)
+    return [
+        MetricsView(step=m.step, time=m.time, values=dict(m.values)) for m in store.metrics(job.id)
+    ]
+
+
+@router.get("/progress", response_model=list[JobProgress], tags=["jobs"])
+def progress(store: StoreDep) -> list[JobProgress]:
+    """Each job's latest training metrics: what the jobs table shows as progress."""
+    return [
+        JobProgress(job_id=m.job_id, step=m.step, time=m.time, values=dict(m.values))
+        for m in store.latest_metrics()
+    ]
+
+
+@router.get("/metrics", tags=["meta"], response_class=PlainTextResponse)
+def prometheus(controller: ControllerDep) -> Response:
+    """Prometheus exposition: slots, jobs by state, rescales, rescale stalls."""
+    body, content_type = controller.metrics.render()
+    return Response(content=body, media_type=content_type)

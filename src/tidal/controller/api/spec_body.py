@@ -1,0 +1,60 @@
+"""Reading a job spec from a request body (JSON, or YAML by content type) and answering
+its problems with field paths."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from tidal.controller.api.deps import UNPROCESSABLE
+from tidal.spec import JobSpec, SpecError, parse_spec, parse_spec_yaml
+
+__all__ = ["SPEC_BODY", "read_spec", "spec_loc", "spec_problem_response", "spec_text"]
+
+_YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+
+#: The OpenAPI description of a body that is a spec in JSON or YAML.
+SPEC_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def spec_loc(path: str) -> list[str | int]:
+    """A spec field's dotted path as a FastAPI error location in the body."""
+    parts = [p for p in path.replace("[", ".").replace("]", "").split(".") if p]
+    return ["body", *[int(p) if p.isdigit() else p for p in parts]]
+
+
+def spec_problem_response(exc: SpecError) -> JSONResponse:
+    """A 422 listing every problem of a refused spec."""
+    detail = [
+        {"loc": spec_loc(path), "path": path, "msg": message, "type": "spec_error"}
+        for path, message in exc.problems
+    ]
+    return JSONResponse(status_code=UNPROCESSABLE, content={"detail": detail})
+
+
+async def spec_text(request: Request) -> tuple[str, bool]:
+    """A request's body as text, and whether it is YAML (by content type) rather than JSON."""
+    body = await request.body()
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    return body.decode("utf-8", errors="replace"), ctype in _YAML_TYPES
+
+
+def read_spec(text: str, is_yaml: bool) -> JobSpec:
+    """The spec in a request body; raises :class:`SpecError`."""
+    if is_yaml:
+        return parse_spec_yaml(text)
+    try:
+        data = json.loads(text) if text else None
+    except ValueError:
+        raise SpecError([("", "body is not valid JSON")]) from None
+    return parse_spec(data)

@@ -1,0 +1,98 @@
+"""The API's views of stored records: the one conversion of each record into its view."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tidal.controller.requests import PendingRequest, apply_requests, request_to_row
+from tidal.controller.schema import (
+    AllocationView,
+    EventView,
+    JobView,
+    RequestView,
+    UtilisationPoint,
+)
+from tidal.controller.store import AllocationRecord, EventRecord, GoodputRecord, JobRecord
+
+__all__ = ["allocation_view", "event_view", "job_view", "utilisation"]
+
+
+def _number(report: Mapping[str, Any] | None, key: str) -> float | None:
+    value = None if report is None else report.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def job_view(
+    job: JobRecord,
+    goodput: GoodputRecord | None = None,
+    pending: Sequence[PendingRequest] = (),
+) -> JobView:
+    """``job`` as the API shows it: with the values its ``pending`` requests ask for
+    (what the loop will apply on its next tick), and its newest goodput report's numbers."""
+    report = goodput.report if goodput is not None else None
+    batch = _number(report, "batch_size")
+    asked = apply_requests(job.target_workers, pending).changes
+    # model_construct: the store's data is already valid, and validating every field of
+    # every job again made listing jobs the API's slowest call.
+    return JobView.model_construct(
+        id=job.id,
+        name=job.name,
+        owner=job.owner,
+        team=job.team,
+        state=job.state.value,
+        reason=job.reason,
+        priority=asked.get("priority", job.priority),
+        workers=len(job.slots),
+        min_workers=job.min_workers,
+        max_workers=job.max_workers,
+        target_workers=asked.get("target_workers", job.target_workers),
+        slots=list(job.slots),
+        restarts=job.restarts,
+        reallocations=job.reallocations,
+        generation=job.reallocations,
+        labels=dict(job.labels),
+        target_group=job.target_group,
+        cancel_requested=asked.get("cancel_requested", job.cancel_requested),
+        scale_deadline=asked.get("scale_deadline", job.scale_deadline),
+        pending_requests=[_request_view(p) for p in pending],
+        submitted_at=job.submitted_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        updated_at=job.updated_at,
+        spec=dict(job.spec_data),
+        batch_size=int(batch) if batch is not None else None,
+        efficiency=_number(report, "efficiency"),
+        speedup=_number(report, "speedup"),
+    )
+
+
+def _request_view(pending: PendingRequest) -> RequestView:
+    kind, data = request_to_row(pending.request)
+    return RequestView(id=pending.id, time=pending.time, kind=kind, data=data)
+
+
+def event_view(e: EventRecord) -> EventView:
+    """An event as the API shows it."""
+    return EventView(
+        id=e.id, job_id=e.job_id, time=e.time, kind=e.kind, message=e.message, data=dict(e.data)
+    )
+
+
+def allocation_view(a: AllocationRecord) -> AllocationView:
+    """A point of the allocation timeline as the API shows it."""
+    return AllocationView(job_id=a.job_id, time=a.time, count=a.count, slots=list(a.slots))
+
+
+def utilisation(records: Sequence[AllocationRecord], total: int) -> list[UtilisationPoint]:
+    """Slots held by all jobs together, one point per time the sum may have changed."""
+    counts: dict[str, int] = {}
+    points: list[UtilisationPoint] = []
+    for a in records:
+        counts[a.job_id] = a.count
+        point = UtilisationPoint(time=a.time, used=sum(counts.values()), total=total)
+        if points and points[-1].time == a.time:
+            points[-1] = point  # several jobs changed in one tick: keep the sum after all
+        else:
+            points.append(point)
+    return points

@@ -1,0 +1,82 @@
+"""What the controller does when a job's workers fail: replace them, or fail the job.
+
+The restart-or-fail decision is a pure function (:mod:`tidal.policy.restart`, shared with
+``tidal run``); this module carries it out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tidal.backends.base import JobStatus, WorkerState, WorkerStatus
+from tidal.controller.cluster import ClusterModel
+from tidal.controller.effects import LoopEffects
+from tidal.controller.store import Event, JobRecord
+from tidal.model import JobState
+from tidal.policy.restart import Fail, LostWorker, Noop, RestartView, decide_restart
+
+__all__ = ["fail", "on_failures"]
+
+
+def on_failures(
+    effects: LoopEffects,
+    cluster: ClusterModel,
+    job: JobRecord,
+    failed: Sequence[WorkerStatus],
+    status: JobStatus,
+    now: float,
+) -> JobRecord | None:
+    """Replace ``failed`` workers on the job's slots, or fail the job once its restart
+    budget is spent (:func:`~tidal.policy.restart.decide_restart`); the job as it is now,
+    or ``None`` once it is over."""
+    limit = effects.model(job).role.restart.max_restarts
+    # Only running workers hold the training state (a starting one has none yet).
+    running = any(w.state is WorkerState.RUNNING for w in status.workers)
+    view = RestartView(max_restarts=limit, restarts=job.restarts, group_gone=not running)
+    lost = [LostWorker(str(w.worker_id), w.slot[0], w.exit_code) for w in failed]
+    decision = decide_restart(view, lost)
+    if isinstance(decision, Noop):
+        return job
+    if isinstance(decision, Fail):
+        effects.call(job.id, "stop", lambda: effects.backend.stop(job.id))
+        fail(effects, job, now, decision.reason, restarts=decision.restarts)
+        return None
+    # Same slots again: the backend starts a fresh worker on each slot without a live one.
+    # Not on slots whose host left the cluster: the policy moves the job off them.
+    slots = tuple(s for s in job.slots if cluster.has_slot(s))
+    effects.call(job.id, "assign", lambda: effects.backend.assign(job.id, slots))
+    ids = ", ".join(decision.workers)
+    return effects.store.update_job(
+        job.id,
+        now,
+        state=JobState.RESCALING,
+        restarts=decision.restarts,
+        reallocations=job.reallocations + 1,
+        rescale_started_at=now,
+        reason=decision.reason,
+        event=Event(
+            "worker_failed",
+            f"worker {ids} failed; replacing it (restart {decision.restarts} of {limit})",
+            {
+                "workers": ids,
+                "exit_codes": list(decision.exit_codes),
+                "restarts": decision.restarts,
+            },
+        ),
+    )
+
+
+def fail(effects: LoopEffects, job: JobRecord, now: float, reason: str, **changes: Any) -> None:
+    """Mark the job failed for ``reason``, releasing its slots."""
+    effects.store.update_job(
+        job.id,
+        now,
+        slots=() if job.slots else None,
+        state=JobState.FAILED,
+        reason=reason,
+        finished_at=now,
+        scale_deadline=None,
+        event=Event("failed", reason),
+        **changes,
+    )

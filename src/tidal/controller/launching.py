@@ -1,0 +1,65 @@
+"""Where a job's files live on the server, and the launch a backend is given to start it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from tidal.backends.base import Backend, JobLaunch, worker_logs
+from tidal.model import Job
+
+__all__ = ["JobFiles", "build_launch"]
+
+log = logging.getLogger(__name__)
+
+
+class JobFiles:
+    """The directories of jobs under the server's data dir: ``jobs/<id>/{logs,checkpoints}``."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    def job_dir(self, job_id: str) -> Path:
+        """Where the job's logs (and, by default, checkpoints) live."""
+        return self.data_dir / "jobs" / job_id
+
+    def log_dir(self, job_id: str) -> Path:
+        """Where the job's workers write their logs."""
+        return self.job_dir(job_id) / "logs"
+
+    def log_paths(self, job_id: str, backend: Backend) -> dict[int, Path]:
+        """Each worker's log by worker id: what the backend reports, and the files left in
+        the job's log dir (so logs stay readable after the backend forgot the job)."""
+        found = worker_logs(self.log_dir(job_id))
+        reported: Mapping[int, Path] = {}
+        try:
+            reported = backend.log_paths(job_id)
+        except Exception:
+            log.exception("backend log_paths failed for %s", job_id)
+        found.update(reported)
+        return found
+
+
+def build_launch(job: Job, files: JobFiles, *, gpu: bool) -> JobLaunch:
+    """What the backend needs to start ``job``'s workers; ``gpu``: the cluster's slots are
+    accelerators."""
+    role = job.role
+    working_dir = Path(role.working_dir) if role.working_dir else None
+    checkpoint_dir = files.job_dir(job.id) / "checkpoints"
+    if job.checkpointing.dir:
+        # Relative to the job's working directory, like the paths in its command.
+        checkpoint_dir = (working_dir or Path()) / job.checkpointing.dir
+    return JobLaunch(
+        job_id=job.id,
+        argv=role.command,
+        env={**role.env, "TIDAL_JOB_ID": job.id},
+        working_dir=working_dir,
+        log_dir=files.log_dir(job.id),
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every_steps=job.checkpointing.every_steps,
+        checkpoint_every_seconds=job.checkpointing.every_seconds,
+        cpus=role.resources.cpus,
+        memory=role.resources.memory,
+        gpu=gpu and role.resources.gpus > 0,
+    )

@@ -1,0 +1,144 @@
+"""Observing a job: what its pending requests change, and what the backend reports.
+
+:func:`observe` turns one job's backend status into store changes: a cancel carried out,
+workers lost, the job finished or failed, failed workers handed to
+:mod:`tidal.controller.failures`, a rescale that settled, service attained.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tidal.backends.base import JobStatus, WorkerState
+from tidal.controller.cluster import ClusterModel
+from tidal.controller.effects import LoopEffects
+from tidal.controller.failures import fail, on_failures
+from tidal.controller.requests import PendingRequest, apply_requests
+from tidal.controller.store import Event, JobRecord
+from tidal.model import JobState
+from tidal.policy.api import ThroughputModel
+from tidal.policy.goodput_model import model_from_dict
+
+__all__ = ["apply_pending", "observe", "settled", "throughput_models"]
+
+log = logging.getLogger(__name__)
+
+
+def apply_pending(
+    effects: LoopEffects, job: JobRecord, pending: Sequence[PendingRequest], now: float
+) -> JobRecord:
+    """Carry out the requests users made of ``job`` since the last tick."""
+    if not pending:
+        return job
+    decided = apply_requests(job.target_workers, pending)
+    return effects.store.update_job(job.id, now, applied=decided.applied, **decided.changes)
+
+
+def observe(
+    effects: LoopEffects,
+    cluster: ClusterModel,
+    job: JobRecord,
+    status: JobStatus | None,
+    now: float,
+    elapsed: float,
+) -> JobRecord | None:
+    """Apply what the backend reports; the job as it is now, or None once it is over."""
+    store, backend = effects.store, effects.backend
+    if job.cancel_requested:
+        if status is not None:
+            effects.call(job.id, "stop", lambda: backend.stop(job.id))
+        store.update_job(
+            job.id,
+            now,
+            slots=() if job.slots else None,
+            state=JobState.CANCELLED,
+            reason="cancelled by user",
+            finished_at=now,
+            scale_deadline=None,
+            event=Event("cancelled", "cancelled by user"),
+        )
+        return None
+    if not job.state.holds_slots:
+        return job
+    if status is None:
+        # The backend does not run it (e.g. the controller restarted): queue it again so
+        # it resumes from its checkpoint instead of being counted as running forever.
+        return store.update_job(
+            job.id,
+            now,
+            slots=(),
+            state=JobState.QUEUED,
+            reason="workers lost; requeued to resume from checkpoint",
+            event=Event("lost", "the backend no longer runs this job's workers"),
+        )
+    newly_failed = store.sync_workers(job.id, status.workers, now)
+    _record_reports(effects, job, status, now)
+    if status.finished:
+        # Nothing left to stop: this releases what the backend still holds for the job.
+        effects.call(job.id, "stop", lambda: backend.stop(job.id))
+        store.update_job(
+            job.id,
+            now,
+            slots=(),
+            state=JobState.SUCCEEDED,
+            reason="all workers finished",
+            finished_at=now,
+            scale_deadline=None,
+            event=Event("succeeded", "all workers finished"),
+        )
+        return None
+    if status.failed:
+        effects.call(job.id, "stop", lambda: backend.stop(job.id))
+        fail(effects, job, now, status.reason or "the backend reported the job failed")
+        return None
+    if newly_failed:
+        return on_failures(effects, cluster, job, newly_failed, status, now)
+    changes: dict[str, Any] = {"attained_service": job.attained_service + elapsed * len(job.slots)}
+    event = None
+    if job.state is JobState.RESCALING and settled(job, status):
+        stall = now - (job.rescale_started_at or now)
+        effects.metrics.rescale_stall.observe(stall)
+        changes.update(
+            state=JobState.RUNNING,
+            reason=f"running on {len(job.slots)} slot(s)",
+            rescale_started_at=None,
+        )
+        event = Event("rescaled", f"now {len(job.slots)} worker(s)", {"stall_s": stall})
+    return store.update_job(job.id, now, event=event, **changes)
+
+
+def settled(job: JobRecord, status: JobStatus) -> bool:
+    """Whether every slot the job was given runs a worker, and no other slot does."""
+    running = {w.slot for w in status.workers if w.state is WorkerState.RUNNING}
+    return status.alive_slots() == set(job.slots) and running == set(job.slots)
+
+
+def _record_reports(effects: LoopEffects, job: JobRecord, status: JobStatus, now: float) -> None:
+    """Store what the workers reported: metrics (``tidal.log_metrics``) and the newest
+    goodput report, which the policy reads as the job's throughput model."""
+    try:
+        if status.metrics:
+            effects.store.add_metrics_many(
+                job.id, [(m.step, m.time, m.values) for m in status.metrics]
+            )
+        if status.goodput is not None:
+            effects.store.set_goodput(job.id, status.goodput, now)
+    except Exception:
+        # Reports are for charts and the policy; losing one must not stop scheduling.
+        log.exception("recording reports of %s failed", job.id)
+
+
+def throughput_models(effects: LoopEffects, job_ids: Sequence[str]) -> dict[str, ThroughputModel]:
+    """Each job's reported throughput model (jobs that reported none are absent)."""
+    models: dict[str, ThroughputModel] = {}
+    for job_id, record in effects.store.goodput(job_ids).items():
+        raw = record.report.get("model")
+        if not isinstance(raw, Mapping):
+            continue
+        try:
+            models[job_id] = model_from_dict(raw)
+        except ValueError:
+            log.warning("job %s reported an unreadable throughput model", job_id)
+    return models

@@ -1,0 +1,167 @@
+"""What the store hands out: detached, immutable snapshots of its rows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any
+
+from tidal.backends.base import WorkerState
+from tidal.controller.tables import JobRow, slots_of
+from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM, Job, JobState, job_from_spec
+from tidal.policy.api import Slot
+from tidal.spec import JobSpec
+
+__all__ = [
+    "AllocationRecord",
+    "Event",
+    "EventRecord",
+    "GoodputRecord",
+    "JobRecord",
+    "MetricRecord",
+    "WorkerRecord",
+]
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job as stored (a detached snapshot): the submitted job and where it stands.
+
+    ``name``, ``labels``, ``target_group`` and the worker bounds are columns of their own
+    so jobs can be listed and filtered without reading every spec; :attr:`job` is the
+    whole job model.
+    """
+
+    id: str
+    name: str
+    #: The spec as stored (JSON); :attr:`spec` parses it on first use.
+    spec_data: Mapping[str, Any]
+    state: JobState
+    reason: str
+    priority: int
+    target_group: str | None
+    labels: Mapping[str, str]
+    min_workers: int
+    max_workers: int
+    target_workers: int | None
+    scale_deadline: float | None
+    scale_previous: int | None
+    slots: tuple[Slot, ...]
+    reallocations: int
+    restarts: int
+    cancel_requested: bool
+    attained_service: float
+    rescale_started_at: float | None
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    updated_at: float
+    owner: str = DEFAULT_OWNER
+    team: str = DEFAULT_TEAM
+
+    @cached_property
+    def spec(self) -> JobSpec:
+        """The job's spec (validated when it was submitted, so parsing cannot fail)."""
+        return JobSpec.model_validate(self.spec_data)
+
+    @cached_property
+    def job(self) -> Job:
+        """The job model, with the priority the job has now."""
+        job = job_from_spec(self.spec, job_id=self.id, owner=self.owner, team=self.team)
+        return replace(job, priority=self.priority)
+
+    @classmethod
+    def of_row(cls, row: JobRow) -> JobRecord:
+        """The record of a job's row."""
+        return cls(
+            id=row.id,
+            name=row.name,
+            spec_data=row.spec,
+            state=JobState(row.state),
+            reason=row.reason,
+            priority=row.priority,
+            target_group=row.target_group,
+            labels=dict(row.labels or {}),
+            min_workers=row.min_workers,
+            max_workers=row.max_workers,
+            target_workers=row.target_workers,
+            scale_deadline=row.scale_deadline,
+            scale_previous=row.scale_previous,
+            slots=slots_of(row.slots or []),
+            reallocations=row.reallocations,
+            restarts=row.restarts,
+            cancel_requested=row.cancel_requested,
+            attained_service=row.attained_service,
+            rescale_started_at=row.rescale_started_at,
+            submitted_at=row.submitted_at,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            updated_at=row.updated_at,
+            owner=row.owner,
+            team=row.team,
+        )
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """The last known state of one worker."""
+
+    job_id: str
+    worker_id: int
+    slot: Slot
+    pid: int | None
+    state: WorkerState
+    exit_code: int | None
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """Something that happened, for the user to read (``tidal get``, the events API)."""
+
+    id: int
+    job_id: str | None
+    time: float
+    kind: str
+    message: str
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class AllocationRecord:
+    """From ``time`` on, the job held ``slots`` (``count`` of them); what charts draw."""
+
+    job_id: str
+    time: float
+    count: int
+    slots: tuple[Slot, ...]
+
+
+@dataclass(frozen=True)
+class MetricRecord:
+    """Training metrics a job reported at one step."""
+
+    job_id: str
+    step: int
+    time: float
+    values: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class GoodputRecord:
+    """The newest goodput report of a job's workers (see ``tidal.runtime.adaptive``):
+    fitted throughput model, gradient noise scale, chosen batch, efficiency, speed-up."""
+
+    job_id: str
+    time: float
+    report: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Event:
+    """An event to record together with a job change, in the same transaction."""
+
+    kind: str
+    message: str = ""
+    data: Mapping[str, Any] | None = None

@@ -1,0 +1,137 @@
+"""The store's tables (SQLAlchemy ORM rows). Each change to them is a migration."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM
+from tidal.policy.api import Slot
+
+__all__ = [
+    "AllocationRow",
+    "EventRow",
+    "GoodputRow",
+    "JobRow",
+    "MetricRow",
+    "RequestRow",
+    "SchemaVersionRow",
+    "TableBase",
+    "WorkerRow",
+    "slots_json",
+    "slots_of",
+]
+
+
+class TableBase(DeclarativeBase):
+    """The base of every table of the store."""
+
+
+class SchemaVersionRow(TableBase):
+    __tablename__ = "schema_version"
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+
+
+class JobRow(TableBase):
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), index=True)
+    owner: Mapped[str] = mapped_column(
+        String(80), default=DEFAULT_OWNER, server_default=DEFAULT_OWNER
+    )
+    team: Mapped[str] = mapped_column(String(80), default=DEFAULT_TEAM, server_default=DEFAULT_TEAM)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    priority: Mapped[int] = mapped_column(Integer)
+    target_group: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    min_workers: Mapped[int] = mapped_column(Integer)
+    max_workers: Mapped[int] = mapped_column(Integer)
+    target_workers: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: A pending scale-out: when it must be satisfied, and the target to restore if not.
+    scale_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
+    scale_previous: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: The slots the controller has told the backend to use: ``[[host, index], ...]``.
+    slots: Mapped[list[list[Any]]] = mapped_column(JSON, default=list)
+    #: How many times the job's allocation changed (started, resized, worker replaced).
+    reallocations: Mapped[int] = mapped_column(Integer, default=0)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    attained_service: Mapped[float] = mapped_column(Float, default=0.0)
+    rescale_started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    submitted_at: Mapped[float] = mapped_column(Float, index=True)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class WorkerRow(TableBase):
+    __tablename__ = "workers"
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    worker_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host: Mapped[str] = mapped_column(String(200))
+    slot: Mapped[int] = mapped_column(Integer)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class EventRow(TableBase):
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), nullable=True, index=True)
+    time: Mapped[float] = mapped_column(Float, index=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    message: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class AllocationRow(TableBase):
+    __tablename__ = "allocations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    time: Mapped[float] = mapped_column(Float, index=True)
+    count: Mapped[int] = mapped_column(Integer)
+    slots: Mapped[list[list[Any]]] = mapped_column(JSON)
+
+
+class MetricRow(TableBase):
+    __tablename__ = "metrics"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    time: Mapped[float] = mapped_column(Float)
+    values: Mapped[dict[str, float]] = mapped_column(JSON)
+
+
+class RequestRow(TableBase):
+    """A user's request the controller loop has not applied yet."""
+
+    __tablename__ = "requests"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    time: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(40))
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class GoodputRow(TableBase):
+    __tablename__ = "goodput"
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    time: Mapped[float] = mapped_column(Float)
+    report: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+def slots_json(slots: Sequence[Slot]) -> list[list[Any]]:
+    """Slots as stored: ``[[host, index], ...]`` in order."""
+    return [[h, i] for h, i in sorted(slots)]
+
+
+def slots_of(raw: Sequence[Sequence[Any]]) -> tuple[Slot, ...]:
+    """Stored slots as ``(host, index)`` pairs."""
+    return tuple((str(h), int(i)) for h, i in raw)

@@ -1,0 +1,180 @@
+"""The one loop that drives a job's :class:`~tidal.launch.group.WorkerGroup` for a backend.
+
+Every backend runs a job the same way: apply the controller's latest slots, poll the group,
+report the job's :class:`~tidal.backends.base.JobStatus` and the workers' report batches,
+and stop when told to or when the group ended. Only where the orders come from and where
+the status goes differ (the local backend's agent process talks through the job's store;
+the Ray backend's thread through memory): that is a :class:`JobControl`.
+
+Slot names (``host:i``) are written here too: the group and its workers see slots as
+strings, the controller and the policies as ``(host, i)`` pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from tidal.backends.base import JobStatus, WorkerState, WorkerStatus
+from tidal.launch.group import GroupEvent, Outcome, WorkerGroup
+from tidal.launch.process import Spawner
+from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_number
+from tidal.policy.api import Slot
+from tidal.runtime.api import EXIT_RELEASED
+from tidal.runtime.rendezvous import ReportQueue
+from tidal.runtime.report import REPORT_PREFIX
+
+__all__ = ["GroupDriver", "JobControl", "parse_slot", "slot_name", "worker_state"]
+
+log = logging.getLogger("tidal.launch")
+
+#: Seconds between reads of the workers' report queue (they flush about once a second).
+_REPORT_INTERVAL = 0.25
+
+
+def slot_name(slot: Slot) -> str:
+    """``(host, i)`` as a group names it: ``host:i``."""
+    return f"{slot[0]}:{slot[1]}"
+
+
+def parse_slot(name: str) -> Slot:
+    """The inverse of :func:`slot_name`."""
+    host, _, index = name.rpartition(":")
+    return host, int(index)
+
+
+def worker_state(worker: Worker) -> WorkerState:
+    """A group's worker as a backend reports it."""
+    if worker.phase is not WorkerPhase.EXITED:
+        running = worker.phase in (WorkerPhase.MEMBER, WorkerPhase.LEAVING)
+        return WorkerState.RUNNING if running else WorkerState.STARTING
+    if worker.failed:
+        return WorkerState.FAILED
+    if worker.exit_code == 0:
+        return WorkerState.EXITED
+    if worker.exit_code == EXIT_RELEASED or worker.killed:
+        return WorkerState.RELEASED  # a worker the group stopped itself did not fail
+    return WorkerState.FAILED
+
+
+class JobControl(Protocol):
+    """Where a driven job's orders come from and where its status goes."""
+
+    def requests(self) -> tuple[Sequence[str] | None, bool]:
+        """Slots newly asked for (``None``: no change since the last call), and whether
+        the job is to stop."""
+        ...
+
+    def publish(self, status: JobStatus, ended: bool, reports: list[dict[str, Any]]) -> None:
+        """The job as of now (``ended``: its group is over, this is the last call) and the
+        report batches the workers sent since the previous call, oldest first."""
+        ...
+
+
+class GroupDriver:
+    """One job's group, driven for a backend: see the module docstring."""
+
+    def __init__(
+        self,
+        job_id: str,
+        spec: WorkerSpec,
+        *,
+        spawner: Spawner | None = None,
+        store_host: str = "127.0.0.1",
+        stop_grace: float = 30.0,
+    ) -> None:
+        """``stop_grace``: how long released workers get to leave when the job stops
+        (rank 0 checkpoints first)."""
+        self.job_id = job_id
+        self.stop_grace = stop_grace
+        self.group = WorkerGroup(
+            spec, on_event=self._on_event, spawner=spawner, store_host=store_host
+        )
+        self._reports = ReportQueue(self.group.host.store, REPORT_PREFIX)
+        self._last_read = 0.0
+        self._last_failure = ""
+        self._error = ""
+
+    def _on_event(self, event: GroupEvent) -> None:
+        if event.kind == "failed":
+            self._last_failure = event.message
+
+    def status(self) -> JobStatus:
+        """The job's workers and outcome as of the last poll (metrics and goodput are
+        left to the caller: see :meth:`take_reports`)."""
+        group = self.group
+        workers = tuple(
+            WorkerStatus(
+                worker_id=worker_number(w.id),
+                slot=parse_slot(w.slot),
+                state=worker_state(w),
+                pid=w.process.pid,
+                exit_code=w.exit_code,
+            )
+            for w in group.workers.values()
+        )
+        failed = group.outcome is Outcome.FAILED or bool(self._error)
+        reason = ""
+        if failed:
+            reason = self._error or self._last_failure or "failed"
+        return JobStatus(
+            job_id=self.job_id,
+            generation=group.generation.number if group.generation else -1,
+            workers=workers,
+            finished=group.outcome is Outcome.SUCCEEDED and not self._error,
+            failed=failed,
+            reason=reason,
+        )
+
+    def take_reports(self, *, read: bool = False) -> list[dict[str, Any]]:
+        """The report batches (:mod:`tidal.runtime.report`) the workers sent since the last
+        call, oldest first. Reads the job's store at most a few times a second, unless
+        ``read`` (say, once the job ended)."""
+        now = time.monotonic()
+        if not read and now - self._last_read < _REPORT_INTERVAL:
+            return []
+        self._last_read = now
+        try:
+            raw = self._reports.drain()
+        except Exception as exc:  # a report is never worth failing the job for
+            log.debug("job=%s reading reports: %s", self.job_id, exc)
+            return []
+        batches = []
+        for text in raw:
+            try:
+                batches.append(dict(json.loads(text)))
+            except (ValueError, TypeError):
+                log.debug("job=%s: malformed report skipped", self.job_id)
+        return batches
+
+    def drive(self, control: JobControl) -> JobStatus:
+        """Run the job until it ends or ``control`` stops it; returns the final status
+        (also published). An error in the group fails the job with that reason."""
+        group = self.group
+        try:
+            while True:
+                slots, stopping = control.requests()
+                if stopping:
+                    group.stop(grace=self.stop_grace)
+                    break
+                if slots is not None:
+                    group.assign(slots)
+                outcome = group.poll()
+                control.publish(self.status(), False, self.take_reports())
+                if outcome is not None:
+                    group.stop(grace=0)  # closes the log files; the workers are gone
+                    break
+                time.sleep(group.poll_interval())
+        except Exception as exc:
+            log.exception("job=%s: the group failed", self.job_id)
+            self._error = f"backend error: {type(exc).__name__}: {exc}"
+            try:
+                group.stop(grace=0)
+            except Exception:
+                log.exception("job=%s: stopping the group failed", self.job_id)
+        final = self.status()
+        control.publish(final, True, self.take_reports(read=True))
+        return final

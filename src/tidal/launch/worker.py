@@ -1,0 +1,119 @@
+"""One worker of a group: what it runs, where it is in the rescale protocol, its
+environment and its log file.
+
+A worker is named ``w<K>`` inside its group and reported as worker ``K`` to the
+controller; ``K`` is never reused within a group. Its output goes to
+``<log_dir>/worker-<K>.log`` (:func:`worker_log_path`), which the controller reads
+(:func:`tidal.backends.base.worker_logs`) even after the backend forgot the job.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidal.launch.process import WorkerProcess
+from tidal.runtime.api import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CHECKPOINT_EVERY_SECONDS,
+    ENV_CHECKPOINT_EVERY_STEPS,
+    ENV_RUN_ID,
+    ENV_SLOT,
+    ENV_STORE,
+    ENV_SYNC_EVERY,
+    ENV_TIMEOUT,
+    ENV_WORKER_ID,
+)
+
+__all__ = [
+    "Worker",
+    "WorkerPhase",
+    "WorkerSpec",
+    "worker_env",
+    "worker_log_path",
+    "worker_number",
+]
+
+
+class WorkerPhase(enum.Enum):
+    """Where a worker process is in the rescale protocol (inside its group; a backend
+    reports the coarser :class:`~tidal.backends.base.WorkerState`)."""
+
+    STARTING = "starting"  # process started, model not built yet
+    READY = "ready"  # waiting to be admitted
+    MEMBER = "member"  # in the current generation
+    LEAVING = "leaving"  # released, finishing its step
+    EXITED = "exited"
+
+
+@dataclass
+class WorkerSpec:
+    """What every worker of the job runs, and how."""
+
+    argv: list[str]
+    run_id: str
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    log_dir: Path | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every_steps: int = 0
+    checkpoint_every_seconds: float = 0.0
+    #: Bound on collectives and joins inside the workers, in seconds.
+    timeout: float = 10.0
+    sync_every: int = 1
+    #: Slots are GPUs: a worker on slot ``host:i`` sees only GPU ``i``.
+    gpus: bool = False
+
+
+@dataclass
+class Worker:
+    """One worker process."""
+
+    id: str
+    slot: str
+    process: WorkerProcess
+    phase: WorkerPhase = WorkerPhase.STARTING
+    exit_code: int | None = None
+    started_at: float = field(default_factory=time.monotonic)
+    #: Formed a generation at least once: it holds (or held) the training state.
+    trained: bool = False
+    #: Killed by the group itself (never admitted, or left behind by a finished job).
+    killed: bool = False
+    #: Exited without being asked to: its slot waits to be assigned again.
+    failed: bool = False
+
+
+def worker_number(worker_id: str) -> int:
+    """``w<K>`` → ``K``, the worker id a backend reports."""
+    return int(worker_id.lstrip("w"))
+
+
+def worker_env(spec: WorkerSpec, *, worker_id: str, slot: str, store: str) -> dict[str, str]:
+    """What a worker needs on top of the environment where it runs: the job's own
+    variables and the runtime's ``TIDAL_*`` ones (the spawner adds that environment)."""
+    env = dict(spec.env)
+    env.update(
+        {
+            ENV_STORE: store,
+            ENV_WORKER_ID: worker_id,
+            ENV_RUN_ID: spec.run_id,
+            ENV_SLOT: slot,
+            ENV_TIMEOUT: str(spec.timeout),
+            ENV_SYNC_EVERY: str(spec.sync_every),
+            ENV_CHECKPOINT_EVERY_STEPS: str(spec.checkpoint_every_steps),
+            ENV_CHECKPOINT_EVERY_SECONDS: str(spec.checkpoint_every_seconds),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if spec.checkpoint_dir:
+        env[ENV_CHECKPOINT_DIR] = spec.checkpoint_dir
+    if spec.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = slot.rpartition(":")[2]
+    return env
+
+
+def worker_log_path(log_dir: Path, worker_id: str) -> Path:
+    """The log file of worker ``w<K>``: ``log_dir / "worker-<K>.log"``."""
+    return log_dir / f"worker-{worker_number(worker_id)}.log"

@@ -1,0 +1,268 @@
+"""The job as the whole system sees it: who owns it, its roles, and the states it goes through.
+
+A :class:`Job` is built once from a submitted spec (:func:`job_from_spec`); the store keeps
+it, the controller turns it into the policy's request and the backend's launch, the API
+into its view. Each of those is a conversion *of this one object*, written once where that
+layer lives, rather than a copy of the spec's fields.
+
+Every job today has one role, ``worker``: ``replicas`` identical processes that form one
+elastic data-parallel group. :attr:`Job.role` reads that role; a job kind with several
+roles (a parameter server and its workers) adds roles, not fields.
+
+:class:`JobState` and its transition table live here too: :func:`check_transition` is the
+one place a state change is judged legal, and the store calls it on every write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the spec imports pydantic and yaml; the model itself needs neither
+    from tidal.spec import JobSpec
+
+__all__ = [
+    "ACTIVE_STATES",
+    "DEFAULT_OWNER",
+    "DEFAULT_TEAM",
+    "TRANSITIONS",
+    "WORKER_ROLE",
+    "Checkpointing",
+    "Job",
+    "JobKind",
+    "JobState",
+    "JobStateError",
+    "Launcher",
+    "Placement",
+    "Replicas",
+    "Resources",
+    "RestartPolicy",
+    "Role",
+    "check_transition",
+    "job_from_spec",
+]
+
+#: Every job belongs to the single administrator until the server knows more users.
+DEFAULT_OWNER = "admin"
+DEFAULT_TEAM = "default"
+#: The name of the only role of an elastic data-parallel job.
+WORKER_ROLE = "worker"
+
+
+class JobState(str, Enum):
+    """A job's life: queued → running ⇄ rescaling → succeeded | failed | cancelled."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    RESCALING = "rescaling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the job is over for good."""
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+    @property
+    def holds_slots(self) -> bool:
+        """Whether the job's workers occupy slots in this state."""
+        return self in (JobState.RUNNING, JobState.RESCALING)
+
+
+#: States of a job that is not over: the controller loop looks at these every tick.
+ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.RESCALING)
+
+_OVER = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+#: The legal changes of state. Staying in a state is always legal (a rescale while
+#: rescaling, a reason updated while queued); leaving a terminal state never is.
+TRANSITIONS: Mapping[JobState, frozenset[JobState]] = MappingProxyType(
+    {
+        # Started on slots; failed when the backend cannot start it; cancelled.
+        JobState.QUEUED: frozenset({JobState.RUNNING}) | _OVER,
+        # Resized or a worker replaced; preempted or lost back to the queue; over.
+        JobState.RUNNING: frozenset({JobState.RESCALING, JobState.QUEUED}) | _OVER,
+        # Settled on its new slots; preempted or lost; over.
+        JobState.RESCALING: frozenset({JobState.RUNNING, JobState.QUEUED}) | _OVER,
+        JobState.SUCCEEDED: frozenset(),
+        JobState.FAILED: frozenset(),
+        JobState.CANCELLED: frozenset(),
+    }
+)
+
+
+class JobStateError(ValueError):
+    """A change does not fit the job's current state (scaling a finished job, reviving
+    a cancelled one)."""
+
+
+def check_transition(job_id: str, old: JobState, new: JobState) -> None:
+    """Raise :class:`JobStateError` unless a job may go from ``old`` to ``new``."""
+    if new is not old and new not in TRANSITIONS[old]:
+        raise JobStateError(f"job {job_id} is {old.value}; it cannot become {new.value}")
+
+
+class JobKind(str, Enum):
+    """What shape of training a job is; it decides which roles the job has."""
+
+    #: One elastic data-parallel group of identical workers (every job today).
+    ELASTIC = "elastic"
+
+
+class Launcher(str, Enum):
+    """What starts a role's processes and forms their group.
+
+    Only tidal's own launcher exists; ``torchrun``, ``tf``, ``mpi`` and ``ps`` launchers
+    are what this field is for.
+    """
+
+    TIDAL = "tidal"
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """How many processes a role runs: at least ``min``, at most ``max``, starting at
+    ``initial`` when slots allow."""
+
+    min: int = 1
+    max: int = 1
+    initial: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min <= self.initial <= self.max:
+            raise ValueError(
+                f"replicas must satisfy 1 ≤ min ≤ initial ≤ max "
+                f"(got min={self.min}, initial={self.initial}, max={self.max})"
+            )
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the role may change size while it runs."""
+        return self.min != self.max
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one process of a role needs; it holds one slot (a GPU, or a CPU slot)."""
+
+    gpus: int = 1
+    cpus: float = 1.0
+    #: Bytes, or ``None`` for no limit.
+    memory: int | None = None
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How many failures the role survives before the job is failed."""
+
+    max_restarts: int = 3
+
+
+@dataclass(frozen=True)
+class Role:
+    """One kind of process in a job and how many of it run."""
+
+    name: str
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Relative paths in ``command`` are relative to this directory.
+    working_dir: str | None = None
+    resources: Resources = field(default_factory=Resources)
+    replicas: Replicas = field(default_factory=Replicas)
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    launcher: Launcher = Launcher.TIDAL
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job may run: a resource group, and node labels every host must carry."""
+
+    group: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """Where and how often a job's workers write durable checkpoints (0: never)."""
+
+    #: ``None``: the job's own directory on the server; relative: to the working dir.
+    dir: str | None = None
+    every_steps: int = 0
+    every_seconds: float = 300.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as submitted: identity, ownership, roles and how it may be scheduled.
+
+    ``id`` is empty until the store assigns one; ``priority`` is the priority the job was
+    submitted with (the store's record holds the current one, which users may change).
+    """
+
+    name: str
+    roles: tuple[Role, ...]
+    id: str = ""
+    owner: str = DEFAULT_OWNER
+    team: str = DEFAULT_TEAM
+    kind: JobKind = JobKind.ELASTIC
+    priority: int = 5000
+    placement: Placement = field(default_factory=Placement)
+    checkpointing: Checkpointing = field(default_factory=Checkpointing)
+    #: The user's own labels, for filtering (not placement: see :attr:`placement`).
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [r.name for r in self.roles]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"a job needs roles with distinct names (got {names})")
+
+    @property
+    def role(self) -> Role:
+        """The role that scales: the only role of an elastic job."""
+        return self.roles[0]
+
+    def role_named(self, name: str) -> Role:
+        """The role called ``name``; ``KeyError`` when the job has none."""
+        for role in self.roles:
+            if role.name == name:
+                return role
+        raise KeyError(name)
+
+
+def job_from_spec(
+    spec: JobSpec, *, job_id: str = "", owner: str = DEFAULT_OWNER, team: str = DEFAULT_TEAM
+) -> Job:
+    """The job a validated spec describes (one ``worker`` role)."""
+    workers = spec.workers
+    worker = Role(
+        name=WORKER_ROLE,
+        command=tuple(spec.command),
+        env=dict(spec.env),
+        working_dir=spec.working_dir,
+        resources=Resources(
+            gpus=spec.resources.gpus, cpus=spec.resources.cpus, memory=spec.resources.memory
+        ),
+        replicas=Replicas(
+            min=workers.min, max=workers.max_workers, initial=workers.initial_workers
+        ),
+        restart=RestartPolicy(max_restarts=spec.restart.max_restarts),
+    )
+    return Job(
+        id=job_id,
+        name=spec.name,
+        owner=owner,
+        team=team,
+        roles=(worker,),
+        priority=spec.priority,
+        placement=Placement(group=spec.target.group, labels=dict(spec.target.labels)),
+        checkpointing=Checkpointing(
+            dir=spec.checkpoint_dir,
+            every_steps=spec.checkpoint_every_steps,
+            every_seconds=spec.checkpoint_every_seconds,
+        ),
+        labels=dict(spec.labels),
+    )

@@ -1,0 +1,350 @@
+"""Store migrations: a new store is built by the migrations and equals the ORM models; a
+store written by an earlier release upgrades in place with nothing lost; a store from a
+newer release is refused untouched. On SQLite and on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Column, Engine, MetaData, String, create_engine, inspect, select, text
+
+from tests.controller.postgres import Postgres
+from tidal.backends.base import WorkerState, WorkerStatus
+from tidal.controller import migrations
+from tidal.controller.requests import SetPriority
+from tidal.controller.store import SCHEMA_VERSION, JobRecord, Store, StoreError
+from tidal.model import JobState
+from tidal.spec import parse_spec
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RELEASES = {1: FIXTURES / "release_v1.db", 2: FIXTURES / "release_v2.db"}
+
+
+def dump(engine: Engine) -> dict[str, list[dict[str, Any]]]:
+    """Every row of every table, in primary-key order (alembic's own table left out)."""
+    meta = MetaData()
+    meta.reflect(engine)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    with engine.connect() as conn:
+        for name, table in meta.tables.items():
+            if name == "alembic_version":
+                continue
+            key = list(table.primary_key.columns)
+            rows[name] = [dict(r._mapping) for r in conn.execute(select(table).order_by(*key))]
+    return rows
+
+
+def schema_differences(engine: Engine) -> list[Any]:
+    """What autogenerate would write to make the database equal the ORM models."""
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        return list(compare_metadata(context, migrations.target_metadata()))
+
+
+def revision_of(engine: Engine) -> tuple[tuple[str, ...], list[int]]:
+    """The store's Alembic revision and what its ``schema_version`` table says."""
+    with engine.connect() as conn:
+        heads = MigrationContext.configure(conn).get_current_heads()
+        versions = list(conn.execute(text("SELECT version FROM schema_version")).scalars())
+    return tuple(heads), versions
+
+
+def test_a_new_store_is_built_by_the_migrations_and_equals_the_models(db_url: str) -> None:
+    store = Store(db_url)
+    try:
+        assert revision_of(store.engine) == ((migrations.head(),), [SCHEMA_VERSION])
+        assert schema_differences(store.engine) == []
+        job = store.add_job(parse_spec({"name": "a", "command": "x", "workers": 2}))
+        assert store.get_job(job.id) == job
+    finally:
+        store.close()
+    again = Store(db_url)  # a second open finds the head and changes nothing
+    try:
+        assert [j.id for j in again.list_jobs()] == [job.id]
+    finally:
+        again.close()
+
+
+def test_every_revision_step_applies_and_reverts(db_url: str) -> None:
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            command.upgrade(migrations.config(conn), "head")
+            command.downgrade(migrations.config(conn), "base")
+            assert set(inspect(conn).get_table_names()) <= {"alembic_version"}
+    finally:
+        engine.dispose()
+    store = Store(db_url)
+    try:
+        assert schema_differences(store.engine) == []
+    finally:
+        store.close()
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def assert_record_holds_row(job: JobRecord, row: dict[str, Any]) -> None:
+    """Every column of the release's row reads back as the same value."""
+    for column, stored in row.items():
+        if column == "spec":
+            assert dict(job.spec_data) == _json(stored)
+            assert job.spec.name == row["name"]
+        elif column == "slots":
+            assert [list(s) for s in job.slots] == sorted(_json(stored))
+        elif column == "labels":
+            assert dict(job.labels) == _json(stored)
+        elif column == "state":
+            assert job.state is JobState(stored)
+        elif column == "cancel_requested":
+            assert job.cancel_requested is bool(stored)
+        else:
+            assert getattr(job, column) == stored, column
+
+
+def copy_release_into(release: Path, url: str, version: int) -> None:
+    """Lay out a database as the release left it: its tables (created by the baseline
+    revision, which is that release's schema) holding the release store's rows, with no
+    Alembic revision recorded."""
+    engine = create_engine(url)
+    source = create_engine(f"sqlite:///{release}")
+    try:
+        rows = dump(source)
+        with engine.begin() as conn:
+            command.upgrade(migrations.config(conn), "0001")
+            conn.execute(text("DROP TABLE alembic_version"))
+            if version == 1:
+                conn.execute(text("DROP TABLE goodput"))
+            meta = MetaData()
+            meta.reflect(conn)
+            postgres = engine.dialect.name == "postgresql"
+            conn.execute(meta.tables["schema_version"].delete())
+            for table in meta.sorted_tables:
+                if rows.get(table.name):
+                    conn.execute(table.insert(), rows[table.name])
+                if postgres and "id" in table.c and table.c.id.autoincrement:
+                    # What the release's own inserts would have left in the sequence.
+                    conn.execute(
+                        text(
+                            f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
+                            f"(SELECT max(id) FROM {table.name}))"
+                        )
+                    )
+    finally:
+        engine.dispose()
+        source.dispose()
+
+
+def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A release's rows as the revisions after the baseline leave them: 0003 names the
+    allocation counter ``reallocations`` and gives every job the single admin as owner."""
+    if table != "jobs":
+        return rows
+    revised = []
+    for row in rows:
+        row = dict(row)
+        row["reallocations"] = row.pop("generation")
+        revised.append({**row, "owner": "admin", "team": "default"})
+    return revised
+
+
+def check_upgraded(url: str, before: dict[str, list[dict[str, Any]]], version: int) -> None:
+    """The release's store, opened by this release: every row there, readable, writable."""
+    store = Store(url)
+    try:
+        after = dump(store.engine)
+        assert revision_of(store.engine) == ((migrations.head(),), [SCHEMA_VERSION])
+        assert schema_differences(store.engine) == []
+        before = {table: as_revised(table, rows) for table, rows in before.items()}
+        for table, rows in before.items():
+            if table != "schema_version":
+                assert after[table] == rows, table
+        if version == 1:
+            assert after["goodput"] == []
+        assert after["requests"] == []
+
+        jobs = {j.name: j for j in store.list_jobs()}
+        assert {j.state for j in jobs.values()} == set(JobState)
+        for row in before["jobs"]:
+            job = store.get_job(row["id"])
+            assert job is not None
+            assert_record_holds_row(job, row)
+        assert jobs["rescaling"].slots == (("node-b", 0), ("node-b", 1), ("node-b", 2))
+        assert jobs["failed"].restarts == 2
+        assert jobs["cancelled"].cancel_requested
+        assert jobs["running"].reallocations == next(
+            r["reallocations"] for r in before["jobs"] if r["name"] == "running"
+        )
+        assert {(j.job.owner, j.job.team) for j in jobs.values()} == {("admin", "default")}
+        running = jobs["running"]
+        assert [(w.worker_id, w.slot, w.pid, w.state) for w in store.workers(running.id)] == [
+            (0, ("node-a", 0), 4101, WorkerState.RUNNING),
+            (1, ("node-a", 1), 4102, WorkerState.RUNNING),
+        ]
+        assert [w.exit_code for w in store.workers(jobs["failed"].id)] == [3]
+        assert [(a.count, a.slots) for a in store.allocations(jobs["rescaling"].id)] == [
+            (1, (("node-b", 0),)),
+            (3, (("node-b", 0), ("node-b", 1), ("node-b", 2))),
+        ]
+        events = store.events()
+        assert len(events) == len(before["events"])
+        assert [e.kind for e in store.events(jobs["failed"].id)][-1] == "failed"
+        assert store.events(jobs["failed"].id)[-1].data == {"exit_code": 3}
+        assert [(m.step, m.values) for m in store.metrics(running.id)] == [
+            (10, {"loss": 0.75, "accuracy": 0.5}),
+            (20, {"loss": 0.5, "accuracy": 0.625}),
+        ]
+        if version == 2:
+            assert store.goodput([running.id])[running.id].report == {
+                "batch_size": 64,
+                "efficiency": 0.875,
+            }
+        # The upgraded store takes new rows (ids and sequences continue where they were).
+        new = store.add_job(parse_spec({"name": "after", "command": "x", "workers": 1}))
+        store.update_job(new.id, slots=[("h", 0)], state=JobState.RUNNING)
+        store.sync_workers(new.id, [WorkerStatus(0, ("h", 0), WorkerState.RUNNING, pid=1)])
+        store.add_metrics(new.id, 1, {"loss": 1.0})
+        store.set_goodput(new.id, {"batch_size": 8})
+        store.add_request(new.id, SetPriority(7))
+        assert [p.request for p in store.pending_requests()[new.id]] == [SetPriority(7)]
+        assert len(store.events()) == len(before["events"]) + 1
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_release_sqlite_store_upgrades_in_place(tmp_path: Path, version: int) -> None:
+    path = tmp_path / "tidal.db"
+    shutil.copy(RELEASES[version], path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(version,)]
+    before = dump(create_engine(f"sqlite:///{path}"))
+    check_upgraded(f"sqlite:///{path}", before, version)
+    # Through the data-dir entry point too, and a second time: nothing more to do.
+    Store.open(tmp_path).close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_release_postgres_store_upgrades_in_place(
+    postgres_server: Postgres, version: int
+) -> None:
+    url = postgres_server.new_database()
+    copy_release_into(RELEASES[version], url, version)
+    engine = create_engine(url)
+    try:
+        before = dump(engine)
+    finally:
+        engine.dispose()
+    assert len(before["jobs"]) == 6
+    check_upgraded(url, before, version)
+
+
+def _set_revision(url: str, revision: str) -> None:
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
+    finally:
+        engine.dispose()
+
+
+def test_a_store_from_a_newer_release_is_refused_untouched(db_url: str) -> None:
+    store = Store(db_url)
+    store.add_job(parse_spec({"name": "a", "command": "x", "workers": 1}))
+    store.close()
+    _set_revision(db_url, "9999_from_the_future")
+    engine = create_engine(db_url)
+    try:
+        before = dump(engine)
+        with pytest.raises(StoreError, match="schema revision 9999_from_the_future"):
+            Store(db_url)
+        assert dump(engine) == before
+        with engine.connect() as conn:
+            heads = MigrationContext.configure(conn).get_current_heads()
+        assert heads == ("9999_from_the_future",)
+    finally:
+        engine.dispose()
+
+
+def test_a_store_of_an_unknown_schema_version_is_refused(db_url: str) -> None:
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)"))
+            conn.execute(text("INSERT INTO schema_version VALUES (999)"))
+        with pytest.raises(StoreError, match="schema version 999"):
+            Store(db_url)
+        assert set(inspect(engine).get_table_names()) == {"schema_version"}
+    finally:
+        engine.dispose()
+
+
+def test_two_servers_creating_one_store_at_once_both_open_it(db_url: str) -> None:
+    opened: list[Store] = []
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            opened.append(Store(db_url))
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_store) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert len(opened) == 2
+    try:
+        assert revision_of(opened[0].engine) == ((migrations.head(),), [SCHEMA_VERSION])
+    finally:
+        for s in opened:
+            s.close()
+
+
+def test_a_model_change_becomes_a_revision_that_applies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tidal.controller.migrations.__main__ import main
+
+    scripts = tmp_path / "migrations"
+    shutil.copytree(
+        migrations.SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    monkeypatch.setattr(migrations, "SCRIPT_LOCATION", scripts)
+    models = MetaData()
+    for table in migrations.target_metadata().sorted_tables:
+        table.to_metadata(models)
+    models.tables["jobs"].append_column(Column("note", String(80), nullable=True))
+    monkeypatch.setattr(migrations, "target_metadata", lambda: models)
+    previous = migrations.head()
+    following = f"{int(previous) + 1:04d}"
+
+    main(["revision", "-m", "add job note"])
+    written = scripts / "versions" / f"{following}_add_job_note.py"
+    source = written.read_text()
+    assert f"down_revision = '{previous}'" in source
+    assert "add_column(sa.Column('note', sa.String(length=80), nullable=True))" in source
+    assert "drop_column('note')" in source
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'tidal.db'}")
+    try:
+        migrations.upgrade(engine)
+        with engine.connect() as conn:
+            assert MigrationContext.configure(conn).get_current_heads() == (following,)
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            assert compare_metadata(context, models) == []
+    finally:
+        engine.dispose()

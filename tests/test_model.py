@@ -1,0 +1,162 @@
+"""The job model: built from a spec, its roles, and the state machine's transitions."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidal.controller.deadlines import DeadlineMet, DeadlineMissed, decide_deadline
+from tidal.controller.requests import (
+    Cancel,
+    PendingRequest,
+    Resize,
+    SetPriority,
+    apply_requests,
+    request_from_row,
+    request_to_row,
+)
+from tidal.controller.store import Store
+from tidal.model import (
+    TRANSITIONS,
+    WORKER_ROLE,
+    Job,
+    JobState,
+    JobStateError,
+    Replicas,
+    Role,
+    check_transition,
+    job_from_spec,
+)
+from tidal.spec import parse_spec
+
+
+def test_a_spec_becomes_a_one_role_job() -> None:
+    spec = parse_spec(
+        {
+            "name": "mnist",
+            "command": "python train.py --lr 0.1",
+            "env": {"SEED": "1"},
+            "workers": {"min": 2, "max": 8, "initial": 4},
+            "resources": {"cpus": 2, "memory": "1Gi"},
+            "target": {"group": "a100", "labels": {"ib": "yes"}},
+            "restart": {"max_restarts": 5},
+            "checkpoint_dir": "ckpt",
+            "labels": {"team": "nlp"},
+        }
+    )
+    job = job_from_spec(spec)
+    assert [r.name for r in job.roles] == [WORKER_ROLE]
+    role = job.role
+    assert role.command == ("python", "train.py", "--lr", "0.1")
+    assert role.replicas == Replicas(min=2, max=8, initial=4)
+    assert (role.resources.cpus, role.resources.memory) == (2.0, 2**30)
+    assert role.restart.max_restarts == 5
+    assert role.launcher.value == "tidal"
+    assert (job.placement.group, dict(job.placement.labels)) == ("a100", {"ib": "yes"})
+    assert (job.owner, job.team, job.kind.value) == ("admin", "default", "elastic")
+    assert job.checkpointing.dir == "ckpt"
+    # Without `initial`, a job starts at its maximum, as the spec documents.
+    assert (
+        job_from_spec(
+            parse_spec({"name": "x", "command": "a", "workers": "1:3"})
+        ).role.replicas.initial
+        == 3
+    )
+
+
+def test_roles_need_distinct_names_and_sane_replicas() -> None:
+    worker = Role(name="worker", command=("a",))
+    with pytest.raises(ValueError, match="distinct names"):
+        Job(name="x", roles=(worker, worker))
+    with pytest.raises(ValueError, match="distinct names"):
+        Job(name="x", roles=())
+    with pytest.raises(ValueError, match="min ≤ initial ≤ max"):
+        Replicas(min=2, max=4, initial=1)
+    ps = Role(name="ps", command=("b",))
+    job = Job(name="x", roles=(worker, ps))
+    assert job.role_named("ps") is ps
+    with pytest.raises(KeyError):
+        job.role_named("chief")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "legal"),
+    [
+        (JobState.QUEUED, JobState.RUNNING, True),
+        (JobState.QUEUED, JobState.RESCALING, False),
+        (JobState.RUNNING, JobState.RESCALING, True),
+        (JobState.RESCALING, JobState.RUNNING, True),
+        (JobState.RESCALING, JobState.QUEUED, True),
+        (JobState.RUNNING, JobState.SUCCEEDED, True),
+        (JobState.SUCCEEDED, JobState.RUNNING, False),
+        (JobState.CANCELLED, JobState.QUEUED, False),
+        (JobState.FAILED, JobState.FAILED, True),
+    ],
+)
+def test_transitions(old: JobState, new: JobState, legal: bool) -> None:
+    assert (new is old or new in TRANSITIONS[old]) is legal
+    if legal:
+        check_transition("j", old, new)
+    else:
+        with pytest.raises(JobStateError, match=f"cannot become {new.value}"):
+            check_transition("j", old, new)
+
+
+def test_the_store_refuses_an_illegal_transition() -> None:
+    store = Store("sqlite://")
+    job = store.add_job(parse_spec({"name": "x", "command": "a"}))
+    store.update_job(job.id, state=JobState.CANCELLED)
+    with pytest.raises(JobStateError, match="cannot become running"):
+        store.update_job(job.id, state=JobState.RUNNING)
+    got = store.get_job(job.id)
+    assert got is not None and got.state is JobState.CANCELLED
+    store.close()
+
+
+def _pending(*requests: SetPriority | Resize | Cancel) -> list[PendingRequest]:
+    return [PendingRequest(i, "j", float(i), r) for i, r in enumerate(requests)]
+
+
+def test_requests_apply_in_order() -> None:
+    decided = apply_requests(2, _pending(SetPriority(7), Resize(4, "scale_out", 99.0)))
+    assert decided.changes == {
+        "priority": 7,
+        "target_workers": 4,
+        "scale_deadline": 99.0,
+        "scale_previous": 2,
+    }
+    assert decided.applied == (0, 1)
+    later = apply_requests(2, _pending(Resize(4, "scale_out", 99.0), Resize(3), Cancel()))
+    assert later.changes == {
+        "target_workers": 3,
+        "scale_deadline": None,
+        "scale_previous": None,
+        "cancel_requested": True,
+    }
+    assert apply_requests(None, []).changes == {}
+
+
+def test_requests_round_trip_through_rows() -> None:
+    for request in (SetPriority(3), Resize(2, "scale_in"), Resize(5, "scale_out", 1.5), Cancel()):
+        assert request_from_row(*request_to_row(request)) == request
+    with pytest.raises(ValueError, match="unknown request kind"):
+        request_from_row("reboot", {})
+
+
+def test_deadline_decisions() -> None:
+    store = Store("sqlite://")
+    job = store.add_job(parse_spec({"name": "x", "command": "a", "workers": "1:4"}), now=0.0)
+    assert decide_deadline(job, 10.0) is None
+    job = store.update_job(
+        job.id,
+        1.0,
+        slots=[("h", 0)],
+        state=JobState.RUNNING,
+        target_workers=3,
+        scale_previous=1,
+        scale_deadline=60.0,
+    )
+    assert decide_deadline(job, 59.0) is None
+    assert decide_deadline(job, 60.0) == DeadlineMissed(target=3, restored=1)
+    grown = store.update_job(job.id, 2.0, slots=[("h", 0), ("h", 1), ("h", 2)])
+    assert decide_deadline(grown, 30.0) == DeadlineMet(workers=3)
+    store.close()
