@@ -3,18 +3,38 @@
 A spec is accepted whole or refused whole. A refused spec raises :class:`SpecError`, which
 lists every problem found, each with the dotted path of the field at fault
 (``workers.min: must be ≤ workers.max (got 4 > 2)``), so one round trip fixes them all.
+
+Specs come from untrusted users, so types are strict (``true`` is not 1 and ``"7"`` is not
+7; the only strings read as numbers are the documented shorthands ``workers: 1:8`` and
+``memory: 4Gi``, in ASCII digits), numbers are finite and bounded so that they fit the
+store, and text is bounded in length and free of NUL characters and lone surrogates (which
+no process argument, file name or JSON document can carry). Documents are loaded by
+:mod:`tidal.documents`, which bounds their size, depth and alias expansion.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from tidal.documents import SPEC_LIMITS, DocumentError, compose_yaml, load_json, load_yaml
 
 __all__ = [
     "JobSpec",
@@ -27,14 +47,19 @@ __all__ = [
     "locate_problems",
     "parse_memory",
     "parse_spec",
+    "parse_spec_json",
     "parse_spec_yaml",
     "parse_workers_range",
+    "text_problem",
 ]
 
 #: Job names become part of job ids, directory names and URLs: keep them boring.
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+_ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# ASCII digits only (``\d`` would take full-width and Arabic-Indic digits too); all these
+# patterns are used with fullmatch, so a trailing newline is not ignored as ``$`` would.
+_MEMORY_RE = re.compile(r"[ \t]*([0-9]+)(?:\.([0-9]+))?[ \t]*([KMGT]i?)?B?[ \t]*", re.IGNORECASE)
+_WORKERS_RE = re.compile(r"[ \t]*([0-9]{1,20})[ \t]*(?::[ \t]*([0-9]{1,20})[ \t]*)?")
 _MEMORY_UNITS = {
     "": 1,
     "k": 10**3,
@@ -47,20 +72,95 @@ _MEMORY_UNITS = {
     "ti": 2**40,
 }
 
+#: Upper bounds: generous for any real job, and all far below 2^63 so the store holds them.
+MAX_WORKERS = 100_000
+MAX_MEMORY = 2**60
+MAX_CPUS = 4096.0
+MAX_RESTARTS = 1_000_000_000
+MAX_CHECKPOINT_STEPS = 10**15
+MAX_CHECKPOINT_SECONDS = 10.0**9
+#: Length bounds, in characters (entries for lists and mappings).
+MAX_COMMAND_TEXT = 32 * 1024
+MAX_ARGS = 1024
+MAX_ARG_TEXT = 32 * 1024
+MAX_ENV = 512
+MAX_ENV_KEY = 255
+MAX_ENV_VALUE = 32 * 1024
+MAX_LABELS = 64
+MAX_LABEL_KEY = 63
+MAX_LABEL_VALUE = 255
+MAX_PATH_TEXT = 4096
+MAX_GROUP_TEXT = 63
 
-class _SpecLoader(yaml.SafeLoader):
-    """YAML 1.1 without base-60 integers, so ``workers: 1:8`` stays the string ``"1:8"``."""
+
+def text_problem(value: str, *, single_line: bool = False) -> str | None:
+    """Why ``value`` cannot be stored and handed to processes, or ``None`` if it can.
+
+    NUL ends a C string (an argument, a path); a lone surrogate cannot be encoded as UTF-8
+    (nor sent as JSON). ``single_line`` also refuses control characters (newlines, tabs),
+    for text shown in tables and matched exactly, such as labels.
+    """
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        shown = repr(value[exc.start])[1:-1]
+        return f"must be valid Unicode text (lone surrogate {shown} at position {exc.start})"
+    if single_line and not value.isprintable():
+        bad = next(c for c in value if not c.isprintable())
+        return f"must not contain control characters (got {bad!r})"
+    return None
 
 
-_SpecLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:int"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_SpecLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"),
-)
+def _safe_text(value: str) -> str:
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _safe_line(value: str) -> str:
+    problem = text_problem(value, single_line=True)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message: short, and safe to encode (escapes, no surrogates)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and value.bit_length() > 128:
+        return "a number of more than 38 digits"
+    text = repr(value)
+    if not text.isascii():
+        text = text.encode("ascii", "backslashreplace").decode("ascii")
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_label_keys(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        problem = text_problem(key, single_line=True)
+        if problem is None and not 1 <= len(key) <= MAX_LABEL_KEY:
+            problem = f"must be 1-{MAX_LABEL_KEY} characters"
+        if problem is not None:
+            raise ValueError(f"key {_shown(key)}: {problem}")
+    return value
+
+
+_Count = Annotated[int, Strict()]
+_Arg = Annotated[str, Strict(), Field(max_length=MAX_ARG_TEXT), AfterValidator(_safe_text)]
+_EnvValue = Annotated[str, Strict(), Field(max_length=MAX_ENV_VALUE), AfterValidator(_safe_text)]
+_LabelValue = Annotated[
+    str, Strict(), Field(max_length=MAX_LABEL_VALUE), AfterValidator(_safe_line)
+]
+_PathText = Annotated[str, Strict(), Field(max_length=MAX_PATH_TEXT), AfterValidator(_safe_text)]
+_GroupText = Annotated[str, Strict(), Field(max_length=MAX_GROUP_TEXT), AfterValidator(_safe_line)]
+_Labels = Annotated[
+    dict[str, _LabelValue], Field(max_length=MAX_LABELS), AfterValidator(_check_label_keys)
+]
+
 
 DEFAULT_PRIORITY = 5000
 MAX_PRIORITY = 1_000_000
@@ -81,32 +181,43 @@ class SpecError(ValueError):
 
 
 def parse_memory(value: str | int) -> int:
-    """Bytes from ``4Gi``, ``512M``, ``1024`` and the like; raises ``ValueError`` otherwise."""
+    """Bytes from ``4Gi``, ``512M``, ``1024`` and the like; raises ``ValueError`` otherwise.
+
+    Exact (no float rounding) and at most :data:`MAX_MEMORY`; a fraction of a byte is
+    dropped.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(
+            f"expected a size like 4Gi or a whole number of bytes (got {_shown(value)})"
+        )
     if isinstance(value, int):
-        if value < 0:
-            raise ValueError("must be ≥ 0")
-        return value
-    match = _MEMORY_RE.match(value)
-    if not match:
-        raise ValueError(f"not a memory size (got {value!r}; use e.g. 512Mi, 4Gi, 2G)")
-    unit = (match.group(2) or "").lower()
-    return int(float(match.group(1)) * _MEMORY_UNITS[unit])
+        amount = value
+    else:
+        match = _MEMORY_RE.fullmatch(value) if len(value) <= 64 else None
+        if not match:
+            raise ValueError(f"not a memory size (got {_shown(value)}; use e.g. 512Mi, 4Gi, 2G)")
+        whole, fraction, unit = match.groups()
+        number = Fraction(int(whole + (fraction or "")), 10 ** len(fraction or ""))
+        amount = math.floor(number * _MEMORY_UNITS[(unit or "").lower()])
+    if amount < 0:
+        raise ValueError("must be ≥ 0")
+    if amount > MAX_MEMORY:
+        raise ValueError(f"must be at most {MAX_MEMORY} bytes (1Ei) (got {_shown(value)})")
+    return amount
 
 
 def parse_workers_range(value: str | int) -> dict[str, int]:
-    """``"1:8"`` → ``{"min": 1, "max": 8}``; ``"4"`` or ``4`` → a fixed size of 4."""
-    if isinstance(value, int):
+    """``"1:8"`` → ``{"min": 1, "max": 8}``; ``"4"`` or ``4`` → a fixed size of 4.
+
+    Only ASCII digits count as digits.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
         return {"min": value, "max": value}
-    parts = value.split(":")
-    try:
-        numbers = [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"expected N or MIN:MAX (got {value!r})") from None
-    if len(numbers) == 1:
-        return {"min": numbers[0], "max": numbers[0]}
-    if len(numbers) == 2:
-        return {"min": numbers[0], "max": numbers[1]}
-    raise ValueError(f"expected N or MIN:MAX (got {value!r})")
+    match = _WORKERS_RE.fullmatch(value) if isinstance(value, str) and len(value) <= 64 else None
+    if not match:
+        raise ValueError(f"expected N or MIN:MAX (got {_shown(value)})")
+    low, high = match.groups()
+    return {"min": int(low), "max": int(high if high is not None else low)}
 
 
 class _Section(BaseModel):
@@ -117,11 +228,11 @@ class _Section(BaseModel):
 class WorkersSpec(_Section):
     """How many workers (one slot each) the job may run: ``min ≤ initial ≤ max``."""
 
-    min: int = Field(default=1, ge=1)
+    min: _Count = Field(default=1, ge=1, le=MAX_WORKERS)
     #: Defaults to ``min`` (a fixed-size job).
-    max: int | None = Field(default=None, ge=1)
+    max: _Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
     #: Size to start at when slots allow; defaults to ``max``.
-    initial: int | None = Field(default=None, ge=1)
+    initial: _Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
 
     @model_validator(mode="before")
     @classmethod
@@ -145,61 +256,65 @@ class WorkersSpec(_Section):
 class ResourcesSpec(_Section):
     """What one worker needs. A worker holds exactly one slot (one GPU, or one CPU slot)."""
 
-    gpus: int = Field(default=1, ge=0, le=1)
-    cpus: float = Field(default=1.0, gt=0)
+    gpus: _Count = Field(default=1, ge=0, le=1)
+    cpus: Annotated[float, Strict()] = Field(default=1.0, gt=0, le=MAX_CPUS, allow_inf_nan=False)
     #: Bytes, written as ``4Gi``, ``512M`` or a plain number.
-    memory: int | None = None
+    memory: _Count | None = Field(default=None, ge=0, le=MAX_MEMORY)
 
     @field_validator("memory", mode="before")
     @classmethod
     def _memory(cls, value: Any) -> Any:
-        if value is None or isinstance(value, bool):
+        if value is None:
             return value
-        if isinstance(value, (str, int)):
-            return parse_memory(value)
-        return value
+        # A JSON number may arrive as a float (4e9): fine when it is a whole number.
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        return parse_memory(value)
 
 
 class TargetSpec(_Section):
     """Where the job may run: a resource group and node labels every host must carry."""
 
-    group: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    group: _GroupText | None = None
+    labels: _Labels = Field(default_factory=dict)
 
 
 class RestartSpec(_Section):
     """How many worker failures the job survives before it is marked failed."""
 
-    max_restarts: int = Field(default=3, ge=0)
+    max_restarts: _Count = Field(default=3, ge=0, le=MAX_RESTARTS)
 
 
 class JobSpec(_Section):
     """A training job as submitted: the command and how elastic it may be."""
 
-    name: str
+    name: Annotated[str, Strict()]
     #: The program each worker runs; a string is split like a shell would (no expansion).
-    command: list[str] = Field(min_length=1)
-    working_dir: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    command: list[_Arg] = Field(min_length=1, max_length=MAX_ARGS)
+    working_dir: _PathText | None = None
+    env: dict[str, _EnvValue] = Field(default_factory=dict, max_length=MAX_ENV)
     workers: WorkersSpec = Field(default_factory=WorkersSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     #: Higher is more important.
-    priority: int = Field(default=DEFAULT_PRIORITY, ge=1, le=MAX_PRIORITY)
+    priority: _Count = Field(default=DEFAULT_PRIORITY, ge=1, le=MAX_PRIORITY)
     target: TargetSpec = Field(default_factory=TargetSpec)
     restart: RestartSpec = Field(default_factory=RestartSpec)
-    checkpoint_dir: str | None = None
+    checkpoint_dir: _PathText | None = None
     #: Durable checkpoints every N steps (0: off) and every S seconds (0: off); a job whose
     #: workers all die resumes from the latest one.
-    checkpoint_every_steps: int = Field(default=0, ge=0)
-    checkpoint_every_seconds: float = Field(default=300.0, ge=0)
-    labels: dict[str, str] = Field(default_factory=dict)
+    checkpoint_every_steps: _Count = Field(default=0, ge=0, le=MAX_CHECKPOINT_STEPS)
+    checkpoint_every_seconds: Annotated[float, Strict()] = Field(
+        default=300.0, ge=0, le=MAX_CHECKPOINT_SECONDS, allow_inf_nan=False
+    )
+    labels: _Labels = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME_RE.match(value):
+        if not _NAME_RE.fullmatch(value):
             raise ValueError(
-                f"must be 1-63 of a-z 0-9 _ . - starting with a letter or digit (got {value!r})"
+                "must be 1-63 of a-z 0-9 _ . - starting with a letter or digit "
+                f"(got {_shown(value)})"
             )
         return value
 
@@ -207,6 +322,12 @@ class JobSpec(_Section):
     @classmethod
     def _command(cls, value: Any) -> Any:
         if isinstance(value, str):
+            # shlex takes ~15 µs a character: bound the text before splitting it.
+            if len(value) > MAX_COMMAND_TEXT:
+                raise ValueError(f"longer than {MAX_COMMAND_TEXT} characters (got {len(value)})")
+            problem = text_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
             try:
                 return shlex.split(value)
             except ValueError as exc:
@@ -216,9 +337,12 @@ class JobSpec(_Section):
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = sorted(k for k in value if not _ENV_RE.match(k))
+        bad = sorted(_shown(k) for k in value if len(k) > MAX_ENV_KEY or not _ENV_RE.fullmatch(k))
         if bad:
-            raise ValueError(f"not valid variable names: {', '.join(map(repr, bad))}")
+            raise ValueError(
+                "not valid variable names (A-Z a-z 0-9 _, not starting with a digit, "
+                f"at most {MAX_ENV_KEY} characters): {', '.join(bad)}"
+            )
         return value
 
 
@@ -248,8 +372,21 @@ _SECTION_CHECKS: dict[str, tuple[type[BaseModel], Callable[[Any], list[tuple[str
 def _path(loc: Sequence[int | str]) -> str:
     out = ""
     for part in loc:
+        if isinstance(part, str) and not part.isprintable():
+            part = _shown(part)[1:-1]  # a key with a newline or a lone surrogate, escaped
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+#: Type errors, told with what was given (pydantic's own message leaves it out).
+_TYPE_ERRORS = {
+    "int_type": "expected an integer",
+    "float_type": "expected a number",
+    "string_type": "expected a string",
+    "list_type": "expected a list",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+}
 
 
 def _message(error: Mapping[str, Any]) -> str:
@@ -258,6 +395,10 @@ def _message(error: Mapping[str, Any]) -> str:
         return "required"
     if kind == "extra_forbidden":
         return "unknown field"
+    if kind in _TYPE_ERRORS:
+        return f"{_TYPE_ERRORS[kind]} (got {_shown(error.get('input'))})"
+    if kind == "finite_number":
+        return "must be a finite number"
     msg = str(error.get("msg", "invalid"))
     return msg.removeprefix("Value error, ")
 
@@ -292,6 +433,24 @@ def _partial_check(
         return []
 
 
+_SECTIONS = ("workers", "resources", "target", "restart")
+
+
+def _readable_keys(
+    data: Mapping[Any, Any], path: str, problems: list[tuple[str, str]]
+) -> dict[Any, Any]:
+    """``data`` without the keys no field can have (not text, or not encodable), each of
+    them a problem: pydantic cannot even report such a key as unknown."""
+    kept: dict[Any, Any] = {}
+    for key, value in data.items():
+        if isinstance(key, str) and text_problem(key) is None:
+            kept[key] = value
+        else:
+            shown = _shown(key).strip("'") if isinstance(key, str) else _shown(key)
+            problems.append((f"{path}.{shown}" if path else shown, "unknown field"))
+    return kept
+
+
 def parse_spec(data: Any, source: str | None = None) -> JobSpec:
     """Validate plain data (e.g. parsed JSON) into a spec, or raise :class:`SpecError`.
 
@@ -300,6 +459,10 @@ def parse_spec(data: Any, source: str | None = None) -> JobSpec:
     if not isinstance(data, Mapping):
         raise SpecError([("", f"a job spec must be a mapping (got {type(data).__name__})")], source)
     problems: list[tuple[str, str]] = []
+    data = _readable_keys(data, "", problems)
+    for section in _SECTIONS:
+        if isinstance(data.get(section), Mapping):
+            data[section] = _readable_keys(data[section], section, problems)
     spec: JobSpec | None = None
     try:
         spec = JobSpec.model_validate(data)
@@ -316,16 +479,22 @@ def parse_spec(data: Any, source: str | None = None) -> JobSpec:
 
 
 def parse_spec_yaml(text: str, source: str | None = None) -> JobSpec:
-    """Parse and validate a spec written in YAML (JSON is YAML too)."""
+    """Parse and validate a spec written in YAML (JSON is YAML too), within the bounds of
+    :data:`tidal.documents.SPEC_LIMITS`."""
     try:
-        data = yaml.load(text, Loader=_SpecLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        where = ""
-        mark = getattr(exc, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1} column {mark.column + 1}"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError([("", f"invalid YAML{where}: {problem}")], source) from None
+        data = load_yaml(text, SPEC_LIMITS)
+    except DocumentError as exc:
+        raise SpecError(exc.problems, source) from None
+    return parse_spec(data, source)
+
+
+def parse_spec_json(text: str | bytes, source: str | None = None) -> JobSpec:
+    """Parse and validate a spec written in JSON (a key given twice is refused), within the
+    bounds of :data:`tidal.documents.SPEC_LIMITS`."""
+    try:
+        data = load_json(text, SPEC_LIMITS)
+    except DocumentError as exc:
+        raise SpecError(exc.problems, source) from None
     return parse_spec(data, source)
 
 
@@ -357,7 +526,7 @@ def _field_lines(text: str) -> dict[str, int]:
                 lines.setdefault(child, item.start_mark.line + 1)
                 walk(item, child)
 
-    root = yaml.compose(text, Loader=_SpecLoader)  # a SafeLoader subclass
+    root = compose_yaml(text, SPEC_LIMITS)
     if root is not None:
         walk(root, "")
     return lines
@@ -372,10 +541,10 @@ def locate_problems(text: str, problems: Sequence[tuple[str, str]]) -> list[int 
     """
     try:
         lines = _field_lines(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = mark.line + 1 if mark is not None else None
-        return [where if not path else None for path, _ in problems]
+    except DocumentError as exc:
+        # The spec was refused for the same reason: each problem is on the line it names.
+        where = _problem_line(exc)
+        return [where for _ in problems]
     found: list[int | None] = []
     for path, _ in problems:
         probe = path
@@ -384,3 +553,9 @@ def locate_problems(text: str, problems: Sequence[tuple[str, str]]) -> list[int 
             probe = probe[:cut] if cut > 0 else ""
         found.append(lines.get(probe) if probe else None)
     return found
+
+
+def _problem_line(exc: DocumentError) -> int | None:
+    """The line a document's first problem names in its message, if any."""
+    match = re.search(r"line ([0-9]+)", exc.problems[0][1]) if exc.problems else None
+    return int(match.group(1)) if match else None
