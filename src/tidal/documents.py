@@ -100,6 +100,11 @@ def _join(path: str, key: object) -> str:
     return f"{path}.{_key_text(key)}" if path else _key_text(key)
 
 
+def _shortened(path: str) -> str:
+    # A path thousands of levels deep is no help to read: its start says where it is.
+    return path if len(path) <= 64 else path[:60] + "..."
+
+
 def _encoded(text: str | bytes, limits: DocumentLimits) -> bytes:
     """The text as UTF-8 bytes, refused when too large or not UTF-8."""
     if len(text) > limits.max_bytes:  # a cheap first bound: bytes ≥ characters
@@ -179,7 +184,7 @@ class _BoundedComposer(Composer):
         for key in (*self._keys, *more):
             if key is not None:
                 path = _join(path, key)
-        return path
+        return _shortened(path)
 
     def _refuse(self, message: str, mark: Any = None) -> DocumentError:
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -337,10 +342,15 @@ class _Pairs(list[tuple[str, Any]]):
     """A JSON object's members in order, before duplicate keys are checked."""
 
 
-def _parse_int(text: str) -> int:
-    if len(text) > _MAX_DIGITS:
-        raise DocumentError([("", f"a number of {len(text)} characters (at most {_MAX_DIGITS})")])
-    return int(text)
+@dataclass(frozen=True)
+class _LongNumber:
+    """An integer written with too many digits, refused (with its path) once placed."""
+
+    digits: int
+
+
+def _parse_int(text: str) -> int | _LongNumber:
+    return int(text) if len(text) <= _MAX_DIGITS else _LongNumber(len(text))
 
 
 def _to_plain(root: Any, limits: DocumentLimits) -> Any:
@@ -356,10 +366,16 @@ def _to_plain(root: Any, limits: DocumentLimits) -> Any:
         nodes += 1
         if nodes > limits.max_nodes:
             raise DocumentError([(path, f"more than {limits.max_nodes} values")])
+        if isinstance(value, _LongNumber):
+            raise DocumentError(
+                [(path, f"a number of {value.digits} characters (at most {_MAX_DIGITS})")]
+            )
         if not isinstance(value, list):
             return value
         if depth > limits.max_depth:
-            raise DocumentError([(path, f"nested more than {limits.max_depth} levels deep")])
+            raise DocumentError(
+                [(_shortened(path), f"nested more than {limits.max_depth} levels deep")]
+            )
         if not isinstance(value, _Pairs):
             return [None] * len(value)
         members: dict[str, Any] = {}

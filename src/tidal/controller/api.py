@@ -8,7 +8,6 @@ admin bearer token. The same app serves the web dashboard (``tidal.dashboard``) 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Annotated, Any
@@ -20,6 +19,7 @@ from pydantic import TypeAdapter
 
 import tidal
 from tidal.controller.auth import BearerAuth
+from tidal.controller.limits import install_request_guards, off_loop
 from tidal.controller.logs import LogFollower, tail_lines
 from tidal.controller.loop import Controller
 from tidal.controller.schema import (
@@ -52,7 +52,7 @@ from tidal.controller.store import (
     JobStateError,
 )
 from tidal.dashboard import mount_dashboard
-from tidal.spec import JobSpec, SpecError, locate_problems, parse_spec, parse_spec_yaml
+from tidal.spec import JobSpec, SpecError, locate_problems, parse_spec_json, parse_spec_yaml
 
 __all__ = ["create_app"]
 
@@ -114,7 +114,7 @@ def _allocation_view(a: AllocationRecord) -> AllocationView:
 
 def _spec_loc(path: str) -> list[str | int]:
     parts = [p for p in path.replace("[", ".").replace("]", "").split(".") if p]
-    return ["body", *[int(p) if p.isdigit() else p for p in parts]]
+    return ["body", *[int(p) if p.isascii() and p.isdigit() and len(p) < 10 else p for p in parts]]
 
 
 def _spec_problem_response(exc: SpecError) -> JSONResponse:
@@ -134,13 +134,7 @@ async def _spec_text(request: Request) -> tuple[str, bool]:
 
 def _read_spec(text: str, is_yaml: bool) -> JobSpec:
     """The spec in a request body; raises :class:`SpecError`."""
-    if is_yaml:
-        return parse_spec_yaml(text)
-    try:
-        data = json.loads(text) if text else None
-    except ValueError:
-        raise SpecError([("", "body is not valid JSON")]) from None
-    return parse_spec(data)
+    return parse_spec_yaml(text) if is_yaml else parse_spec_json(text)
 
 
 def _utilisation(records: Sequence[AllocationRecord], total: int) -> list[UtilisationPoint]:
@@ -210,7 +204,7 @@ def create_app(controller: Controller, token: str) -> FastAPI:
             raise HTTPException(status_code=status.HTTP_409_CONFLICT, detail=str(exc)) from None
 
     @public.get("/health", response_model=HealthView, tags=["meta"])
-    def health() -> HealthView:
+    async def health() -> HealthView:
         """Liveness; needs no token."""
         return HealthView(status="ok", version=tidal.__version__)
 
@@ -232,7 +226,7 @@ def create_app(controller: Controller, token: str) -> FastAPI:
     async def submit(request: Request) -> Response:
         """Submit a job from a spec: JSON, or YAML text with ``Content-Type: application/yaml``."""
         try:
-            spec = _read_spec(*await _spec_text(request))
+            spec = await off_loop(request, _read_spec, *await _spec_text(request))
         except SpecError as exc:
             return _spec_problem_response(exc)
         job = await run_in_threadpool(store.add_job, spec)
@@ -259,9 +253,11 @@ def create_app(controller: Controller, token: str) -> FastAPI:
         YAML, the line it names (what the dashboard's submit page shows next to the text)."""
         text, is_yaml = await _spec_text(request)
         try:
-            _read_spec(text, is_yaml)
+            await off_loop(request, _read_spec, text, is_yaml)
         except SpecError as exc:
-            lines = locate_problems(text, exc.problems) if is_yaml else None
+            lines = None
+            if is_yaml:
+                lines = await off_loop(request, locate_problems, text, exc.problems)
             return SpecCheck(
                 valid=False,
                 problems=[
@@ -281,7 +277,7 @@ def create_app(controller: Controller, token: str) -> FastAPI:
         state: Annotated[list[JobState] | None, Query()] = None,
         name: str | None = None,
         label: Annotated[list[str] | None, Query(description="KEY=VALUE, repeatable")] = None,
-        limit: Annotated[int | None, Query(ge=1)] = None,
+        limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
     ) -> Response:
         """Jobs in submission order, filtered by state (repeatable), name and labels."""
         labels = _parse_labels(label or [])
@@ -537,4 +533,5 @@ def create_app(controller: Controller, token: str) -> FastAPI:
     app.include_router(public)
     app.include_router(api)
     mount_dashboard(app, auth)
+    install_request_guards(app)
     return app
