@@ -70,7 +70,7 @@ class DocumentLimits:
     #: Nesting of lists and mappings (the top-level mapping is depth 1), through aliases.
     max_depth: int = 32
     #: Lists, mappings and scalars after alias expansion.
-    max_nodes: int = 5_000
+    max_nodes: int = 2_000
     #: Aliases (``*name``) used; a spec rarely needs any.
     max_aliases: int = 16
 

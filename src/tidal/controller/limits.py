@@ -5,8 +5,9 @@
   received pass the limit.
 - **Parsing off the loop.** Parsing and validating a document is CPU work; on the event
   loop it would stall every other request (``/health`` included) for as long as it takes.
-  :func:`off_loop` runs it in a worker thread, a few at a time, so a flood of documents
-  queues there rather than taking every thread the synchronous routes need.
+  :func:`off_loop` runs it in a worker thread, one document at a time: a flood of documents
+  queues there (without a thread each) rather than taking the threads the synchronous routes
+  need, and one parsing thread is all that competes with the loop for the interpreter.
 - **Errors that echo the input.** A request refused by validation is answered with its
   problems, which quote what was sent: they are written as ASCII JSON, so text that cannot
   be encoded as UTF-8 (a lone surrogate, sent as ``"\\ud800"``) is escaped, not a 500.
@@ -46,8 +47,9 @@ log = logging.getLogger(__name__)
 
 #: The largest body any route takes: a job spec document (the other bodies are tiny).
 MAX_BODY_BYTES = SPEC_LIMITS.max_bytes
-#: Documents parsed at once; more wait (without a thread) for their turn.
-PARSERS = 2
+#: Documents parsed at once; more wait (without a thread) for their turn. One: more
+#: threads holding the interpreter lock by turns slowed the loop's answers (measured).
+PARSERS = 1
 
 _TOO_LARGE = 413
 T = TypeVar("T")
