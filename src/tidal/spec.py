@@ -4,12 +4,9 @@ A spec is accepted whole or refused whole. A refused spec raises :class:`SpecErr
 lists every problem found, each with the dotted path of the field at fault
 (``workers.min: must be ≤ workers.max (got 4 > 2)``), so one round trip fixes them all.
 
-Specs come from untrusted users, so types are strict (``true`` is not 1 and ``"7"`` is not
-7; the only strings read as numbers are the documented shorthands ``workers: 1:8`` and
-``memory: 4Gi``, in ASCII digits), numbers are finite and bounded so that they fit the
-store, and text is bounded in length and free of NUL characters and lone surrogates (which
-no process argument, file name or JSON document can carry). Documents are loaded by
-:mod:`tidal.documents`, which bounds their size, depth and alias expansion.
+Specs come from untrusted users: the fields' types (:mod:`tidal.spec_fields`) are strict
+and bounded, and documents are loaded by :mod:`tidal.documents`, which bounds their size,
+depth and alias expansion.
 """
 
 from __future__ import annotations
@@ -18,13 +15,11 @@ import math
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -35,6 +30,30 @@ from pydantic import (
 )
 
 from tidal.documents import SPEC_LIMITS, DocumentError, compose_yaml, load_json, load_yaml
+from tidal.spec_fields import (
+    ENV_RE,
+    MAX_ARGS,
+    MAX_CHECKPOINT_SECONDS,
+    MAX_CHECKPOINT_STEPS,
+    MAX_COMMAND_TEXT,
+    MAX_CPUS,
+    MAX_ENV,
+    MAX_ENV_KEY,
+    MAX_MEMORY,
+    MAX_RESTARTS,
+    MAX_WORKERS,
+    NAME_RE,
+    Arg,
+    Count,
+    EnvValue,
+    GroupText,
+    Labels,
+    PathText,
+    parse_memory,
+    parse_workers_range,
+    shown,
+    text_problem,
+)
 
 __all__ = [
     "JobSpec",
@@ -52,115 +71,6 @@ __all__ = [
     "parse_workers_range",
     "text_problem",
 ]
-
-#: Job names become part of job ids, directory names and URLs: keep them boring.
-_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
-_ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# ASCII digits only (``\d`` would take full-width and Arabic-Indic digits too); all these
-# patterns are used with fullmatch, so a trailing newline is not ignored as ``$`` would.
-_MEMORY_RE = re.compile(r"[ \t]*([0-9]+)(?:\.([0-9]+))?[ \t]*([KMGT]i?)?B?[ \t]*", re.IGNORECASE)
-_WORKERS_RE = re.compile(r"[ \t]*([0-9]{1,20})[ \t]*(?::[ \t]*([0-9]{1,20})[ \t]*)?")
-_MEMORY_UNITS = {
-    "": 1,
-    "k": 10**3,
-    "m": 10**6,
-    "g": 10**9,
-    "t": 10**12,
-    "ki": 2**10,
-    "mi": 2**20,
-    "gi": 2**30,
-    "ti": 2**40,
-}
-
-#: Upper bounds: generous for any real job, and all far below 2^63 so the store holds them.
-MAX_WORKERS = 100_000
-MAX_MEMORY = 2**60
-MAX_CPUS = 4096.0
-MAX_RESTARTS = 1_000_000_000
-MAX_CHECKPOINT_STEPS = 10**15
-MAX_CHECKPOINT_SECONDS = 10.0**9
-#: Length bounds, in characters (entries for lists and mappings).
-MAX_COMMAND_TEXT = 32 * 1024
-MAX_ARGS = 1024
-MAX_ARG_TEXT = 32 * 1024
-MAX_ENV = 256
-MAX_ENV_KEY = 255
-MAX_ENV_VALUE = 32 * 1024
-MAX_LABELS = 64
-MAX_LABEL_KEY = 63
-MAX_LABEL_VALUE = 255
-MAX_PATH_TEXT = 4096
-MAX_GROUP_TEXT = 63
-
-
-def text_problem(value: str, *, single_line: bool = False) -> str | None:
-    """Why ``value`` cannot be stored and handed to processes, or ``None`` if it can.
-
-    NUL ends a C string (an argument, a path); a lone surrogate cannot be encoded as UTF-8
-    (nor sent as JSON). ``single_line`` also refuses control characters (newlines, tabs),
-    for text shown in tables and matched exactly, such as labels.
-    """
-    if "\x00" in value:
-        return "must not contain NUL characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        shown = repr(value[exc.start])[1:-1]
-        return f"must be valid Unicode text (lone surrogate {shown} at position {exc.start})"
-    if single_line and not value.isprintable():
-        bad = next(c for c in value if not c.isprintable())
-        return f"must not contain control characters (got {bad!r})"
-    return None
-
-
-def _safe_text(value: str) -> str:
-    problem = text_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
-
-
-def _safe_line(value: str) -> str:
-    problem = text_problem(value, single_line=True)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
-
-
-def _shown(value: Any) -> str:
-    """``value`` for an error message: short, and safe to encode (escapes, no surrogates)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int) and value.bit_length() > 128:
-        return "a number of more than 38 digits"
-    text = repr(value)
-    if not text.isascii():
-        text = text.encode("ascii", "backslashreplace").decode("ascii")
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _check_label_keys(value: dict[str, str]) -> dict[str, str]:
-    for key in value:
-        problem = text_problem(key, single_line=True)
-        if problem is None and not 1 <= len(key) <= MAX_LABEL_KEY:
-            problem = f"must be 1-{MAX_LABEL_KEY} characters"
-        if problem is not None:
-            raise ValueError(f"key {_shown(key)}: {problem}")
-    return value
-
-
-_Count = Annotated[int, Strict()]
-_Arg = Annotated[str, Strict(), Field(max_length=MAX_ARG_TEXT), AfterValidator(_safe_text)]
-_EnvValue = Annotated[str, Strict(), Field(max_length=MAX_ENV_VALUE), AfterValidator(_safe_text)]
-_LabelValue = Annotated[
-    str, Strict(), Field(max_length=MAX_LABEL_VALUE), AfterValidator(_safe_line)
-]
-_PathText = Annotated[str, Strict(), Field(max_length=MAX_PATH_TEXT), AfterValidator(_safe_text)]
-_GroupText = Annotated[str, Strict(), Field(max_length=MAX_GROUP_TEXT), AfterValidator(_safe_line)]
-_Labels = Annotated[
-    dict[str, _LabelValue], Field(max_length=MAX_LABELS), AfterValidator(_check_label_keys)
-]
-
 
 DEFAULT_PRIORITY = 5000
 MAX_PRIORITY = 1_000_000
@@ -180,46 +90,6 @@ class SpecError(ValueError):
         return f"{self.source}: {text}" if self.source else text
 
 
-def parse_memory(value: str | int) -> int:
-    """Bytes from ``4Gi``, ``512M``, ``1024`` and the like; raises ``ValueError`` otherwise.
-
-    Exact (no float rounding) and at most :data:`MAX_MEMORY`; a fraction of a byte is
-    dropped.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(
-            f"expected a size like 4Gi or a whole number of bytes (got {_shown(value)})"
-        )
-    if isinstance(value, int):
-        amount = value
-    else:
-        match = _MEMORY_RE.fullmatch(value) if len(value) <= 64 else None
-        if not match:
-            raise ValueError(f"not a memory size (got {_shown(value)}; use e.g. 512Mi, 4Gi, 2G)")
-        whole, fraction, unit = match.groups()
-        number = Fraction(int(whole + (fraction or "")), 10 ** len(fraction or ""))
-        amount = math.floor(number * _MEMORY_UNITS[(unit or "").lower()])
-    if amount < 0:
-        raise ValueError("must be ≥ 0")
-    if amount > MAX_MEMORY:
-        raise ValueError(f"must be at most {MAX_MEMORY} bytes (1Ei) (got {_shown(value)})")
-    return amount
-
-
-def parse_workers_range(value: str | int) -> dict[str, int]:
-    """``"1:8"`` → ``{"min": 1, "max": 8}``; ``"4"`` or ``4`` → a fixed size of 4.
-
-    Only ASCII digits count as digits.
-    """
-    if isinstance(value, int) and not isinstance(value, bool):
-        return {"min": value, "max": value}
-    match = _WORKERS_RE.fullmatch(value) if isinstance(value, str) and len(value) <= 64 else None
-    if not match:
-        raise ValueError(f"expected N or MIN:MAX (got {_shown(value)})")
-    low, high = match.groups()
-    return {"min": int(low), "max": int(high if high is not None else low)}
-
-
 class _Section(BaseModel):
     # Unknown keys are typos far more often than intent: refuse them.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -228,11 +98,11 @@ class _Section(BaseModel):
 class WorkersSpec(_Section):
     """How many workers (one slot each) the job may run: ``min ≤ initial ≤ max``."""
 
-    min: _Count = Field(default=1, ge=1, le=MAX_WORKERS)
+    min: Count = Field(default=1, ge=1, le=MAX_WORKERS)
     #: Defaults to ``min`` (a fixed-size job).
-    max: _Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
+    max: Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
     #: Size to start at when slots allow; defaults to ``max``.
-    initial: _Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
+    initial: Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
 
     @model_validator(mode="before")
     @classmethod
@@ -256,10 +126,10 @@ class WorkersSpec(_Section):
 class ResourcesSpec(_Section):
     """What one worker needs. A worker holds exactly one slot (one GPU, or one CPU slot)."""
 
-    gpus: _Count = Field(default=1, ge=0, le=1)
+    gpus: Count = Field(default=1, ge=0, le=1)
     cpus: Annotated[float, Strict()] = Field(default=1.0, gt=0, le=MAX_CPUS, allow_inf_nan=False)
     #: Bytes, written as ``4Gi``, ``512M`` or a plain number.
-    memory: _Count | None = Field(default=None, ge=0, le=MAX_MEMORY)
+    memory: Count | None = Field(default=None, ge=0, le=MAX_MEMORY)
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -275,14 +145,14 @@ class ResourcesSpec(_Section):
 class TargetSpec(_Section):
     """Where the job may run: a resource group and node labels every host must carry."""
 
-    group: _GroupText | None = None
-    labels: _Labels = Field(default_factory=dict)
+    group: GroupText | None = None
+    labels: Labels = Field(default_factory=dict)
 
 
 class RestartSpec(_Section):
     """How many worker failures the job survives before it is marked failed."""
 
-    max_restarts: _Count = Field(default=3, ge=0, le=MAX_RESTARTS)
+    max_restarts: Count = Field(default=3, ge=0, le=MAX_RESTARTS)
 
 
 class JobSpec(_Section):
@@ -290,31 +160,31 @@ class JobSpec(_Section):
 
     name: Annotated[str, Strict()]
     #: The program each worker runs; a string is split like a shell would (no expansion).
-    command: list[_Arg] = Field(min_length=1, max_length=MAX_ARGS)
-    working_dir: _PathText | None = None
-    env: dict[str, _EnvValue] = Field(default_factory=dict, max_length=MAX_ENV)
+    command: list[Arg] = Field(min_length=1, max_length=MAX_ARGS)
+    working_dir: PathText | None = None
+    env: dict[str, EnvValue] = Field(default_factory=dict, max_length=MAX_ENV)
     workers: WorkersSpec = Field(default_factory=WorkersSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     #: Higher is more important.
-    priority: _Count = Field(default=DEFAULT_PRIORITY, ge=1, le=MAX_PRIORITY)
+    priority: Count = Field(default=DEFAULT_PRIORITY, ge=1, le=MAX_PRIORITY)
     target: TargetSpec = Field(default_factory=TargetSpec)
     restart: RestartSpec = Field(default_factory=RestartSpec)
-    checkpoint_dir: _PathText | None = None
+    checkpoint_dir: PathText | None = None
     #: Durable checkpoints every N steps (0: off) and every S seconds (0: off); a job whose
     #: workers all die resumes from the latest one.
-    checkpoint_every_steps: _Count = Field(default=0, ge=0, le=MAX_CHECKPOINT_STEPS)
+    checkpoint_every_steps: Count = Field(default=0, ge=0, le=MAX_CHECKPOINT_STEPS)
     checkpoint_every_seconds: Annotated[float, Strict()] = Field(
         default=300.0, ge=0, le=MAX_CHECKPOINT_SECONDS, allow_inf_nan=False
     )
-    labels: _Labels = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME_RE.fullmatch(value):
+        if not NAME_RE.fullmatch(value):
             raise ValueError(
                 "must be 1-63 of a-z 0-9 _ . - starting with a letter or digit "
-                f"(got {_shown(value)})"
+                f"(got {shown(value)})"
             )
         return value
 
@@ -337,7 +207,7 @@ class JobSpec(_Section):
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = sorted(_shown(k) for k in value if len(k) > MAX_ENV_KEY or not _ENV_RE.fullmatch(k))
+        bad = sorted(shown(k) for k in value if len(k) > MAX_ENV_KEY or not ENV_RE.fullmatch(k))
         if bad:
             raise ValueError(
                 "not valid variable names (A-Z a-z 0-9 _, not starting with a digit, "
@@ -373,7 +243,7 @@ def _path(loc: Sequence[int | str]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, str) and not part.isprintable():
-            part = _shown(part)[1:-1]  # a key with a newline or a lone surrogate, escaped
+            part = shown(part)[1:-1]  # a key with a newline or a lone surrogate, escaped
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
@@ -396,7 +266,7 @@ def _message(error: Mapping[str, Any]) -> str:
     if kind == "extra_forbidden":
         return "unknown field"
     if kind in _TYPE_ERRORS:
-        return f"{_TYPE_ERRORS[kind]} (got {_shown(error.get('input'))})"
+        return f"{_TYPE_ERRORS[kind]} (got {shown(error.get('input'))})"
     if kind == "finite_number":
         return "must be a finite number"
     msg = str(error.get("msg", "invalid"))
@@ -446,8 +316,8 @@ def _readable_keys(
         if isinstance(key, str) and text_problem(key) is None:
             kept[key] = value
         else:
-            shown = _shown(key).strip("'") if isinstance(key, str) else _shown(key)
-            problems.append((f"{path}.{shown}" if path else shown, "unknown field"))
+            text = shown(key).strip("'") if isinstance(key, str) else shown(key)
+            problems.append((f"{path}.{text}" if path else text, "unknown field"))
     return kept
 
 

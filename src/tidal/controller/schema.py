@@ -6,7 +6,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from tidal.spec import MAX_PRIORITY, MAX_WORKERS, text_problem
+from tidal.spec import MAX_PRIORITY
+from tidal.spec_fields import MAX_WORKERS, text_problem
 
 __all__ = [
     "AllocationView",
