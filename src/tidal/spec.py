@@ -3,18 +3,57 @@
 A spec is accepted whole or refused whole. A refused spec raises :class:`SpecError`, which
 lists every problem found, each with the dotted path of the field at fault
 (``workers.min: must be ≤ workers.max (got 4 > 2)``), so one round trip fixes them all.
+
+Specs come from untrusted users: the fields' types (:mod:`tidal.spec_fields`) are strict
+and bounded, and documents are loaded by :mod:`tidal.documents`, which bounds their size,
+depth and alias expansion.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from tidal.documents import SPEC_LIMITS, DocumentError, compose_yaml, load_json, load_yaml
+from tidal.spec_fields import (
+    ENV_RE,
+    MAX_ARGS,
+    MAX_CHECKPOINT_SECONDS,
+    MAX_CHECKPOINT_STEPS,
+    MAX_COMMAND_TEXT,
+    MAX_CPUS,
+    MAX_ENV,
+    MAX_ENV_KEY,
+    MAX_MEMORY,
+    MAX_RESTARTS,
+    MAX_WORKERS,
+    NAME_RE,
+    Arg,
+    Count,
+    EnvValue,
+    GroupText,
+    Labels,
+    PathText,
+    parse_memory,
+    parse_workers_range,
+    shown,
+    text_problem,
+)
 
 __all__ = [
     "JobSpec",
@@ -27,40 +66,11 @@ __all__ = [
     "locate_problems",
     "parse_memory",
     "parse_spec",
+    "parse_spec_json",
     "parse_spec_yaml",
     "parse_workers_range",
+    "text_problem",
 ]
-
-#: Job names become part of job ids, directory names and URLs: keep them boring.
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
-_MEMORY_UNITS = {
-    "": 1,
-    "k": 10**3,
-    "m": 10**6,
-    "g": 10**9,
-    "t": 10**12,
-    "ki": 2**10,
-    "mi": 2**20,
-    "gi": 2**30,
-    "ti": 2**40,
-}
-
-
-class _SpecLoader(yaml.SafeLoader):
-    """YAML 1.1 without base-60 integers, so ``workers: 1:8`` stays the string ``"1:8"``."""
-
-
-_SpecLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:int"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_SpecLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"),
-)
 
 DEFAULT_PRIORITY = 5000
 MAX_PRIORITY = 1_000_000
@@ -80,35 +90,6 @@ class SpecError(ValueError):
         return f"{self.source}: {text}" if self.source else text
 
 
-def parse_memory(value: str | int) -> int:
-    """Bytes from ``4Gi``, ``512M``, ``1024`` and the like; raises ``ValueError`` otherwise."""
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError("must be ≥ 0")
-        return value
-    match = _MEMORY_RE.match(value)
-    if not match:
-        raise ValueError(f"not a memory size (got {value!r}; use e.g. 512Mi, 4Gi, 2G)")
-    unit = (match.group(2) or "").lower()
-    return int(float(match.group(1)) * _MEMORY_UNITS[unit])
-
-
-def parse_workers_range(value: str | int) -> dict[str, int]:
-    """``"1:8"`` → ``{"min": 1, "max": 8}``; ``"4"`` or ``4`` → a fixed size of 4."""
-    if isinstance(value, int):
-        return {"min": value, "max": value}
-    parts = value.split(":")
-    try:
-        numbers = [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"expected N or MIN:MAX (got {value!r})") from None
-    if len(numbers) == 1:
-        return {"min": numbers[0], "max": numbers[0]}
-    if len(numbers) == 2:
-        return {"min": numbers[0], "max": numbers[1]}
-    raise ValueError(f"expected N or MIN:MAX (got {value!r})")
-
-
 class _Section(BaseModel):
     # Unknown keys are typos far more often than intent: refuse them.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -117,11 +98,11 @@ class _Section(BaseModel):
 class WorkersSpec(_Section):
     """How many workers (one slot each) the job may run: ``min ≤ initial ≤ max``."""
 
-    min: int = Field(default=1, ge=1)
+    min: Count = Field(default=1, ge=1, le=MAX_WORKERS)
     #: Defaults to ``min`` (a fixed-size job).
-    max: int | None = Field(default=None, ge=1)
+    max: Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
     #: Size to start at when slots allow; defaults to ``max``.
-    initial: int | None = Field(default=None, ge=1)
+    initial: Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
 
     @model_validator(mode="before")
     @classmethod
@@ -145,61 +126,65 @@ class WorkersSpec(_Section):
 class ResourcesSpec(_Section):
     """What one worker needs. A worker holds exactly one slot (one GPU, or one CPU slot)."""
 
-    gpus: int = Field(default=1, ge=0, le=1)
-    cpus: float = Field(default=1.0, gt=0)
+    gpus: Count = Field(default=1, ge=0, le=1)
+    cpus: Annotated[float, Strict()] = Field(default=1.0, gt=0, le=MAX_CPUS, allow_inf_nan=False)
     #: Bytes, written as ``4Gi``, ``512M`` or a plain number.
-    memory: int | None = None
+    memory: Count | None = Field(default=None, ge=0, le=MAX_MEMORY)
 
     @field_validator("memory", mode="before")
     @classmethod
     def _memory(cls, value: Any) -> Any:
-        if value is None or isinstance(value, bool):
+        if value is None:
             return value
-        if isinstance(value, (str, int)):
-            return parse_memory(value)
-        return value
+        # A JSON number may arrive as a float (4e9): fine when it is a whole number.
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        return parse_memory(value)
 
 
 class TargetSpec(_Section):
     """Where the job may run: a resource group and node labels every host must carry."""
 
-    group: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    group: GroupText | None = None
+    labels: Labels = Field(default_factory=dict)
 
 
 class RestartSpec(_Section):
     """How many worker failures the job survives before it is marked failed."""
 
-    max_restarts: int = Field(default=3, ge=0)
+    max_restarts: Count = Field(default=3, ge=0, le=MAX_RESTARTS)
 
 
 class JobSpec(_Section):
     """A training job as submitted: the command and how elastic it may be."""
 
-    name: str
+    name: Annotated[str, Strict()]
     #: The program each worker runs; a string is split like a shell would (no expansion).
-    command: list[str] = Field(min_length=1)
-    working_dir: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    command: list[Arg] = Field(min_length=1, max_length=MAX_ARGS)
+    working_dir: PathText | None = None
+    env: dict[str, EnvValue] = Field(default_factory=dict, max_length=MAX_ENV)
     workers: WorkersSpec = Field(default_factory=WorkersSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     #: Higher is more important.
-    priority: int = Field(default=DEFAULT_PRIORITY, ge=1, le=MAX_PRIORITY)
+    priority: Count = Field(default=DEFAULT_PRIORITY, ge=1, le=MAX_PRIORITY)
     target: TargetSpec = Field(default_factory=TargetSpec)
     restart: RestartSpec = Field(default_factory=RestartSpec)
-    checkpoint_dir: str | None = None
+    checkpoint_dir: PathText | None = None
     #: Durable checkpoints every N steps (0: off) and every S seconds (0: off); a job whose
     #: workers all die resumes from the latest one.
-    checkpoint_every_steps: int = Field(default=0, ge=0)
-    checkpoint_every_seconds: float = Field(default=300.0, ge=0)
-    labels: dict[str, str] = Field(default_factory=dict)
+    checkpoint_every_steps: Count = Field(default=0, ge=0, le=MAX_CHECKPOINT_STEPS)
+    checkpoint_every_seconds: Annotated[float, Strict()] = Field(
+        default=300.0, ge=0, le=MAX_CHECKPOINT_SECONDS, allow_inf_nan=False
+    )
+    labels: Labels = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME_RE.match(value):
+        if not NAME_RE.fullmatch(value):
             raise ValueError(
-                f"must be 1-63 of a-z 0-9 _ . - starting with a letter or digit (got {value!r})"
+                "must be 1-63 of a-z 0-9 _ . - starting with a letter or digit "
+                f"(got {shown(value)})"
             )
         return value
 
@@ -207,6 +192,12 @@ class JobSpec(_Section):
     @classmethod
     def _command(cls, value: Any) -> Any:
         if isinstance(value, str):
+            # shlex takes ~15 µs a character: bound the text before splitting it.
+            if len(value) > MAX_COMMAND_TEXT:
+                raise ValueError(f"longer than {MAX_COMMAND_TEXT} characters (got {len(value)})")
+            problem = text_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
             try:
                 return shlex.split(value)
             except ValueError as exc:
@@ -216,9 +207,12 @@ class JobSpec(_Section):
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = sorted(k for k in value if not _ENV_RE.match(k))
+        bad = sorted(shown(k) for k in value if len(k) > MAX_ENV_KEY or not ENV_RE.fullmatch(k))
         if bad:
-            raise ValueError(f"not valid variable names: {', '.join(map(repr, bad))}")
+            raise ValueError(
+                "not valid variable names (A-Z a-z 0-9 _, not starting with a digit, "
+                f"at most {MAX_ENV_KEY} characters): {', '.join(bad)}"
+            )
         return value
 
 
@@ -248,8 +242,21 @@ _SECTION_CHECKS: dict[str, tuple[type[BaseModel], Callable[[Any], list[tuple[str
 def _path(loc: Sequence[int | str]) -> str:
     out = ""
     for part in loc:
+        if isinstance(part, str) and not part.isprintable():
+            part = shown(part)[1:-1]  # a key with a newline or a lone surrogate, escaped
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+#: Type errors, told with what was given (pydantic's own message leaves it out).
+_TYPE_ERRORS = {
+    "int_type": "expected an integer",
+    "float_type": "expected a number",
+    "string_type": "expected a string",
+    "list_type": "expected a list",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+}
 
 
 def _message(error: Mapping[str, Any]) -> str:
@@ -258,6 +265,10 @@ def _message(error: Mapping[str, Any]) -> str:
         return "required"
     if kind == "extra_forbidden":
         return "unknown field"
+    if kind in _TYPE_ERRORS:
+        return f"{_TYPE_ERRORS[kind]} (got {shown(error.get('input'))})"
+    if kind == "finite_number":
+        return "must be a finite number"
     msg = str(error.get("msg", "invalid"))
     return msg.removeprefix("Value error, ")
 
@@ -292,6 +303,24 @@ def _partial_check(
         return []
 
 
+_SECTIONS = ("workers", "resources", "target", "restart")
+
+
+def _readable_keys(
+    data: Mapping[Any, Any], path: str, problems: list[tuple[str, str]]
+) -> dict[Any, Any]:
+    """``data`` without the keys no field can have (not text, or not encodable), each of
+    them a problem: pydantic cannot even report such a key as unknown."""
+    kept: dict[Any, Any] = {}
+    for key, value in data.items():
+        if isinstance(key, str) and text_problem(key) is None:
+            kept[key] = value
+        else:
+            text = shown(key).strip("'") if isinstance(key, str) else shown(key)
+            problems.append((f"{path}.{text}" if path else text, "unknown field"))
+    return kept
+
+
 def parse_spec(data: Any, source: str | None = None) -> JobSpec:
     """Validate plain data (e.g. parsed JSON) into a spec, or raise :class:`SpecError`.
 
@@ -300,6 +329,10 @@ def parse_spec(data: Any, source: str | None = None) -> JobSpec:
     if not isinstance(data, Mapping):
         raise SpecError([("", f"a job spec must be a mapping (got {type(data).__name__})")], source)
     problems: list[tuple[str, str]] = []
+    data = _readable_keys(data, "", problems)
+    for section in _SECTIONS:
+        if isinstance(data.get(section), Mapping):
+            data[section] = _readable_keys(data[section], section, problems)
     spec: JobSpec | None = None
     try:
         spec = JobSpec.model_validate(data)
@@ -316,16 +349,22 @@ def parse_spec(data: Any, source: str | None = None) -> JobSpec:
 
 
 def parse_spec_yaml(text: str, source: str | None = None) -> JobSpec:
-    """Parse and validate a spec written in YAML (JSON is YAML too)."""
+    """Parse and validate a spec written in YAML (JSON is YAML too), within the bounds of
+    :data:`tidal.documents.SPEC_LIMITS`."""
     try:
-        data = yaml.load(text, Loader=_SpecLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        where = ""
-        mark = getattr(exc, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1} column {mark.column + 1}"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError([("", f"invalid YAML{where}: {problem}")], source) from None
+        data = load_yaml(text, SPEC_LIMITS)
+    except DocumentError as exc:
+        raise SpecError(exc.problems, source) from None
+    return parse_spec(data, source)
+
+
+def parse_spec_json(text: str | bytes, source: str | None = None) -> JobSpec:
+    """Parse and validate a spec written in JSON (a key given twice is refused), within the
+    bounds of :data:`tidal.documents.SPEC_LIMITS`."""
+    try:
+        data = load_json(text, SPEC_LIMITS)
+    except DocumentError as exc:
+        raise SpecError(exc.problems, source) from None
     return parse_spec(data, source)
 
 
@@ -357,7 +396,7 @@ def _field_lines(text: str) -> dict[str, int]:
                 lines.setdefault(child, item.start_mark.line + 1)
                 walk(item, child)
 
-    root = yaml.compose(text, Loader=_SpecLoader)  # a SafeLoader subclass
+    root = compose_yaml(text, SPEC_LIMITS)
     if root is not None:
         walk(root, "")
     return lines
@@ -372,10 +411,10 @@ def locate_problems(text: str, problems: Sequence[tuple[str, str]]) -> list[int 
     """
     try:
         lines = _field_lines(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = mark.line + 1 if mark is not None else None
-        return [where if not path else None for path, _ in problems]
+    except DocumentError as exc:
+        # The spec was refused for the same reason: each problem is on the line it names.
+        where = _problem_line(exc)
+        return [where for _ in problems]
     found: list[int | None] = []
     for path, _ in problems:
         probe = path
@@ -384,3 +423,9 @@ def locate_problems(text: str, problems: Sequence[tuple[str, str]]) -> list[int 
             probe = probe[:cut] if cut > 0 else ""
         found.append(lines.get(probe) if probe else None)
     return found
+
+
+def _problem_line(exc: DocumentError) -> int | None:
+    """The line a document's first problem names in its message, if any."""
+    match = re.search(r"line ([0-9]+)", exc.problems[0][1]) if exc.problems else None
+    return int(match.group(1)) if match else None

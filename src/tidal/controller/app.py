@@ -7,6 +7,7 @@ from fastapi import Depends, FastAPI
 import tidal
 from tidal.controller.api import PROTECTED_ROUTERS, PUBLIC_ROUTERS
 from tidal.controller.auth import BearerAuth
+from tidal.controller.limits import install_request_guards
 from tidal.controller.loop import Controller
 from tidal.dashboard import mount_dashboard
 
@@ -27,4 +28,5 @@ def create_app(controller: Controller, token: str) -> FastAPI:
     for router in PROTECTED_ROUTERS:
         app.include_router(router, dependencies=[Depends(auth)])
     mount_dashboard(app, auth)
+    install_request_guards(app)
     return app

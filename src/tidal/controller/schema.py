@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from tidal.spec import MAX_PRIORITY
+from tidal.spec_fields import MAX_WORKERS, text_problem
 
 __all__ = [
     "AllocationView",
@@ -34,6 +35,22 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: Training steps: exact in JSON readers (the dashboard's charts) and in the store.
+MAX_STEP = 2**53 - 1
+#: A scale-out's deadline: a year is far more than any rescale may take.
+MAX_TIMEOUT_S = 365 * 24 * 3600.0
+
+
+def _metric_name(value: str) -> str:
+    problem = text_problem(value, single_line=True)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+_MetricName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_metric_name)]
+
+
 class PriorityRequest(_Body):
     """Set a job's priority (higher is more important)."""
 
@@ -43,22 +60,22 @@ class PriorityRequest(_Body):
 class ScaleRequest(_Body):
     """Ask for exactly ``workers`` workers (within the job's ``[min, max]``)."""
 
-    workers: int = Field(ge=1)
+    workers: int = Field(ge=1, le=MAX_WORKERS)
 
 
 class ScaleByRequest(_Body):
     """Grow or shrink by ``count`` workers; a scale-out with ``timeout_s`` is rolled back
     if the job has not reached its new size by then."""
 
-    count: int = Field(ge=1)
-    timeout_s: float | None = Field(default=None, gt=0)
+    count: int = Field(ge=1, le=MAX_WORKERS)
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
 
 
 class MetricsReport(_Body):
     """Training metrics of one step, e.g. ``{"step": 120, "values": {"loss": 0.31}}``."""
 
-    step: int = Field(ge=0)
-    values: dict[str, float] = Field(min_length=1)
+    step: int = Field(ge=0, le=MAX_STEP)
+    values: dict[_MetricName, float] = Field(min_length=1, max_length=1000)
 
 
 class MetricsView(BaseModel):

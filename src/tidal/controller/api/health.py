@@ -13,6 +13,6 @@ router = APIRouter(tags=["meta"])
 
 
 @router.get("/health", response_model=HealthView)
-def health() -> HealthView:
+async def health() -> HealthView:
     """Liveness; needs no token."""
     return HealthView(status="ok", version=tidal.__version__)

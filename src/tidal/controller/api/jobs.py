@@ -24,6 +24,7 @@ from tidal.controller.api.spec_body import (
     spec_text,
 )
 from tidal.controller.api.views import allocation_view, event_view, job_view
+from tidal.controller.limits import off_loop
 from tidal.controller.requests import Cancel, Resize, SetPriority, UserRequest
 from tidal.controller.schema import (
     AllocationView,
@@ -85,7 +86,7 @@ def _holding(job: JobRecord) -> None:
 async def submit(request: Request, store: StoreDep) -> Response:
     """Submit a job from a spec: JSON, or YAML text with ``Content-Type: application/yaml``."""
     try:
-        spec = read_spec(*await spec_text(request))
+        spec = await off_loop(request, read_spec, *await spec_text(request))
     except SpecError as exc:
         return spec_problem_response(exc)
     job = await run_in_threadpool(store.add_job, spec)
@@ -100,9 +101,11 @@ async def validate(request: Request) -> SpecCheck:
     YAML, the line it names (what the dashboard's submit page shows next to the text)."""
     text, is_yaml = await spec_text(request)
     try:
-        read_spec(text, is_yaml)
+        await off_loop(request, read_spec, text, is_yaml)
     except SpecError as exc:
-        lines = locate_problems(text, exc.problems) if is_yaml else None
+        lines = None
+        if is_yaml:
+            lines = await off_loop(request, locate_problems, text, exc.problems)
         return SpecCheck(
             valid=False,
             problems=[
@@ -124,7 +127,7 @@ def list_jobs(
     state: Annotated[list[JobState] | None, Query()] = None,
     name: str | None = None,
     label: Annotated[list[str] | None, Query(description="KEY=VALUE, repeatable")] = None,
-    limit: Annotated[int | None, Query(ge=1)] = None,
+    limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
 ) -> Response:
     """Jobs in submission order, filtered by state (repeatable), name and labels."""
     labels = _parse_labels(label or [])

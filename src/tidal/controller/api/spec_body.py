@@ -3,13 +3,11 @@ its problems with field paths."""
 
 from __future__ import annotations
 
-import json
-
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from tidal.controller.api.deps import UNPROCESSABLE
-from tidal.spec import JobSpec, SpecError, parse_spec, parse_spec_yaml
+from tidal.spec import JobSpec, SpecError, parse_spec_json, parse_spec_yaml
 
 __all__ = ["SPEC_BODY", "read_spec", "spec_loc", "spec_problem_response", "spec_text"]
 
@@ -30,7 +28,7 @@ SPEC_BODY = {
 def spec_loc(path: str) -> list[str | int]:
     """A spec field's dotted path as a FastAPI error location in the body."""
     parts = [p for p in path.replace("[", ".").replace("]", "").split(".") if p]
-    return ["body", *[int(p) if p.isdigit() else p for p in parts]]
+    return ["body", *[int(p) if p.isascii() and p.isdigit() and len(p) < 10 else p for p in parts]]
 
 
 def spec_problem_response(exc: SpecError) -> JSONResponse:
@@ -51,10 +49,4 @@ async def spec_text(request: Request) -> tuple[str, bool]:
 
 def read_spec(text: str, is_yaml: bool) -> JobSpec:
     """The spec in a request body; raises :class:`SpecError`."""
-    if is_yaml:
-        return parse_spec_yaml(text)
-    try:
-        data = json.loads(text) if text else None
-    except ValueError:
-        raise SpecError([("", "body is not valid JSON")]) from None
-    return parse_spec(data)
+    return parse_spec_yaml(text) if is_yaml else parse_spec_json(text)
