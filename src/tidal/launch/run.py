@@ -104,8 +104,11 @@ def run(options: RunOptions, console: Console) -> int:
     def show_event(event: GroupEvent) -> None:
         stall = f" in {event.stall * 1e3:.0f} ms" if event.stall is not None else ""
         with lock:
+            # One event, one line (not wrapped at the terminal's width): logs are grepped.
             console.print(
-                f"[bold cyan]tidal[/] {event.kind}: {event.message}{stall}", highlight=False
+                f"[bold cyan]tidal[/] {event.kind}: {event.message}{stall}",
+                highlight=False,
+                soft_wrap=True,
             )
 
     spec = WorkerSpec(
