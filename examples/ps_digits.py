@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -123,13 +124,13 @@ def main() -> None:
     parser.add_argument("--n-ps", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--mode", choices=["sync", "async"], default="sync")
-    args, rest = parser.parse_known_args()
+    args = parser.parse_args()
     if not args.local:
         train(args)
         return
     workdir = Path(tempfile.mkdtemp(prefix="ps-digits-"))
     config = tidal.ps.PSConfig(n_ps=args.n_ps, mode=args.mode, max_workers=args.workers)
-    argv = [a for a in os.sys.argv[1:] if a != "--local"] + ["--out", str(workdir / "out")]
+    argv = [a for a in sys.argv[1:] if a != "--local"] + ["--out", str(workdir / "out")]
     with tidal.ps.LocalCluster(__file__, config, workdir, args=argv) as cluster:
         cluster.start_servers()
         for i in range(args.workers):

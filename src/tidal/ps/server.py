@@ -230,7 +230,13 @@ class ShardServer:
             return [
                 (identity, {"ok": True, "seq": seq, "applied": True, "version": self.version}, [])
             ]
-        if base != self.version or worker in self.pushed:
+        if base == self.version and worker in self.pushed:
+            # a resend after the worker reconnected: keep its first gradient, and answer
+            # the new request (the old socket is gone) when the step completes
+            self.stats["dropped"] += 1
+            self.pushed[worker] = (identity, int(seq or 0))
+            return []
+        if base != self.version:
             # too late for its step (a backup worker), or from before a restore
             self.stats["dropped"] += 1
             return [
