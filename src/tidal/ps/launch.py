@@ -10,6 +10,7 @@ either way each is in its own session, writes to its own log, and is stopped by 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import runpy
@@ -26,6 +27,18 @@ from typing import Literal
 from tidal.ps.config import ClusterSpec, PSConfig
 
 Start = Literal["fork", "exec"]
+
+
+@functools.cache
+def preload_for_fork() -> None:
+    """Import, once, what every child would: the first optimizer a process builds pulls
+    in ``torch._dynamo`` (seconds of CPU), which forked children then share."""
+    import torch
+
+    torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    import zmq  # noqa: F401
+
+    import tidal.ps.data  # noqa: F401
 
 
 @dataclass
@@ -134,6 +147,7 @@ class LocalCluster:
                     start_new_session=True,
                 )
             return RoleProcess(role, index, popen.pid, log, popen)
+        preload_for_fork()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()

@@ -54,6 +54,8 @@ class ShardServer:
             torch.nn.Parameter(piece_view(params[p.param], p).clone()) for p in self.pieces
         ]
         self.version = 0
+        # tells workers a restarted server from the one they sent a request to
+        self.incarnation = f"{os.getpid()}-{time.time_ns()}"
         self.positions: dict[str, Any] = {}  # worker id -> its data position (shard 0)
         self.failure: str | None = None
         self.optimizer: torch.optim.Optimizer | None = None
@@ -166,7 +168,13 @@ class ShardServer:
         if worker:
             self._seen(worker, now)
         if op == "beat":
-            return [(identity, {"ok": True, "seq": seq, "version": self.version}, [])]
+            reply = {
+                "ok": True,
+                "seq": seq,
+                "version": self.version,
+                "incarnation": self.incarnation,
+            }
+            return [(identity, reply, [])]
         if self.failure is not None:
             return [(identity, {"ok": False, "seq": seq, "error": self.failure}, [])]
         if op == "hello":
@@ -181,6 +189,7 @@ class ShardServer:
                 "seq": seq,
                 "version": self.version,
                 "position": self.positions.get(worker),
+                "incarnation": self.incarnation,
                 "mode": self.config.mode,
             }
             return [(identity, reply, [])]

@@ -29,6 +29,7 @@ from tidal.ps.transport import (
     ServerLost,
     await_replies,
     buffer_tensor,
+    decode,
     tensor_buffer,
 )
 
@@ -44,6 +45,7 @@ class _Heartbeat(threading.Thread):
         self.endpoints = endpoints  # replaced in place by the worker after a restart
         self.period = period
         self.last_reply = [time.monotonic()] * len(endpoints)
+        self.incarnation: list[str | None] = [None] * len(endpoints)  # as the beats say
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -56,7 +58,8 @@ class _Heartbeat(threading.Thread):
                         link.reconnect(self.endpoints[i])
                     try:
                         while link.socket.poll(0, zmq.POLLIN):  # any beat's answer will do
-                            link.socket.recv_multipart()
+                            header, _ = decode(link.socket.recv_multipart(copy=False))
+                            self.incarnation[i] = header.get("incarnation")
                             self.last_reply[i] = time.monotonic()
                         link.send({"op": "beat", "worker": self.worker})
                     except zmq.ZMQError:
@@ -111,6 +114,7 @@ class ParameterServerModel(torch.nn.Module):
             "bytes_pushed": 0,
         }
         self._need_pull = True
+        self._incarnations: list[str | None] = [None] * spec.config.n_ps
         self._hello(timeout=spec.config.recover_timeout)
 
     # -- connection -------------------------------------------------------------------
@@ -125,6 +129,11 @@ class ParameterServerModel(torch.nn.Module):
             time.sleep(0.05)
 
     def _alive(self, i: int) -> bool:
+        # a server that answers beats but is not the one we said hello to has restarted:
+        # what we sent the old one is gone
+        beats = self._heartbeat.incarnation[i]
+        if beats is not None and beats != self._incarnations[i]:
+            return False
         return time.monotonic() - self._heartbeat.last_reply[i] < self.spec.config.peer_timeout
 
     def _hello(self, timeout: float) -> None:
@@ -135,6 +144,7 @@ class ParameterServerModel(torch.nn.Module):
         replies = await_replies(self._links, seqs, lambda i: True, timeout=timeout)
         for i, (header, _) in enumerate(replies):
             self.server_versions[i] = int(header["version"])
+            self._incarnations[i] = header.get("incarnation")
         self.resume_position = replies[0][0].get("position")
 
     def _recover(self, cause: ParameterServerError) -> None:
@@ -165,6 +175,7 @@ class ParameterServerModel(torch.nn.Module):
                 continue
             for i in range(len(self._links)):
                 self._heartbeat.last_reply[i] = time.monotonic()
+                self._heartbeat.incarnation[i] = self._incarnations[i]
             self._need_pull = True
             return
 
