@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tidal.ps.config import ClusterSpec, PSConfig
+from tidal.ps.config import ClusterSpec, PSConfig, Role
 
 Start = Literal["fork", "exec"]
 
@@ -102,12 +102,12 @@ class LocalCluster:
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         self.address_dir = str(self.workdir / "addresses")
 
-    def spec(self, role: str, index: int, worker_id: str = "") -> ClusterSpec:
+    def spec(self, role: Role, index: int, worker_id: str = "") -> ClusterSpec:
         """The cluster description a process gets (as environment variables)."""
         return ClusterSpec(
             role=role,
             index=index,
-            config=self.config,  # type: ignore[arg-type]
+            config=self.config,
             worker_id=worker_id,
             address_dir=self.address_dir,
         )
@@ -132,7 +132,7 @@ class LocalCluster:
         self.workers[name] = proc
         return proc
 
-    def _spawn(self, role: str, index: int, name: str, spec: ClusterSpec) -> RoleProcess:
+    def _spawn(self, role: Role, index: int, name: str, spec: ClusterSpec) -> RoleProcess:
         log = self.workdir / "logs" / f"{name}.log"
         environ = {**self.env, **spec.to_env()}
         argv = [self.script, *self.args]

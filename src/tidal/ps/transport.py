@@ -39,7 +39,8 @@ def tensor_buffer(tensor: torch.Tensor) -> memoryview:
     flat = tensor.detach().reshape(-1)
     if not flat.is_contiguous() or flat.device.type != "cpu":
         raise ValueError("tensor_buffer: expected a contiguous CPU tensor")
-    return memoryview(flat.view(torch.uint8).numpy())
+    array: Any = flat.view(torch.uint8).numpy()
+    return memoryview(array)
 
 
 def buffer_tensor(buffer: memoryview | bytes, dtype: torch.dtype) -> torch.Tensor:
@@ -78,7 +79,7 @@ class ServerLink:
         self.seq = 0
 
     def _connect(self, endpoint: str) -> zmq.Socket[Any]:
-        sock = self.context.socket(zmq.DEALER)
+        sock: zmq.Socket[Any] = self.context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
