@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -163,6 +164,10 @@ def run_ps(
         "bytes_per_worker_step": sum(w["bytes_pulled"] + w["bytes_pushed"] for w in workers)
         / steps,
         "server_cpu": [round(s["cpu_s"] / s["wall_s"], 2) for s in servers],
+        # CPU a server spends per update it applies (receive, average, optimizer, send)
+        "server_ms_per_update": [
+            round(1000 * s["cpu_s"] / max(1, s["applied"]), 1) for s in servers
+        ],
         "dropped": sum(w["dropped"] for w in workers),
     }
 
@@ -177,6 +182,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--workers", default="2,4")
     parser.add_argument("--servers", default="1,2")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--trials", type=int, default=1, help="rounds over every system")
     parser.add_argument("--out", help="(a job process's trace directory)")
     parser.add_argument("--world", type=int, default=0, help="(a job process's worker count)")
     return parser.parse_args()
@@ -188,40 +194,54 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="ps-bench-"))
     print(f"load average before: {os.getloadavg()}", flush=True)
     rows: list[dict[str, object]] = []
-    for world in (int(w) for w in args.workers.split(",")):
-        runs = [("allreduce", 0)] + [
-            (m, n)
-            for m in ("ps-sync", "ps-async")
-            for n in (int(s) for s in args.servers.split(","))
-        ]
-        for system, n_ps in runs:
-            out = root / f"{system}-{world}-{n_ps}"
-            out.mkdir(parents=True)
-            started = time.time()
-            if system == "allreduce":
-                row = run_allreduce(args, world, out)
-            else:
-                row = run_ps(args, system.split("-")[1], world, n_ps, out)
-            row.update(
-                system=system, workers=world, servers=n_ps, wall=round(time.time() - started, 1)
-            )
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    servers = [int(s) for s in args.servers.split(",")]
+    for trial in range(args.trials):
+        for world in (int(w) for w in args.workers.split(",")):
+            runs = [("allreduce", 0)] + [(m, n) for m in ("ps-sync", "ps-async") for n in servers]
+            for system, n_ps in runs:
+                out = root / f"{system}-{world}-{n_ps}-{trial}"
+                out.mkdir(parents=True)
+                started = time.time()
+                if system == "allreduce":
+                    row = run_allreduce(args, world, out)
+                else:
+                    row = run_ps(args, system.split("-")[1], world, n_ps, out)
+                row.update(
+                    system=system,
+                    workers=world,
+                    servers=n_ps,
+                    trial=trial,
+                    wall=round(time.time() - started, 1),
+                )
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     print(f"load average after: {os.getloadavg()}\n")
     print(
         f"{'system':10} {'W':>2} {'PS':>2} {'samples/s':>10} {'vs all-reduce':>13}"
-        f" {'MB/worker-step':>14}  server CPU (share of a core)"
+        f" {'MB/worker-step':>14}  server CPU ms/update  (medians of {args.trials} trials)"
     )
-    for row in rows:
-        base = next(
-            r for r in rows if r["system"] == "allreduce" and r["workers"] == row["workers"]
+    configs = list(dict.fromkeys((r["system"], r["workers"], r["servers"]) for r in rows))
+
+    def med(system: object, world: object, n_ps: object, key: str) -> float:
+        return statistics.median(
+            float(r[key])  # type: ignore[arg-type]
+            for r in rows
+            if (r["system"], r["workers"], r["servers"]) == (system, world, n_ps)
         )
-        ratio = float(row["samples_s"]) / float(base["samples_s"])  # type: ignore[arg-type]
+
+    for system, world, n_ps in configs:
+        rate = med(system, world, n_ps, "samples_s")
+        ratio = rate / med("allreduce", world, 0, "samples_s")
+        mb = med(system, world, n_ps, "bytes_per_worker_step") / 1e6
+        cpu = [
+            r.get("server_ms_per_update")
+            for r in rows
+            if (r["system"], r["workers"], r["servers"]) == (system, world, n_ps)
+        ]
         print(
-            f"{row['system']:10} {row['workers']:>2} {row['servers'] or '-':>2}"
-            f" {float(row['samples_s']):>10.1f} {ratio:>13.2f}"  # type: ignore[arg-type]
-            f" {float(row['bytes_per_worker_step']) / 1e6:>14.1f}  {row.get('server_cpu', '')}"
-        )  # type: ignore[arg-type]
+            f"{system:10} {world:>2} {n_ps or '-':>2} {rate:>10.1f} {ratio:>13.2f}"
+            f" {mb:>14.1f}  {cpu if system != 'allreduce' else ''}"
+        )
     (root / "results.json").write_text(json.dumps(rows, indent=1))
     print(f"\nresults: {root / 'results.json'}")
 

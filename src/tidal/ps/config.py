@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -115,7 +115,6 @@ class ClusterSpec:
     addresses: tuple[str, ...] = ()
     address_dir: str | None = None
     bind: str = "tcp://127.0.0.1:0"
-    extra: Mapping[str, str] = field(default_factory=dict)
 
     @staticmethod
     def from_env(environ: Mapping[str, str] | None = None) -> ClusterSpec:

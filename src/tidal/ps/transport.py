@@ -71,8 +71,11 @@ def decode(frames: Sequence[zmq.Frame]) -> tuple[Header, list[memoryview]]:
 class ServerLink:
     """One worker's request channel to one server (a DEALER socket), reconnectable."""
 
-    def __init__(self, context: zmq.Context[Any], index: int, endpoint: str) -> None:
+    def __init__(
+        self, context: zmq.Context[Any], index: int, endpoint: str, send_timeout: float = 5.0
+    ) -> None:
         self.context = context
+        self.send_timeout_ms = int(send_timeout * 1000)
         self.index = index
         self.endpoint = endpoint
         self.socket: zmq.Socket[Any] = self._connect(endpoint)
@@ -83,6 +86,8 @@ class ServerLink:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        # a send never blocks for long, even with a dead server's queue full
+        sock.setsockopt(zmq.SNDTIMEO, self.send_timeout_ms)
         sock.connect(endpoint)
         return sock
 

@@ -93,9 +93,10 @@ class ParameterServerModel(torch.nn.Module):
         self._params = trainable(module)
         self._context: zmq.Context[Any] = zmq.Context()
         endpoints = [self._wait_address(i) for i in range(spec.config.n_ps)]
-        self._links = [ServerLink(self._context, i, e) for i, e in enumerate(endpoints)]
-        for link in self._links:
-            link.socket.setsockopt(zmq.SNDTIMEO, int(spec.config.peer_timeout * 1000))
+        self._links = [
+            ServerLink(self._context, i, e, spec.config.peer_timeout)
+            for i, e in enumerate(endpoints)
+        ]
         self._heartbeat = _Heartbeat(
             self.worker_id, endpoints, min(0.5, spec.config.peer_timeout / 5)
         )
@@ -158,7 +159,6 @@ class ParameterServerModel(torch.nn.Module):
             for i, link in enumerate(self._links):
                 endpoint = self.spec.server_address(i) or link.endpoint
                 link.reconnect(endpoint)  # always: drop requests queued for the dead one
-                link.socket.setsockopt(zmq.SNDTIMEO, int(self.spec.config.peer_timeout * 1000))
                 self._heartbeat.endpoints[i] = endpoint
             try:
                 self._hello(
@@ -166,7 +166,7 @@ class ParameterServerModel(torch.nn.Module):
                         self.spec.config.peer_timeout, max(0.1, deadline - time.monotonic())
                     )
                 )
-            except ServerLost:
+            except (ServerLost, zmq.Again):
                 if time.monotonic() > deadline:
                     raise ParameterServerError(
                         f"worker {self.worker_id}: a parameter server did not return within"
