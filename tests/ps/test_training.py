@@ -270,3 +270,21 @@ def test_a_failing_optimizer_factory_reaches_the_worker_with_its_traceback(tmp_p
         assert "optimizer factory failed on parameter server 0" in text
         assert "Invalid learning rate: -1.0" in text
         assert "Traceback" in text
+
+
+def test_a_server_that_never_returns_is_an_error_within_seconds(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    config = PSConfig(n_ps=1, mode="async", max_workers=1, peer_timeout=1.0, recover_timeout=3.0)
+    args = ["--out", str(out), "--epochs", "50", "--step-delay", "0.01"]
+    with LocalCluster(EXAMPLE, config, tmp_path, args=args) as cluster:
+        cluster.start_servers()
+        worker = cluster.start_worker(0)
+        wait_for("5 steps", lambda: len(trace(out, "worker-0")) >= 5, cluster, 60)
+        cluster.servers[0].signal(signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for("the worker to fail", lambda: worker.poll() is not None, cluster, 30)
+        waited = time.monotonic() - killed
+    assert worker.poll() == 1
+    assert "did not return within recover_timeout=3.0s" in worker.output()
+    # found lost within the peer timeout, then the bounded wait for a restart
+    assert waited < 1.0 + 3.0 + 5.0, waited
