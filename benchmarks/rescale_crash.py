@@ -20,6 +20,7 @@ Prints p50, p95 and max of each system's stalls, and how many took longer than 2
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import signal
@@ -72,7 +73,7 @@ def _steady(trace: Trace, key: str, after: float, steps: int) -> bool:
 
 def _step_time(trace: Trace) -> float:
     lines = trace.rank0()[-8:]
-    gaps = [float(b["t"]) - float(a["t"]) for a, b in zip(lines, lines[1:], strict=False)]  # type: ignore[arg-type]
+    gaps = [float(b["t"]) - float(a["t"]) for a, b in itertools.pairwise(lines)]  # type: ignore[arg-type]
     return statistics.median(gaps)
 
 
@@ -198,7 +199,7 @@ def torchrun_crashes(args: argparse.Namespace, work: Path, kills: int) -> list[d
             victim = rng.choice(sorted({int(d["pid"]) for d in recent if d["rank"] != 0}))  # type: ignore[call-overload]
             killed_at = _kill_at_random_point(trace, rng, victim)
             _wait(
-                lambda k=killed_at: any(int(d["pid"]) != old for d in _rank0_tail(trace, k)),  # type: ignore[call-overload]
+                lambda k=killed_at, o=old: any(int(d["pid"]) != o for d in _rank0_tail(trace, k)),  # type: ignore[call-overload]
                 "the restarted group's first step",
             )
             row = _stall(trace, killed_at, lambda d, o=old: int(d["pid"]) != o, step)  # type: ignore[misc]
