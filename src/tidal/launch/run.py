@@ -101,8 +101,12 @@ def run(options: RunOptions, console: Console) -> int:
     def show_event(event: GroupEvent) -> None:
         stall = f" in {event.stall * 1e3:.0f} ms" if event.stall is not None else ""
         with lock:
+            # One line per event (not wrapped at the terminal's width): the rank, worker
+            # id and pid of every member stay on the generation's line.
             console.print(
-                f"[bold cyan]tidal[/] {event.kind}: {event.message}{stall}", highlight=False
+                f"[bold cyan]tidal[/] {event.kind}: {event.message}{stall}",
+                highlight=False,
+                soft_wrap=True,
             )
 
     spec = WorkerSpec(
