@@ -98,7 +98,7 @@ def main() -> None:
 
     if ctx.rank == 0:
         with torch.no_grad():
-            x, y = test.tensors
+            x, y = (t.to(ctx.device) for t in test.tensors)
             accuracy = (model.module(x).argmax(1) == y).float().mean().item()
         print(f"test accuracy {accuracy:.4f}", flush=True)
         if args.result:

@@ -15,6 +15,7 @@ things DDP's default cannot:
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +27,14 @@ from torch.nn.parallel import DistributedDataParallel
 from tidal.runtime.adaptive import GradientRecorder
 from tidal.runtime.batchnorm import GlobalBatchNorm, convert_batchnorm
 from tidal.runtime.context import WorkerContext, current
+
+# Buffers are synchronised at membership changes only (the state broadcast). torch 2.13
+# names the switch `forward_sync_buffers`; earlier releases call it `broadcast_buffers`.
+_NO_BUFFER_SYNC = (
+    "forward_sync_buffers"
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    else "broadcast_buffers"
+)
 
 
 class _HookState:
@@ -96,7 +105,7 @@ class ElasticDataParallel(nn.Module):
         # plain DDP divides while copying and copies back after the all-reduce (also two).
         # As views, nothing is copied back, so the weighting costs no extra pass.
         self._ddp_options = {
-            "forward_sync_buffers": False,
+            _NO_BUFFER_SYNC: False,
             "gradient_as_bucket_view": True,
             **ddp_options,
         }
