@@ -26,6 +26,7 @@ import random
 import signal
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from common import BASELINE, EXAMPLE, PYTHON, TORCHRUN, Proc, Trace, cleanup, env, free_port
@@ -49,16 +50,16 @@ def _script_args(args: argparse.Namespace, trace: Path) -> list[str]:
     ]
 
 
-def _wait(predicate: object, what: str, timeout: float = WAIT) -> None:
+def _wait(predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
     deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
+    while not predicate():
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {timeout:.0f}s for {what}")
         time.sleep(0.01)
 
 
 def _rank0_tail(trace: Trace, after: float) -> list[dict[str, object]]:
-    return [d for d in trace.rank0() if float(d["t"]) > after]  # type: ignore[arg-type]
+    return [d for d in trace.rank0() if float(d["t"]) > after]
 
 
 def _steady(trace: Trace, key: str, after: float, steps: int) -> bool:
@@ -73,26 +74,28 @@ def _steady(trace: Trace, key: str, after: float, steps: int) -> bool:
 
 def _step_time(trace: Trace) -> float:
     lines = trace.rank0()[-8:]
-    gaps = [float(b["t"]) - float(a["t"]) for a, b in itertools.pairwise(lines)]  # type: ignore[arg-type]
+    gaps = [float(b["t"]) - float(a["t"]) for a, b in itertools.pairwise(lines)]
     return statistics.median(gaps)
 
 
-def _kill_at_random_point(trace: Trace, rng: random.Random, victim_pid: object) -> float:
+def _kill_at_random_point(trace: Trace, rng: random.Random, victim_pid: int) -> float:
     """Wait for rank 0's next step, then SIGKILL after a random part of a step."""
     step = _step_time(trace)
     seen = len(trace.rank0())
     _wait(lambda: len(trace.rank0()) > seen, "the next step")
     time.sleep(rng.uniform(0.0, step))
     now = time.time()
-    os.kill(victim_pid() if callable(victim_pid) else int(victim_pid), signal.SIGKILL)  # type: ignore[arg-type]
+    os.kill(victim_pid, signal.SIGKILL)
     return now
 
 
-def _stall(trace: Trace, killed_at: float, changed: object, step: float) -> dict[str, float]:
+def _stall(
+    trace: Trace, killed_at: float, changed: Callable[[dict[str, object]], bool], step: float
+) -> dict[str, float]:
     lines = trace.rank0()
-    first = next(d for d in lines if float(d["t"]) > killed_at and changed(d))  # type: ignore[arg-type, operator]
-    before = [d for d in lines if float(d["t"]) < float(first["t"]) and not changed(d)]  # type: ignore[arg-type, operator]
-    gap = float(first["t"]) - float(before[-1]["t"])  # type: ignore[arg-type]
+    first = next(d for d in lines if float(d["t"]) > killed_at and changed(d))
+    before = [d for d in lines if float(d["t"]) < float(first["t"]) and not changed(d)]
+    gap = float(first["t"]) - float(before[-1]["t"])
     return {"gap": gap, "step_time": step, "stall": gap - step}
 
 
@@ -194,15 +197,15 @@ def torchrun_crashes(args: argparse.Namespace, work: Path, kills: int) -> list[d
         for kill in range(kills):
             _wait(lambda m=mark: _steady(trace, "pid", m, 6), f"{WORLD} workers training")
             step = _step_time(trace)
-            old = int(trace.rank0()[-1]["pid"])  # type: ignore[call-overload]
+            old = int(trace.rank0()[-1]["pid"])
             recent = trace.refresh()[-4 * WORLD :]
-            victim = rng.choice(sorted({int(d["pid"]) for d in recent if d["rank"] != 0}))  # type: ignore[call-overload]
+            victim = rng.choice(sorted({int(d["pid"]) for d in recent if d["rank"] != 0}))
             killed_at = _kill_at_random_point(trace, rng, victim)
             _wait(
-                lambda k=killed_at, o=old: any(int(d["pid"]) != o for d in _rank0_tail(trace, k)),  # type: ignore[call-overload]
+                lambda k=killed_at, o=old: any(int(d["pid"]) != o for d in _rank0_tail(trace, k)),
                 "the restarted group's first step",
             )
-            row = _stall(trace, killed_at, lambda d, o=old: int(d["pid"]) != o, step)  # type: ignore[misc]
+            row = _stall(trace, killed_at, lambda d, o=old: int(d["pid"]) != o, step)
             rows.append(row)
             print(f"  torchrun kill {kill + 1:>2}: stall {row['stall']:.3f}s", flush=True)
             mark = killed_at
