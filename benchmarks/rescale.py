@@ -20,6 +20,11 @@ So it is the time lost, beyond the step that would have happened anyway. **Redon
 committed steps computed again after the event (steps done after the last checkpoint).
 
     PYTHONPATH=src:. python benchmarks/rescale.py --trials 3 --out /tmp/rescale
+
+``--crash-kills N`` measures instead the crash stall over N kills at random points of the
+step, on 4 workers, for both systems in the same run (see benchmarks/rescale_crash.py):
+
+    PYTHONPATH=src:. python benchmarks/rescale.py --crash-kills 20
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import rescale_crash
 from common import (
     BASELINE,
     EXAMPLE,
@@ -246,6 +252,24 @@ def summarize(results: dict[str, list[list[dict[str, object]]]]) -> dict[str, di
     return table
 
 
+def crash_mode(args: argparse.Namespace, out: Path, systems: list[str]) -> None:
+    """Many kills at random points of the step; each system's stall distribution."""
+    runs = {"tidal": rescale_crash.tidal_crashes, "torchrun": rescale_crash.torchrun_crashes}
+    results: dict[str, list[dict[str, float]]] = {}
+    for system in systems:
+        work = out / f"crash-{system}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        print(f"{system}: {args.crash_kills} kills (logs in {work})", flush=True)
+        try:
+            results[system] = runs[system](args, work, args.crash_kills)
+        except TimeoutError as exc:
+            print(f"{system}: {exc}", file=sys.stderr)
+    rescale_crash.report(results)
+    (out / "crash.json").write_text(json.dumps(results, indent=1))
+    print(f"details: {out}/crash.json")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=3)
@@ -255,10 +279,18 @@ def main() -> None:
     parser.add_argument("--sync-every", type=int, default=1, help="tidal --sync-every")
     parser.add_argument("--systems", default="tidal,torchrun")
     parser.add_argument("--out", help="keep logs, traces and results.json here")
+    parser.add_argument(
+        "--crash-kills", type=int, default=0, help="crash mode: this many random-point kills"
+    )
+    parser.add_argument("--crash-params", type=float, default=1e6, help="crash mode model size")
+    parser.add_argument("--seed", type=int, default=0, help="crash mode: victims, kill points")
     args = parser.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tidal-rescale-"))
     out.mkdir(parents=True, exist_ok=True)
     systems = args.systems.split(",")
+    if args.crash_kills:
+        crash_mode(args, out, systems)
+        return
     trials = {"tidal": tidal_trial, "torchrun": torchrun_trial}
     results: dict[str, list[list[dict[str, object]]]] = {s: [] for s in systems}
     started = time.time()

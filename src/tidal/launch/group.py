@@ -295,10 +295,11 @@ class WorkerGroup:
         for m in members:
             self.workers[m].phase = WorkerPhase.MEMBER
         self._forming_since = time.monotonic() if members else None
-        self._emit(
-            "generation",
-            f"generation {number} ({reason}): {len(members)} workers {list(members)}",
+        # Worker ids are not ranks: say which is which (and the pid) at every generation.
+        ranks = " ".join(
+            f"{rank}={m}(pid {self.workers[m].process.pid})" for rank, m in enumerate(members)
         )
+        self._emit("generation", f"generation {number} ({reason}): {len(members)} workers: {ranks}")
 
     # -- processes ----------------------------------------------------------------------
 

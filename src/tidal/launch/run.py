@@ -104,7 +104,8 @@ def run(options: RunOptions, console: Console) -> int:
     def show_event(event: GroupEvent) -> None:
         stall = f" in {event.stall * 1e3:.0f} ms" if event.stall is not None else ""
         with lock:
-            # One event, one line (not wrapped at the terminal's width): logs are grepped.
+            # One line per event (not wrapped at the terminal's width): the rank, worker
+            # id and pid of every member stay on the generation's line.
             console.print(
                 f"[bold cyan]tidal[/] {event.kind}: {event.message}{stall}",
                 highlight=False,

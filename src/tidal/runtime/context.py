@@ -175,10 +175,18 @@ class WorkerContext:
         try:
             if self.backend == "nccl" and self.failed:
                 dist.distributed_c10d._abort_process_group()
+            elif self.failed:
+                _abandon_default_group(release_after=self.config.timeout + 1.0)
             else:
                 dist.destroy_process_group()
         except Exception as exc:  # a broken group may refuse a clean shutdown
             log.debug("teardown of gen=%s: %s", self.generation, exc)
+
+    def release_after_failure(self, *objects: object) -> None:
+        """Hand over objects that hold the broken generation's process group (a DDP
+        wrapper): they are dropped off the training thread once its collectives have
+        timed out (see :func:`drop_later`)."""
+        drop_later(*objects, after=self.config.timeout + 1.0)
 
     def mark_formed(self) -> None:
         """Tell the launcher that this worker trains in the current generation."""
@@ -316,6 +324,50 @@ class WorkerContext:
             # process (SIGABRT), which would read as a failure instead of a release.
             self._watcher.join(timeout=2 * _WATCH_INTERVAL + 1.0)
         self.teardown()
+
+
+def _abandon_default_group(release_after: float) -> None:
+    """Forget the broken default process group without waiting for it to shut down.
+
+    Shutting a gloo group down joins its worker threads, and a thread still inside a
+    collective of the broken generation returns only at the collective's timeout. When two
+    survivors are each blocked so (each in a collective the other will never enter), both
+    wait the full ``--timeout`` before they can form the next generation. So the group is
+    unregistered at once and its last reference dropped on a helper thread once its
+    collectives have timed out: nobody waits for it.
+    """
+    c10d = dist.distributed_c10d
+    group = c10d.GroupMember.WORLD
+    if group is None:
+        return
+    world = c10d._world
+    c10d._update_default_pg(None)
+    for table in (
+        world.pg_map,
+        world.pg_names,
+        world.pg_group_ranks,
+        world.pg_backend_config,
+        world.pg_to_tag,
+        world.tags_to_pg,
+        world.pg_coalesce_state,
+    ):
+        table.clear()
+    c10d._unregister_all_process_groups()
+    world.group_count = 0
+    drop_later(group, after=release_after)
+
+
+def drop_later(*objects: object, after: float) -> None:
+    """Drop the last references to ``objects`` on a helper thread ``after`` seconds from
+    now, so that their destructors (which may wait on a broken collective) never block
+    the training thread. Hand over the only references."""
+    held = list(objects)
+
+    def release() -> None:
+        time.sleep(after)
+        held.clear()  # the destructors run here
+
+    threading.Thread(target=release, name="tidal-release", daemon=True).start()
 
 
 def _has_own_gpu() -> bool:

@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from tidal.runtime.adaptive import GradientRecorder
+from tidal.runtime.batchnorm import GlobalBatchNorm, convert_batchnorm
 from tidal.runtime.context import WorkerContext, current
 
 # Buffers are synchronised at membership changes only (the state broadcast). torch 2.13
@@ -50,6 +51,12 @@ def _weighted_allreduce(
     state: _HookState, bucket: dist.GradBucket
 ) -> torch.futures.Future[torch.Tensor]:
     tensor = bucket.buffer()
+    if state.context.failed:
+        # The generation is broken: a new collective would only block a gloo thread
+        # until the timeout. The step's optimizer update is skipped anyway.
+        done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        done.set_result(tensor)
+        return done
     recorder = state.recorder
     if recorder is not None:
         # This rank's own gradient, before it is weighted and summed: with the reduced
@@ -79,13 +86,29 @@ class ElasticDataParallel(nn.Module):
 
     Use it like DDP: call it, then ``loss.backward()``. ``state_dict()`` is the wrapped
     module's, without DDP's ``module.`` prefix, so checkpoints load into a plain model.
+    With ``sync_batchnorm=True`` every BatchNorm layer normalises with the statistics of
+    the global batch (see :mod:`tidal.runtime.batchnorm`), so the result does not depend
+    on the number of workers.
     """
 
-    def __init__(self, module: nn.Module, **ddp_options: Any) -> None:
+    def __init__(
+        self, module: nn.Module, *, sync_batchnorm: bool = False, **ddp_options: Any
+    ) -> None:
         super().__init__()
-        self.module = module
         self._context = current()
-        self._ddp_options = {_NO_BUFFER_SYNC: False, **ddp_options}
+        if sync_batchnorm:
+            module = convert_batchnorm(module, self._context)
+        self.module = module
+        self._batchnorms = [m for m in module.modules() if isinstance(m, GlobalBatchNorm)]
+        # Gradients as views of DDP's buckets: with a comm hook, DDP copies each gradient
+        # into its bucket and the hook weights it in place (two passes over the gradients);
+        # plain DDP divides while copying and copies back after the all-reduce (also two).
+        # As views, nothing is copied back, so the weighting costs no extra pass.
+        self._ddp_options = {
+            _NO_BUFFER_SYNC: False,
+            "gradient_as_bucket_view": True,
+            **ddp_options,
+        }
         self._hook_state = _HookState(self._context)
         self._ddp: DistributedDataParallel | None = None
         self._micro_weight = 1.0
@@ -110,11 +133,17 @@ class ElasticDataParallel(nn.Module):
 
     def release(self) -> None:
         """Drop the DDP wrapper, so the old process group has no holder left."""
-        self._ddp = None
+        ddp, self._ddp = self._ddp, None
+        if ddp is not None and self._context.failed:
+            # Its reducer holds the broken group, whose destructor waits for collectives
+            # stuck on dead peers: never on this thread.
+            self._context.release_after_failure(ddp)
 
     def set_batch_share(self, local: int, global_: int) -> None:
         """This rank computes ``local`` of the step's ``global_`` samples."""
         self._hook_state.weight = local / global_ if global_ else 0.0
+        for layer in self._batchnorms:
+            layer.share = self._hook_state.weight
 
     def set_recorder(self, recorder: GradientRecorder | None) -> None:
         """Measure gradient statistics in the hook (the adaptive batch size asks for it)."""
@@ -140,6 +169,13 @@ class ElasticDataParallel(nn.Module):
     @contextlib.contextmanager
     def micro_batch(self, weight: float, *, sync: bool) -> Iterator[None]:
         """Run one micro-batch whose gradient counts ``weight`` of the local batch."""
+        if self._batchnorms:
+            # Ranks may split their shares into different numbers of micro-batches: their
+            # statistics collectives would not pair up.
+            raise ValueError(
+                "micro_batch_size: gradient accumulation is not supported with "
+                "sync_batchnorm=True (use a global batch that fits every worker)"
+            )
         self._micro_weight = weight
         try:
             if sync:

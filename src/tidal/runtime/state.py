@@ -15,25 +15,25 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import logging
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from tidal.runtime import checkpoint
+from tidal.runtime import checkpoint, rollback
 from tidal.runtime.adaptive import AdaptiveBatch
 from tidal.runtime.api import EXIT_RELEASED
 from tidal.runtime.context import PeerLost, WorkerContext, current
 from tidal.runtime.data import ElasticDataLoader
 from tidal.runtime.parallel import ElasticDataParallel
 from tidal.runtime.rendezvous import Generation
+from tidal.runtime.rollback import StepSnapshot
 from tidal.runtime.transfer import broadcast_state
 
 log = logging.getLogger("tidal.runtime")
@@ -93,7 +93,7 @@ class State:
         self.global_step = 0
         self._epoch = 0
         self._has_state = False
-        self._commit: dict[str, Any] = {}
+        self._commit: StepSnapshot | None = None
         self._flag: tuple[torch.futures.Future[Any], torch.Tensor] | None = None
         self._last_checkpoint_time = time.monotonic()
         self._last_checkpoint_step = 0
@@ -102,7 +102,7 @@ class State:
         #: Whether this step's ``optimizer.step()`` ran on a complete gradient.
         self._stepped = False
         if optimizer is not None:
-            _skip_failed_steps(optimizer, self.context, self._mark_stepped)
+            rollback.skip_failed_steps(optimizer, self.context, self._mark_stepped)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -262,10 +262,28 @@ class State:
                 generation = context.join(after=generation.number, newcomer=False)
 
     def _needs_sync(self, generation: Generation) -> bool:
+        # Every member must take the same branch: the failure check is a collective.
+        if generation.reason == "failure" and generation.number > 0:
+            return not self._states_agree()
         if not self._has_state or generation.reason != "resize" or generation.number == 0:
             return True
         previous = self.context.rendezvous.generation(generation.number - 1)
         return bool(set(generation.members) - set(previous.members))
+
+    def _states_agree(self) -> bool:
+        """After a failure: whether every member already holds the same committed state
+        (all at the same step, no newcomer), so that nothing needs to be sent. Survivors
+        that rolled back and survivors that committed the broken step differ by one step.
+        """
+        step = self.global_step if self._has_state else -1
+        values = torch.tensor(
+            [step, -step, 0 if self._has_state else 1], dtype=torch.long, device=self.context.device
+        )
+        work = dist.all_reduce(values, op=dist.ReduceOp.MAX, async_op=True)
+        assert work is not None
+        self.context.wait(work.get_future())
+        highest, lowest, missing = (int(v) for v in values.tolist())
+        return highest == -lowest and missing == 0
 
     def _sync(self) -> None:
         context = self.context
@@ -302,24 +320,37 @@ class State:
         self.last_rescale_stall = time.perf_counter() - stalled_from
 
     def _snapshot(self) -> None:
-        """Remember what a failed step can change besides model and optimizer."""
-        self._commit = {
-            "global_step": self.global_step,
-            "loader": self.loader.state_dict() if self.loader is not None else None,
-            "scheduler": copy.deepcopy(self.scheduler.state_dict()) if self.scheduler else None,
-            "extras": copy.deepcopy(self.extras),
-            "epoch": self._epoch,
-        }
+        """Remember what a failed step can change besides the model and the optimizer's
+        tensors (which a failed step leaves alone: its ``optimizer.step()`` is skipped)."""
+        self._commit = StepSnapshot(
+            global_step=self.global_step,
+            epoch=self._epoch,
+            loader=self.loader.state_dict() if self.loader is not None else None,
+            scheduler=copy.deepcopy(self.scheduler.state_dict()) if self.scheduler else None,
+            hyperparameters=rollback.hyperparameters(self.optimizer) if self.optimizer else None,
+            objects={name: copy.deepcopy(o.state_dict()) for name, o in self.objects.items()},
+            extras=copy.deepcopy(self.extras),
+            rng=rollback.rng_state(),
+        )
 
     def _restore_snapshot(self) -> None:
         commit = self._commit
-        self.global_step = commit["global_step"]
-        self._epoch = commit["epoch"]
-        if self.loader is not None and commit["loader"] is not None:
-            self.loader.load_state_dict(commit["loader"])
-        if self.scheduler is not None and commit["scheduler"] is not None:
-            self.scheduler.load_state_dict(commit["scheduler"])
-        self.extras = commit["extras"]
+        assert commit is not None
+        self.global_step = commit.global_step
+        self.context.step = self.global_step
+        self._epoch = commit.epoch
+        if self.loader is not None and commit.loader is not None:
+            self.loader.load_state_dict(commit.loader)
+        if self.scheduler is not None and commit.scheduler is not None:
+            self.scheduler.load_state_dict(copy.deepcopy(commit.scheduler))
+        if self.optimizer is not None and commit.hyperparameters is not None:
+            # scheduler.step() already wrote the next step's lr, betas ... into the groups;
+            # the scheduler's own state does not hold them.
+            rollback.restore_hyperparameters(self.optimizer, commit.hyperparameters)
+        for name, obj in self.objects.items():
+            obj.load_state_dict(copy.deepcopy(commit.objects[name]))
+        self.extras = copy.deepcopy(commit.extras)
+        rollback.restore_rng(commit.rng)
 
     # -- state and checkpoints ----------------------------------------------------------
 
@@ -391,27 +422,3 @@ class State:
         if state is not None:
             self.load_state_dict(state)
             self._last_checkpoint_step = self.global_step
-
-
-def _skip_failed_steps(
-    optimizer: torch.optim.Optimizer, context: WorkerContext, on_step: Callable[[], None]
-) -> None:
-    """Make ``optimizer.step()`` a no-op while the step's gradient sync has failed, so
-    the model and optimizer stay exactly as committed (no per-step copy needed).
-
-    ``on_step`` is called when the step really runs. A failure found later in the same
-    step (a peer died after the gradient sync completed here) must not undo it: the
-    failure guard marks the context failed before it hands any collective a fallback
-    value, so a step that starts while the context is healthy has the full gradient."""
-    original = optimizer.step
-
-    # wraps() keeps the marker an LR scheduler sets on the method it wrapped.
-    @functools.wraps(original)
-    def step(*args: Any, **kwargs: Any) -> Any:
-        if context.failed:
-            return None
-        result = original(*args, **kwargs)
-        on_step()
-        return result
-
-    optimizer.step = step  # type: ignore[method-assign]

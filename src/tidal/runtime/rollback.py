@@ -1,0 +1,111 @@
+"""What a failed step changed, and how to take it back.
+
+A step whose gradient sync broke is redone, so everything the step may have changed before
+it committed must be put back as it was at the last step boundary. Two kinds of state:
+
+* **large tensors** (parameters, optimizer moments): never copied. The runtime skips
+  ``optimizer.step()`` while the step's gradient sync has failed, so they stay as
+  committed;
+* **everything else a step writes**: the optimizer's ``param_groups`` hyperparameters
+  (``lr``, ``betas``, ``weight_decay`` ... that ``scheduler.step()`` or the adaptive learning
+  rate write for the *next* step), the scheduler, the loader's position and adaptive batch
+  state, torch's random number generators, :attr:`State.extras` and the extra stateful
+  objects. These are small, so a :class:`StepSnapshot` copies them at every step boundary.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tidal.runtime.context import WorkerContext
+
+
+def _copy_value(value: Any) -> Any:
+    """A copy of one hyperparameter: scalars and tuples as they are, tensors cloned."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, int | float | bool | str | tuple | type(None)):
+        return value  # immutable: sharing is a copy
+    return copy.deepcopy(value)
+
+
+def hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """Every ``param_groups`` entry but its parameters, copied."""
+    return [
+        {key: _copy_value(value) for key, value in group.items() if key != "params"}
+        for group in optimizer.param_groups
+    ]
+
+
+def restore_hyperparameters(optimizer: torch.optim.Optimizer, saved: list[dict[str, Any]]) -> None:
+    """Put back what :func:`hyperparameters` copied (keys added since are removed)."""
+    for group, values in zip(optimizer.param_groups, saved, strict=True):
+        for key in [k for k in group if k != "params" and k not in values]:
+            del group[key]
+        for key, value in values.items():
+            current = group.get(key)
+            if isinstance(current, torch.Tensor) and isinstance(value, torch.Tensor):
+                current.copy_(value)  # a tensor lr may be captured by a compiled step
+            else:
+                group[key] = _copy_value(value)
+
+
+def rng_state() -> dict[str, Any]:
+    """torch's generators' states (CPU, and CUDA once initialised): what dropout and the
+    other random layers draw from. numpy's and Python's global generators are not taken:
+    reading their state costs about a millisecond, several percent of a small step."""
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,  # type: ignore[no-untyped-call]
+    }
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Put back what :func:`rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@dataclass
+class StepSnapshot:
+    """The small state of a :class:`~tidal.State` at a step boundary."""
+
+    global_step: int
+    epoch: int
+    loader: dict[str, Any] | None
+    scheduler: Any
+    hyperparameters: list[dict[str, Any]] | None
+    objects: dict[str, Any]
+    extras: dict[str, Any]
+    rng: dict[str, Any]
+
+
+def skip_failed_steps(
+    optimizer: torch.optim.Optimizer, context: WorkerContext, on_step: Callable[[], None]
+) -> None:
+    """Make ``optimizer.step()`` a no-op while the step's gradient sync has failed, so
+    the model and optimizer stay exactly as committed (no per-step copy needed).
+
+    ``on_step`` is called when the step really runs. A failure found later in the same
+    step (a peer died after the gradient sync completed here) must not undo it: the
+    failure guard marks the context failed before it hands any collective a fallback
+    value, so a step that starts while the context is healthy has the full gradient."""
+    original = optimizer.step
+
+    # wraps() keeps the marker an LR scheduler sets on the method it wrapped.
+    @functools.wraps(original)
+    def step(*args: Any, **kwargs: Any) -> Any:
+        if context.failed:
+            return None
+        result = original(*args, **kwargs)
+        on_step()
+        return result
+
+    optimizer.step = step  # type: ignore[method-assign]

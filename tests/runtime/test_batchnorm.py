@@ -1,0 +1,93 @@
+"""BatchNorm over the global batch: the result does not depend on the number of workers.
+
+The same BatchNorm model is trained alone and under ``tidal run`` (3 workers with uneven
+shares of a batch of 64, then 2 after a resize). With ``sync_batchnorm=True`` the loss of
+every step and the final parameters and running statistics equal the alone run's; without
+it, already the first step's loss differs (which shows the comparison can fail).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.launcher import Launch, max_relative_difference
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "batchnorm_job.py"
+#: float64; only the order of the sums over ranks differs.
+TOLERANCE = 1e-9
+
+
+def global_losses(out: Path) -> dict[int, float]:
+    """Per step, the loss of the global batch: the share-weighted sum of the ranks'."""
+    parts: dict[int, list[dict[str, float]]] = defaultdict(list)
+    for path in out.glob("steps-*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            parts[record["step"]].append(record)
+    return {
+        step: sum(r["loss"] * r["share"] for r in group) / group[0]["batch"]
+        for step, group in sorted(parts.items())
+    }
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("batchnorm-alone")
+    subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], check=True, timeout=300)
+    return out
+
+
+@pytest.fixture
+def launches() -> Iterator[list[Launch]]:
+    started: list[Launch] = []
+    yield started
+    for launch in started:
+        launch.close()
+
+
+def _launch(tmp_path: Path, launcher_args: list[str], *, sync: bool) -> tuple[Launch, Path]:
+    out = tmp_path / "out"
+    out.mkdir()
+    script = [str(SCRIPT), "--out", str(out), *(["--sync-batchnorm"] if sync else [])]
+    launch = Launch([*launcher_args, "--timeout", "5", "--", *script], home=tmp_path / "home")
+    return launch, out
+
+
+def test_sync_batchnorm_matches_one_worker_across_a_rescale(
+    launches: list[Launch], tmp_path: Path, alone: Path
+) -> None:
+    launch, out = _launch(
+        tmp_path, ["--workers", "1:3", "--initial", "3", "--resize-at", "4:2"], sync=True
+    )
+    launches.append(launch)
+    assert launch.finish(timeout=180) == 0, launch.output()
+    worlds = {
+        json.loads(line)["world"]
+        for p in out.glob("steps-*.jsonl")
+        for line in p.read_text().splitlines()
+    }
+    assert worlds == {3, 2}, worlds
+    expected, got = global_losses(alone), global_losses(out)
+    assert sorted(got) == sorted(expected)
+    for step, loss in expected.items():
+        assert abs(got[step] - loss) <= TOLERANCE * abs(loss), (step, got[step], loss)
+    assert max_relative_difference(out / "final.pt", alone / "final.pt") < TOLERANCE
+
+
+def test_plain_batchnorm_depends_on_the_number_of_workers(
+    launches: list[Launch], tmp_path: Path, alone: Path
+) -> None:
+    launch, out = _launch(tmp_path, ["--workers", "3:3"], sync=False)
+    launches.append(launch)
+    assert launch.finish(timeout=180) == 0, launch.output()
+    first, reference = global_losses(out)[1], global_losses(alone)[1]
+    assert abs(first - reference) > 1e-4 * abs(reference), (first, reference)
