@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -19,6 +19,10 @@ from tidal.launch.group import GroupEvent, Outcome, WorkerGroup
 from tidal.launch.runs import RunRecord, register, unregister
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
 from tidal.policy.restart import Fail, LostWorker, Restart, RestartView, decide_restart
+from tidal.runtime.api import ENV_BACKEND
+
+#: One entry per NVIDIA GPU the driver knows.
+_PROC_GPUS = Path("/proc/driver/nvidia/gpus")
 
 
 class UsageProblem(ValueError):
@@ -73,6 +77,33 @@ def worker_argv(command: list[str]) -> list[str]:
     return command
 
 
+def visible_gpus(environ: Mapping[str, str], proc_gpus: Path) -> list[str]:
+    """The GPUs a worker of this machine may be given, as ``CUDA_VISIBLE_DEVICES`` names
+    them: the launcher's own ``CUDA_VISIBLE_DEVICES`` when set, else every NVIDIA GPU the
+    driver lists (read from ``/proc``, so the launcher needs no CUDA library)."""
+    given = environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [d.strip() for d in given.split(",") if d.strip() and d.strip() != "-1"]
+    try:
+        return [str(i) for i in range(sum(1 for _ in proc_gpus.iterdir()))]
+    except OSError:
+        return []
+
+
+def worker_slots(max_workers: int, gpus: Sequence[str]) -> list[str]:
+    """The slots of a run's workers: one GPU each where the machine has GPUs (NCCL refuses
+    two ranks on one GPU), else ``local:0 .. local:N-1`` on the CPU. Raises
+    :class:`UsageProblem` when there are GPUs but fewer than ``max_workers``."""
+    if not gpus:
+        return [f"local:{i}" for i in range(max_workers)]
+    if max_workers > len(gpus):
+        raise UsageProblem(
+            f"--workers: at most {len(gpus)} worker(s) here, one per GPU (got a maximum of "
+            f"{max_workers}); set {ENV_BACKEND}=gloo to run the workers on the CPU instead"
+        )
+    return [f"local:{g}" for g in gpus[:max_workers]]
+
+
 @dataclass
 class RunOptions:
     """Everything ``tidal run`` was asked to do."""
@@ -112,8 +143,14 @@ def run(options: RunOptions, console: Console) -> int:
                 soft_wrap=True,
             )
 
+    # With TIDAL_BACKEND=gloo the workers train on the CPU: no GPU is handed out.
+    on_cpu = os.environ.get(ENV_BACKEND) == "gloo"
+    gpus = [] if on_cpu else visible_gpus(os.environ, _PROC_GPUS)
+    pool = worker_slots(options.max_workers, gpus)
     spec = WorkerSpec(
         argv=worker_argv(options.command),
+        # Each worker sees only its slot's GPU (CUDA_VISIBLE_DEVICES), so it uses cuda:0.
+        gpus=bool(gpus),
         run_id=options.run_id,
         log_dir=options.log_dir,
         checkpoint_dir=options.checkpoint_dir,
@@ -127,7 +164,6 @@ def run(options: RunOptions, console: Console) -> int:
         spec, on_output=show_output, on_event=show_event, on_failure=failures.append
     )
     restarts = 0
-    pool = [f"local:{i}" for i in range(options.max_workers)]
     group.start(pool[: options.initial])
     register(
         RunRecord(
