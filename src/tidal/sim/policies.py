@@ -6,13 +6,14 @@ from tidal.policy.api import Policy
 from tidal.policy.fairshare import FairSharePolicy
 from tidal.policy.goodput import GoodputPolicy
 from tidal.policy.static import StaticPolicy
-from tidal.policy.tiresias import TiresiasPolicy
+from tidal.policy.tiresias import TiresiasArtifactPolicy, TiresiasPolicy
 from tidal.sim.engine import Sizing
 
 #: Policy name -> how the simulator sizes that policy's jobs.
 SIZING = {
     "static": Sizing.FIXED,
     "tiresias": Sizing.FIXED,
+    "tiresias-artifact": Sizing.FIXED,
     "fairshare": Sizing.ELASTIC,
     "goodput": Sizing.ADAPTIVE,
 }
@@ -26,6 +27,8 @@ def build_policy(name: str, reallocation_cost: float) -> Policy:
         return StaticPolicy()
     if name == "tiresias":
         return TiresiasPolicy()
+    if name == "tiresias-artifact":
+        return TiresiasArtifactPolicy()
     if name == "fairshare":
         return FairSharePolicy()
     if name == "goodput":
