@@ -106,5 +106,6 @@ class TiresiasArtifactPolicy(TiresiasPolicy):
                 take = sorted(free[host])[: requested_size(job) - len(slots)]
                 free[host].difference_update(take)
                 slots += [(host, index) for index in take]
-            result[job.job_id] = tuple(sorted(slots))
+            # Ranked in the order the slots were taken.
+            result[job.job_id] = tuple(slots)
         return result

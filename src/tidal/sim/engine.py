@@ -107,6 +107,8 @@ class _Job:
     progress: float = 0.0
     epoch: int = 0
     slots: tuple[Slot, ...] = ()
+    #: Workers per node in the order of the job's ranks (see :func:`placement_shape`).
+    placement: tuple[int, ...] = ()
     batch: int = 0
     per_step: float = 0.0
     blocked_for: float = 0.0
@@ -115,15 +117,18 @@ class _Job:
     start_time: float | None = None
     finish_time: float | None = None
     #: (placement, asked batch) -> (batch run, seconds per step); placements repeat.
-    step_cache: dict[tuple[tuple[int, ...], int], tuple[int, float]] = field(
-        default_factory=dict
-    )
+    step_cache: dict[tuple[tuple[int, ...], int], tuple[int, float]] = field(default_factory=dict)
 
 
-def placement_shape(slots: Sequence[Slot], hosts: Sequence[str]) -> tuple[int, ...]:
-    """Workers per node, in cluster host order, nodes without workers left out."""
+def placement_shape(slots: Sequence[Slot]) -> tuple[int, ...]:
+    """Workers per node, nodes in the order the slots first name them.
+
+    The order matters for placements of three or more nodes (the measurements key a ring
+    of nodes by its smallest rotation): a policy lists a job's slots in the order its
+    workers are ranked, as the Pollux artifact's allocations do.
+    """
     per_host = Counter(name for name, _ in slots)
-    return tuple(per_host[h] for h in hosts if per_host[h] > 0)
+    return tuple(per_host[h] for h in dict.fromkeys(name for name, _ in slots))
 
 
 def step_seconds(profile: ModelProfile, placement: tuple[int, ...], batch: int) -> float:
@@ -187,7 +192,8 @@ def advance(job: _Job, seconds: float, now: float) -> None:
     while elapsed < seconds:
         rate = progress_rate(job.profile, job.epoch, job.batch, job.per_step)
         boundary = float(boundaries[job.epoch])
-        needed = (boundary - job.progress) / rate
+        # Epochs end on whole seconds, as in the Pollux artifact (whose clock is in seconds).
+        needed = float(round((boundary - job.progress) / rate))
         if elapsed + needed <= seconds:
             job.progress = boundary
             elapsed += needed
@@ -332,7 +338,8 @@ class Simulator:
             decision_seconds.append(time.perf_counter() - started)
             check_allocation(allocation, self.cluster, {j.spec.name for j in active})
             for job in active:
-                slots = tuple(sorted(allocation.get(job.spec.name, ())))
+                ranked = tuple(allocation.get(job.spec.name, ()))
+                slots = tuple(sorted(ranked))
                 if slots != job.slots:
                     if job.start_time is not None:
                         job.reallocations += 1
@@ -341,8 +348,9 @@ class Simulator:
                         if job.start_time is None:
                             job.start_time = now
                     job.slots = slots
+                    job.placement = placement_shape(ranked)
                 if slots:
-                    placement = placement_shape(slots, self.host_names)
+                    placement = job.placement
                     job.batch, job.per_step = self._configure(job, placement)
                     advance(job, config.interval, now)
             timeline.append((now, {j.spec.name: len(j.slots) for j in active if j.slots}))
