@@ -34,7 +34,7 @@ import numpy as np
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot, ThroughputModel
 from tidal.policy.budget import SlotBudget, queue_order, worker_cap
 from tidal.policy.goodput_model import FloatArray, best_goodput_table
-from tidal.policy.placement import held_counts, place
+from tidal.policy.placement import held_counts, place, place_packed
 
 #: Smallest re-allocation factor; see :meth:`GoodputPolicy._reallocation_factor`.
 MIN_REALLOCATION_FACTOR = 0.05
@@ -56,10 +56,15 @@ class GoodputPolicy:
     name = "goodput"
 
     def __init__(
-        self, p: float = -1.0, reallocation_delay: float = 30.0, prior_sync: float | None = None
+        self,
+        p: float = -1.0,
+        reallocation_delay: float = 30.0,
+        prior_sync: float | None = None,
+        packed: bool = True,
     ) -> None:
         """``p``: fairness exponent (< 0); ``reallocation_delay``: seconds one move costs a
-        job; ``prior_sync``: model jobs without a throughput model (see the module)."""
+        job; ``prior_sync``: model jobs without a throughput model (see the module);
+        ``packed``: place resized jobs afresh on as few hosts as possible."""
         if p >= 0:
             raise ValueError("p must be negative")
         if prior_sync is not None and prior_sync < 0:
@@ -67,6 +72,7 @@ class GoodputPolicy:
         self.p = p
         self.reallocation_delay = reallocation_delay
         self.prior_sync = prior_sync
+        self.packed = packed
         self._prior = (
             None
             if prior_sync is None
@@ -128,6 +134,8 @@ class GoodputPolicy:
             self._push(heap, position, state, budget)
 
         counts = {s.job.job_id: s.workers for s in states if s.workers > 0}
+        if self.packed:
+            return place_packed(counts, by_id, cluster, previous)
         return place(counts, by_id, cluster, previous)
 
     def _state(

@@ -219,3 +219,101 @@ def place(
         held[job_id] += _grow(free, need, held[job_id], allowed_for(job_id))
 
     return {job_id: tuple(sorted(slots)) for job_id, slots in held.items() if slots}
+
+
+def _packed_slots(
+    free: _FreeSlots, count: int, allowed: list[int] | None
+) -> list[tuple[int, int]] | None:
+    """``(host, slots)`` picks for ``count`` slots on as few hosts as possible, or ``None``.
+
+    Whole free hosts first (lowest first), then the remainder on the host whose free slots
+    fit it most tightly. ``None`` when the free slots are too fragmented for that.
+    """
+    hosts = allowed if allowed is not None else list(range(len(free.names)))
+    size = free.max_slots
+    if size <= 0:
+        return None
+    whole, rest = divmod(count, size)
+    empty = [h for h in hosts if len(free.free[h]) == size]
+    if len(empty) < whole:
+        return None
+    picks = [(h, size) for h in empty[:whole]]
+    if rest:
+        used = {h for h, _ in picks}
+        fitting = [h for h in hosts if h not in used and len(free.free[h]) >= rest]
+        if not fitting:
+            return None
+        picks.append((min(fitting, key=lambda h: (len(free.free[h]), h)), rest))
+    return picks
+
+
+def place_packed(
+    counts: Mapping[str, int],
+    jobs: Mapping[str, JobRequest],
+    cluster: Cluster,
+    previous: Allocation,
+) -> dict[str, tuple[Slot, ...]]:
+    """Like :func:`place`, but a job whose count changes is placed afresh, packed.
+
+    A job that is resized restarts anyway (in checkpoint-restart systems) or re-forms its
+    process group (in tidal), so keeping its scattered slots buys nothing, while a job on
+    more hosts than it needs runs slower than any model that assumes packed hosts predicts.
+    Jobs keeping their count keep their slots; resized and new jobs are placed largest
+    first on whole free hosts plus the tightest fit for the remainder; a job already spread
+    over more hosts than it needs is repacked when the free slots allow it. Whatever cannot
+    be packed falls back to :func:`place`'s rules.
+    """
+    free = _FreeSlots(cluster)
+    size = free.max_slots
+
+    def minimal_hosts(n: int) -> int:
+        return -(-n // max(size, 1))
+
+    kept: dict[str, list[Slot]] = {}
+    moving: list[str] = []
+    spread: list[str] = []
+    for job_id in sorted(j for j in counts if counts[j] > 0):
+        held = [s for s in previous.get(job_id, ()) if s[0] in free.index]
+        if len(held) == counts[job_id] and jobs[job_id].group is None:
+            kept[job_id] = held
+            for name, index in held:
+                free.take_exact(free.index[name], index)
+            if len({name for name, _ in held}) > minimal_hosts(len(held)):
+                spread.append(job_id)
+        else:
+            moving.append(job_id)
+    result: dict[str, tuple[Slot, ...]] = {j: tuple(sorted(s)) for j, s in kept.items()}
+    unplaced: dict[str, int] = {}
+    for job_id in sorted(moving, key=lambda j: (-counts[j], j)):
+        allowed = None
+        if jobs[job_id].group is not None:
+            allowed = [i for i, g in enumerate(free.groups) if g == jobs[job_id].group]
+        picks = _packed_slots(free, counts[job_id], allowed)
+        if picks is None:
+            unplaced[job_id] = counts[job_id]
+            continue
+        slots = [(free.names[h], i) for h, n in picks for i in free.take(h, n)]
+        result[job_id] = tuple(sorted(slots))
+    # Repack spread jobs, most spread first, only where a packed spot exists.
+    for job_id in sorted(spread, key=lambda j: (-counts[j], j)):
+        held = kept[job_id]
+        for name, index in held:
+            free.release(free.index[name], [index])
+        picks = _packed_slots(free, counts[job_id], None)
+        if picks is None:
+            for name, index in held:
+                free.take_exact(free.index[name], index)
+            continue
+        slots = [(free.names[h], i) for h, n in picks for i in free.take(h, n)]
+        result[job_id] = tuple(sorted(slots))
+    if unplaced:
+        # Fragmented free slots: let the general rules fit what is left.
+        fixed = {j: s for j, s in result.items()}
+        rest = place(
+            {**{j: len(s) for j, s in fixed.items()}, **unplaced},
+            jobs,
+            cluster,
+            {**fixed, **{j: previous.get(j, ()) for j in unplaced}},
+        )
+        return rest
+    return result
