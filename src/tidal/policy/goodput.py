@@ -61,6 +61,7 @@ class GoodputPolicy:
         reallocation_delay: float = 30.0,
         prior_sync: float | None = None,
         packed: bool = True,
+        whole_nodes: bool = True,
     ) -> None:
         """``p``: fairness exponent (< 0); ``reallocation_delay``: seconds one move costs a
         job; ``prior_sync``: model jobs without a throughput model (see the module);
@@ -73,6 +74,7 @@ class GoodputPolicy:
         self.reallocation_delay = reallocation_delay
         self.prior_sync = prior_sync
         self.packed = packed
+        self.whole_nodes = whole_nodes
         self._prior = (
             None
             if prior_sync is None
@@ -162,6 +164,14 @@ class GoodputPolicy:
             utility = np.where(speed > 0, -(speed**self.p), -np.inf) * max(job.priority, 1)
         utility[: max(1, job.min_workers)] = -np.inf
         utility[0] = -math.inf
+        if self.whole_nodes:
+            sizes = np.arange(len(utility))
+            allowed = (sizes % slots_per_node == 0) | (sizes <= slots_per_node) & (
+                (sizes & (sizes - 1)) == 0
+            )
+            allowed[min(current, cap)] = True
+            allowed[min(max(1, job.min_workers), cap)] = True
+            utility[~allowed] = -np.inf
         return _JobState(job=job, utility=utility, cap=cap)
 
     def _reallocation_factor(self, job: JobRequest) -> float:
