@@ -36,6 +36,9 @@ from tidal.policy.budget import SlotBudget, queue_order, worker_cap
 from tidal.policy.goodput_model import FloatArray, best_goodput_table
 from tidal.policy.placement import held_counts, place, place_packed
 
+#: Attained service (slot-seconds, 10 GPU-hours) at which a job's weight is halved.
+DEFAULT_SERVICE_SCALE = 36000.0
+
 #: Smallest re-allocation factor; see :meth:`GoodputPolicy._reallocation_factor`.
 MIN_REALLOCATION_FACTOR = 0.05
 
@@ -62,10 +65,15 @@ class GoodputPolicy:
         prior_sync: float | None = None,
         packed: bool = True,
         whole_nodes: bool = True,
+        service_scale: float | None = DEFAULT_SERVICE_SCALE,
     ) -> None:
         """``p``: fairness exponent (< 0); ``reallocation_delay``: seconds one move costs a
         job; ``prior_sync``: model jobs without a throughput model (see the module);
-        ``packed``: place resized jobs afresh on as few hosts as possible."""
+        ``packed``: place resized jobs afresh on as few hosts as possible; ``whole_nodes``:
+        only sizes of 1, 2, 4 slots or whole hosts; ``service_scale``: slot-seconds of
+        attained service that halve a job's weight (``None``: no discount)."""
+        if service_scale is not None and service_scale <= 0:
+            raise ValueError("service_scale must be > 0 (slot-seconds) or None")
         if p >= 0:
             raise ValueError("p must be negative")
         if prior_sync is not None and prior_sync < 0:
@@ -75,6 +83,7 @@ class GoodputPolicy:
         self.prior_sync = prior_sync
         self.packed = packed
         self.whole_nodes = whole_nodes
+        self.service_scale = service_scale
         self._prior = (
             None
             if prior_sync is None
@@ -162,6 +171,10 @@ class GoodputPolicy:
                 speed[current] = keep
         with np.errstate(divide="ignore"):
             utility = np.where(speed > 0, -(speed**self.p), -np.inf) * max(job.priority, 1)
+        if self.service_scale is not None:
+            # Least attained service first, softly: short jobs finish sooner, which is what
+            # lowers the average completion time when the cluster is contended.
+            utility = utility / (1.0 + job.attained_service / self.service_scale)
         utility[: max(1, job.min_workers)] = -np.inf
         utility[0] = -math.inf
         if self.whole_nodes:

@@ -221,7 +221,8 @@ def isolated_time(profile: ModelProfile, replicas: int, batch: int, config: SimC
     total = config.reallocation_cost
     progress = 0.0
     for epoch, boundary in enumerate(profile.epoch_progress):
-        total += (float(boundary) - progress) / progress_rate(profile, epoch, run_batch, per_step)
+        rate = progress_rate(profile, epoch, run_batch, per_step)
+        total += float(round((float(boundary) - progress) / rate))
         progress = float(boundary)
     return total
 
