@@ -16,6 +16,7 @@ SIZING = {
     "tiresias-artifact": Sizing.FIXED,
     "fairshare": Sizing.ELASTIC,
     "goodput": Sizing.ADAPTIVE,
+    "goodput-plain": Sizing.ADAPTIVE,
 }
 
 POLICY_NAMES = tuple(SIZING)
@@ -33,4 +34,12 @@ def build_policy(name: str, reallocation_cost: float) -> Policy:
         return FairSharePolicy()
     if name == "goodput":
         return GoodputPolicy(reallocation_delay=reallocation_cost)
+    if name == "goodput-plain":
+        # Pollux's rules alone: no repacking, any size, no attained-service weighting.
+        return GoodputPolicy(
+            reallocation_delay=reallocation_cost,
+            packed=False,
+            whole_nodes=False,
+            service_scale=None,
+        )
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
