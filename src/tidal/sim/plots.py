@@ -73,7 +73,7 @@ def plot_gpus_per_job(
     plt.close(fig)
 
 
-def plot_job_sizes(run: SimResult, path: Path, title: str | None = None, least: int = 8) -> None:
+def plot_job_sizes(run: SimResult, path: Path, title: str | None = None, least: int = 16) -> None:
     """GPUs held by each job over time, one line per job that ever held ``least`` or more.
 
     Small jobs are left out to keep the chart readable; a staircase (a job shrinking a
@@ -90,9 +90,8 @@ def plot_job_sizes(run: SimResult, path: Path, title: str | None = None, least: 
         sizes = [held.get(job, 0) for _, held in run.timeline]
         ax.plot(times, sizes, linewidth=1, drawstyle="steps-post", label=job)
     ax.set_xlabel("time (hours)")
-    ax.set_ylabel("GPUs held")
+    ax.set_ylabel(f"GPUs held (jobs that reached {least})")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=6, ncol=2, loc="upper right")
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
