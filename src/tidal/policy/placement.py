@@ -221,30 +221,46 @@ def place(
     return {job_id: tuple(sorted(slots)) for job_id, slots in held.items() if slots}
 
 
-def _packed_slots(
-    free: _FreeSlots, count: int, allowed: list[int] | None
-) -> list[tuple[int, int]] | None:
-    """``(host, slots)`` picks for ``count`` slots on as few hosts as possible, or ``None``.
+def _take_packed(free: _FreeSlots, count: int, allowed: list[int] | None) -> list[Slot] | None:
+    """Take ``count`` slots on as few hosts as possible, or take nothing and return ``None``.
 
     Whole free hosts first (lowest first), then the remainder on the host whose free slots
     fit it most tightly. ``None`` when the free slots are too fragmented for that.
     """
-    hosts = allowed if allowed is not None else list(range(len(free.names)))
     size = free.max_slots
     if size <= 0:
         return None
     whole, rest = divmod(count, size)
-    empty = [h for h in hosts if len(free.free[h]) == size]
-    if len(empty) < whole:
-        return None
-    picks = [(h, size) for h in empty[:whole]]
-    if rest:
-        used = {h for h, _ in picks}
-        fitting = [h for h in hosts if h not in used and len(free.free[h]) >= rest]
-        if not fitting:
+    taken: list[tuple[int, list[int]]] = []
+
+    def fail() -> None:
+        for host, indices in taken:
+            free.release(host, indices)
+
+    for _ in range(whole):
+        if allowed is None:
+            # The free-count buckets find a host in O(log hosts); this runs per moved job.
+            host = free.host_with_free(size)
+        else:
+            host = next((h for h in allowed if len(free.free[h]) == size), None)
+        if host is None:
+            fail()
             return None
-        picks.append((min(fitting, key=lambda h: (len(free.free[h]), h)), rest))
-    return picks
+        taken.append((host, free.take(host, size)))
+    if rest:
+        if allowed is None:
+            host = next(
+                (h for f in range(rest, size + 1) if (h := free.host_with_free(f)) is not None),
+                None,
+            )
+        else:
+            fitting = [h for h in allowed if len(free.free[h]) >= rest]
+            host = min(fitting, key=lambda h: (len(free.free[h]), h)) if fitting else None
+        if host is None:
+            fail()
+            return None
+        taken.append((host, free.take(host, rest)))
+    return [(free.names[h], i) for h, indices in taken for i in indices]
 
 
 def place_packed(
@@ -288,23 +304,21 @@ def place_packed(
         allowed = None
         if jobs[job_id].group is not None:
             allowed = [i for i, g in enumerate(free.groups) if g == jobs[job_id].group]
-        picks = _packed_slots(free, counts[job_id], allowed)
-        if picks is None:
+        slots = _take_packed(free, counts[job_id], allowed)
+        if slots is None:
             unplaced[job_id] = counts[job_id]
             continue
-        slots = [(free.names[h], i) for h, n in picks for i in free.take(h, n)]
         result[job_id] = tuple(sorted(slots))
     # Repack spread jobs, most spread first, only where a packed spot exists.
     for job_id in sorted(spread, key=lambda j: (-counts[j], j)):
         held = kept[job_id]
         for name, index in held:
             free.release(free.index[name], [index])
-        picks = _packed_slots(free, counts[job_id], None)
-        if picks is None:
+        slots = _take_packed(free, counts[job_id], None)
+        if slots is None:
             for name, index in held:
                 free.take_exact(free.index[name], index)
             continue
-        slots = [(free.names[h], i) for h, n in picks for i in free.take(h, n)]
         result[job_id] = tuple(sorted(slots))
     if unplaced:
         # Fragmented free slots: let the general rules fit what is left.
