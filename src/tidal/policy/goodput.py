@@ -16,6 +16,12 @@ A job that holds slots pays for any change: its speed-up at every other size is 
 Pollux's re-allocation factor ``(age - reallocations * delay) / (age + delay)``, so young
 jobs and jobs moved often are left where they are unless a move clearly pays.
 
+Beyond Pollux (each a constructor switch, all on by default): a job's weight falls with
+its attained service (a soft least-attained-service order, ``service_scale``); sizes are
+1, 2, 4 slots or whole hosts (``whole_nodes``, after Sia); and a resized job is placed
+afresh, packed on as few hosts as possible (``packed``, :func:`place_packed`), because
+the goodput tables assume packed hosts and a scattered job runs far slower.
+
 A job without a throughput model gets its minimum, unless ``prior_sync`` is set: then it
 is modelled as scaling linearly but for a sync cost of that fraction of its one-worker
 step time (what the live controller does for jobs that have not reported yet, so they
