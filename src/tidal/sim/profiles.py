@@ -16,9 +16,9 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from scipy.interpolate import LinearNDInterpolator
 
 from tidal.policy.api import ThroughputModel
 from tidal.policy.goodput_model import FloatArray, StepSample, fit_throughput_model
@@ -97,7 +97,8 @@ class ModelProfile:
     _cache: dict[tuple[tuple[int, ...], float], tuple[float, float]] = field(
         default_factory=dict, repr=False
     )
-    _interpolator: LinearNDInterpolator | None = field(default=None, repr=False)
+    #: scipy's ``LinearNDInterpolator`` over ``shape_points``, built on first use.
+    _interpolator: Any = field(default=None, repr=False)
 
     @property
     def epochs(self) -> int:
@@ -167,6 +168,9 @@ class ModelProfile:
         if len(self.shape_points) < 4:
             return None
         if self._interpolator is None:
+            # Imported here: scipy is the simulator's extra, not a core dependency.
+            from scipy.interpolate import LinearNDInterpolator
+
             points = self.shape_points
             self._interpolator = LinearNDInterpolator(points[:, :3], points[:, 3:])
         value = np.asarray(self._interpolator([[nodes, workers, local_batch]]))[0]
