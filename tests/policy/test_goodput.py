@@ -121,7 +121,11 @@ def test_properties(count: int, noise: list[float], held_seed: int) -> None:
     assert policy.allocate(list(reversed(jobs)), CLUSTER, {}) == alloc
 
 
-def test_decides_160_jobs_on_64_gpus_within_a_second() -> None:
+def test_160_jobs_on_64_gpus_run_the_64_first_in_queue_one_slot_each() -> None:
+    # The controller's scale. How fast this must be is a goal of
+    # benchmarks/policy_decision_time.py, not of a test; the bound here is only a guard
+    # against a complexity blow-up (a decision takes well under a second), so a loaded
+    # machine cannot fail it.
     cluster = Cluster(tuple(Host(f"n{i}", 4) for i in range(16)))
     jobs = [
         JobRequest(
@@ -134,8 +138,12 @@ def test_decides_160_jobs_on_64_gpus_within_a_second() -> None:
         for i in range(160)
     ]
     started = time.perf_counter()
-    GoodputPolicy().allocate(jobs, cluster, {})
-    assert time.perf_counter() - started < 1.0
+    alloc = GoodputPolicy().allocate(list(reversed(jobs)), cluster, {})
+    assert time.perf_counter() - started < 30.0
+    assert_valid(alloc, cluster)
+    # More jobs than slots: every slot is used, by the earliest submitted, one each.
+    assert sorted(alloc, key=lambda name: int(name[1:])) == [f"j{i}" for i in range(64)]
+    assert {len(slots) for slots in alloc.values()} == {1}
 
 
 def test_a_job_moved_too_often_still_makes_room_for_newcomers() -> None:
