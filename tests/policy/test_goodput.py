@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidal.policy.api import Cluster, Host, JobRequest, ThroughputModel
-from tidal.policy.goodput import GoodputPolicy
+from tidal.policy.goodput import DEFAULT_SERVICE_SCALE, GoodputPolicy
 
 from .strategies import assert_valid
 
@@ -71,7 +71,7 @@ def test_a_resized_job_is_repacked_onto_fewest_hosts() -> None:
 
 def test_less_attained_service_weighs_more_when_slots_are_short() -> None:
     fresh = job("fresh", SCALES_WELL, attained_service=0.0)
-    served = job("served", SCALES_WELL, attained_service=360000.0)
+    served = job("served", SCALES_WELL, attained_service=10 * DEFAULT_SERVICE_SCALE)
     alloc = GoodputPolicy().allocate([fresh, served], CLUSTER, {})
     assert len(alloc["fresh"]) > len(alloc["served"])
     even = GoodputPolicy(service_scale=None).allocate([fresh, served], CLUSTER, {})
