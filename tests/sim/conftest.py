@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from tidal.sim.profiles import ModelProfile, load_profiles
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+#: Beside the repository, or wherever ``TIDAL_TRACES`` says (a worktree elsewhere).
+TRACES = Path(
+    os.environ.get("TIDAL_TRACES")
+    or Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+)
 
 
 @pytest.fixture(scope="session")

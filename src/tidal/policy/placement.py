@@ -219,3 +219,115 @@ def place(
         held[job_id] += _grow(free, need, held[job_id], allowed_for(job_id))
 
     return {job_id: tuple(sorted(slots)) for job_id, slots in held.items() if slots}
+
+
+def _take_packed(free: _FreeSlots, count: int, allowed: list[int] | None) -> list[Slot] | None:
+    """Take ``count`` slots on as few hosts as possible, or take nothing and return ``None``.
+
+    Whole free hosts first (lowest first), then the remainder on the host whose free slots
+    fit it most tightly. ``None`` when the free slots are too fragmented for that.
+    """
+    size = free.max_slots
+    if size <= 0:
+        return None
+    whole, rest = divmod(count, size)
+    taken: list[tuple[int, list[int]]] = []
+
+    def fail() -> None:
+        for host, indices in taken:
+            free.release(host, indices)
+
+    for _ in range(whole):
+        if allowed is None:
+            # The free-count buckets find a host in O(log hosts); this runs per moved job.
+            host = free.host_with_free(size)
+        else:
+            host = next((h for h in allowed if len(free.free[h]) == size), None)
+        if host is None:
+            fail()
+            return None
+        taken.append((host, free.take(host, size)))
+    if rest:
+        if allowed is None:
+            host = next(
+                (h for f in range(rest, size + 1) if (h := free.host_with_free(f)) is not None),
+                None,
+            )
+        else:
+            fitting = [h for h in allowed if len(free.free[h]) >= rest]
+            host = min(fitting, key=lambda h: (len(free.free[h]), h)) if fitting else None
+        if host is None:
+            fail()
+            return None
+        taken.append((host, free.take(host, rest)))
+    return [(free.names[h], i) for h, indices in taken for i in indices]
+
+
+def place_packed(
+    counts: Mapping[str, int],
+    jobs: Mapping[str, JobRequest],
+    cluster: Cluster,
+    previous: Allocation,
+) -> dict[str, tuple[Slot, ...]]:
+    """Like :func:`place`, but a job whose count changes is placed afresh, packed.
+
+    A job that is resized restarts anyway (in checkpoint-restart systems) or re-forms its
+    process group (in tidal), so keeping its scattered slots buys nothing, while a job on
+    more hosts than it needs runs slower than any model that assumes packed hosts predicts.
+    Jobs keeping their count keep their slots; resized and new jobs are placed largest
+    first on whole free hosts plus the tightest fit for the remainder; a job already spread
+    over more hosts than it needs is repacked when the free slots allow it. Whatever cannot
+    be packed falls back to :func:`place`'s rules.
+    """
+    free = _FreeSlots(cluster)
+    size = free.max_slots
+
+    def minimal_hosts(n: int) -> int:
+        return -(-n // max(size, 1))
+
+    kept: dict[str, list[Slot]] = {}
+    moving: list[str] = []
+    spread: list[str] = []
+    for job_id in sorted(j for j in counts if counts[j] > 0):
+        held = [s for s in previous.get(job_id, ()) if s[0] in free.index]
+        if len(held) == counts[job_id] and jobs[job_id].group is None:
+            kept[job_id] = held
+            for name, index in held:
+                free.take_exact(free.index[name], index)
+            if len({name for name, _ in held}) > minimal_hosts(len(held)):
+                spread.append(job_id)
+        else:
+            moving.append(job_id)
+    result: dict[str, tuple[Slot, ...]] = {j: tuple(sorted(s)) for j, s in kept.items()}
+    unplaced: dict[str, int] = {}
+    for job_id in sorted(moving, key=lambda j: (-counts[j], j)):
+        allowed = None
+        if jobs[job_id].group is not None:
+            allowed = [i for i, g in enumerate(free.groups) if g == jobs[job_id].group]
+        slots = _take_packed(free, counts[job_id], allowed)
+        if slots is None:
+            unplaced[job_id] = counts[job_id]
+            continue
+        result[job_id] = tuple(sorted(slots))
+    # Repack spread jobs, most spread first, only where a packed spot exists.
+    for job_id in sorted(spread, key=lambda j: (-counts[j], j)):
+        held = kept[job_id]
+        for name, index in held:
+            free.release(free.index[name], [index])
+        slots = _take_packed(free, counts[job_id], None)
+        if slots is None:
+            for name, index in held:
+                free.take_exact(free.index[name], index)
+            continue
+        result[job_id] = tuple(sorted(slots))
+    if unplaced:
+        # Fragmented free slots: let the general rules fit what is left.
+        fixed = {j: s for j, s in result.items()}
+        rest = place(
+            {**{j: len(s) for j, s in fixed.items()}, **unplaced},
+            jobs,
+            cluster,
+            {**fixed, **{j: previous.get(j, ()) for j in unplaced}},
+        )
+        return rest
+    return result

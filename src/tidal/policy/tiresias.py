@@ -51,3 +51,61 @@ class TiresiasPolicy:
             counts[job.job_id] = size
             budget.take(job.group, size)
         return place(counts, by_id, cluster, previous)
+
+
+#: The Pollux artifact's Tiresias: one threshold at 16 GPU-hours (slot-seconds).
+ARTIFACT_THRESHOLDS = (16 * 3600.0,)
+
+
+class TiresiasArtifactPolicy(TiresiasPolicy):
+    """Tiresias as the Pollux paper's artifact runs it, to calibrate the simulator against.
+
+    Two queues split at 16 GPU-hours of attained service; a job gets exactly its requested
+    size or nothing. Running jobs that stay keep their slots; a job that starts takes its
+    slots from the host with most free slots, again and again until it has them all (which
+    spreads jobs over hosts more than :func:`~tidal.policy.placement.place` does).
+    """
+
+    name = "tiresias-artifact"
+
+    def __init__(self) -> None:
+        """Queues as in the artifact."""
+        super().__init__(ARTIFACT_THRESHOLDS)
+
+    def allocate(
+        self,
+        jobs: Sequence[JobRequest],
+        cluster: Cluster,
+        previous: Allocation,
+    ) -> dict[str, tuple[Slot, ...]]:
+        """Serve the queues in order; starting jobs take slots from the emptiest hosts."""
+        remaining = cluster.total_slots
+        running: list[JobRequest] = []
+        for job in sorted(jobs, key=lambda j: (self.queue_of(j), j.submitted_at, j.job_id)):
+            size = requested_size(job)
+            if 0 < size <= remaining:
+                running.append(job)
+                remaining -= size
+        free = {h.name: set(range(h.slots)) for h in cluster.hosts}
+        result: dict[str, tuple[Slot, ...]] = {}
+        starting: list[JobRequest] = []
+        for job in running:
+            held = previous.get(job.job_id, ())
+            if held and len(held) == requested_size(job):
+                result[job.job_id] = tuple(held)
+                for host, index in held:
+                    free[host].discard(index)
+            else:
+                starting.append(job)
+        position = {h.name: i for i, h in enumerate(cluster.hosts)}
+        for job in starting:
+            slots: list[Slot] = []
+            while len(slots) < requested_size(job):
+                # The first host (in cluster order) among those with most free slots.
+                host = max(free, key=lambda name: (len(free[name]), -position[name]))
+                take = sorted(free[host])[: requested_size(job) - len(slots)]
+                free[host].difference_update(take)
+                slots += [(host, index) for index in take]
+            # Ranked in the order the slots were taken.
+            result[job.job_id] = tuple(slots)
+        return result

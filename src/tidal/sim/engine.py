@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from tidal.policy.api import Cluster, Host, JobRequest, Policy, Slot
+from tidal.policy.api import Cluster, Host, JobRequest, Policy, Slot, ThroughputModel
 from tidal.policy.goodput_model import best_batch, noise_scale
 from tidal.sim.profiles import ModelProfile
 from tidal.sim.workload import WorkloadJob
@@ -105,21 +105,30 @@ class _Job:
     spec: WorkloadJob
     profile: ModelProfile
     progress: float = 0.0
+    epoch: int = 0
     slots: tuple[Slot, ...] = ()
+    #: Workers per node in the order of the job's ranks (see :func:`placement_shape`).
+    placement: tuple[int, ...] = ()
     batch: int = 0
+    per_step: float = 0.0
     blocked_for: float = 0.0
     attained: float = 0.0
     reallocations: int = 0
     start_time: float | None = None
     finish_time: float | None = None
-    #: (placement, global batch) -> seconds per step; placements repeat, so this saves work.
-    step_cache: dict[tuple[tuple[int, ...], int], float] = field(default_factory=dict)
+    #: (placement, asked batch) -> (batch run, seconds per step); placements repeat.
+    step_cache: dict[tuple[tuple[int, ...], int], tuple[int, float]] = field(default_factory=dict)
 
 
-def placement_shape(slots: Sequence[Slot], hosts: Sequence[str]) -> tuple[int, ...]:
-    """Workers per node, in cluster host order, nodes without workers left out."""
+def placement_shape(slots: Sequence[Slot]) -> tuple[int, ...]:
+    """Workers per node, nodes in the order the slots first name them.
+
+    The order matters for placements of three or more nodes (the measurements key a ring
+    of nodes by its smallest rotation): a policy lists a job's slots in the order its
+    workers are ranked, as the Pollux artifact's allocations do.
+    """
     per_host = Counter(name for name, _ in slots)
-    return tuple(per_host[h] for h in hosts if per_host[h] > 0)
+    return tuple(per_host[h] for h in dict.fromkeys(name for name, _ in slots))
 
 
 def step_seconds(profile: ModelProfile, placement: tuple[int, ...], batch: int) -> float:
@@ -133,18 +142,45 @@ def step_seconds(profile: ModelProfile, placement: tuple[int, ...], batch: int) 
     return step + (step - sync) * (micro_steps - 1)
 
 
-def progress_rate(
-    profile: ModelProfile, progress: float, batch: int, seconds_per_step: float
-) -> float:
-    """Initial-batch steps per second at ``progress``: the statistical gain over step time."""
-    sqr, var = profile.grad_stats(progress)
+def fixed_batch_step(
+    profile: ModelProfile, placement: tuple[int, ...], batch: int
+) -> tuple[int, float]:
+    """Global batch actually run and seconds per step for a job fixed at ``batch``.
+
+    The per-worker batch is rounded up to whole samples and split into equal micro-batches
+    that fit on a GPU; one worker above the initial batch always accumulates (its memory
+    was profiled at the initial batch), as the Pollux artifact's jobs do. Rounding up makes
+    the batch run slightly larger than asked.
+    """
+    workers = sum(placement)
+    local = math.ceil(batch / workers - 1e-8)
+    accumulate = math.ceil(local / profile.max_local_batch - 1e-8) - 1
+    if workers == 1 and batch > profile.init_batch:
+        accumulate = max(1, accumulate)
+    atomic = math.ceil(local / (accumulate + 1) - 1e-8)
+    atomic = max(1, min(atomic, int(profile.max_batch / (workers * (accumulate + 1)))))
+    step, sync = profile.step_time(placement, atomic)
+    return workers * atomic * (accumulate + 1), step + (step - sync) * accumulate
+
+
+def statistical_gain(profile: ModelProfile, batch: float, epoch: int) -> float:
+    """Initial-batch steps one step at global ``batch`` is worth during ``epoch``."""
+    sqr, var = profile.grad_stats_at(batch, epoch)
     scale = batch / profile.init_batch
-    gain = scale if sqr <= 0 else (var + sqr) / (var / scale + sqr)
-    return gain / seconds_per_step
+    return scale if sqr <= 0 else (var + sqr) / (var / scale + sqr)
 
 
-def advance(job: _Job, seconds: float, now: float, placement: tuple[int, ...]) -> None:
-    """Run ``job`` for ``seconds`` starting at ``now`` on workers per node ``placement``."""
+def progress_rate(profile: ModelProfile, epoch: int, batch: int, seconds_per_step: float) -> float:
+    """Initial-batch steps per second during ``epoch``: the statistical gain over step time."""
+    return statistical_gain(profile, batch, epoch) / seconds_per_step
+
+
+def advance(job: _Job, seconds: float, now: float) -> None:
+    """Run ``job`` for ``seconds`` starting at ``now`` at its batch and step time.
+
+    The gradient statistics, and so the rate, are those of the epoch the job is in; they
+    change at every epoch boundary (the profiles measure them once per epoch).
+    """
     if not job.slots or job.finish_time is not None:
         return
     workers = len(job.slots)
@@ -152,23 +188,17 @@ def advance(job: _Job, seconds: float, now: float, placement: tuple[int, ...]) -
     job.blocked_for -= blocked
     job.attained += blocked * workers
     elapsed = blocked
-    key = (placement, job.batch)
-    per_step = job.step_cache.get(key)
-    if per_step is None:
-        per_step = step_seconds(job.profile, placement, job.batch)
-        job.step_cache[key] = per_step
     boundaries = job.profile.epoch_progress
-    target = job.profile.target_progress
     while elapsed < seconds:
-        rate = progress_rate(job.profile, job.progress, job.batch, per_step)
-        # Re-evaluate the gradient statistics at every epoch boundary.
-        upcoming = boundaries[boundaries > job.progress + 1e-9]
-        boundary = float(upcoming[0]) if len(upcoming) else target
-        needed = (boundary - job.progress) / rate
-        if elapsed + needed < seconds:
+        rate = progress_rate(job.profile, job.epoch, job.batch, job.per_step)
+        boundary = float(boundaries[job.epoch])
+        # Epochs end on whole seconds, as in the Pollux artifact (whose clock is in seconds).
+        needed = float(round((boundary - job.progress) / rate))
+        if elapsed + needed <= seconds:
             job.progress = boundary
             elapsed += needed
-            if boundary >= target:
+            job.epoch += 1
+            if job.epoch >= job.profile.epochs:
                 job.finish_time = now + elapsed
                 break
         else:
@@ -177,22 +207,22 @@ def advance(job: _Job, seconds: float, now: float, placement: tuple[int, ...]) -
     job.attained += (elapsed - blocked) * workers
 
 
-def isolated_time(profile: ModelProfile, replicas: int, batch: int, config: SimConfig) -> float:
-    """Seconds ``replicas`` workers packed on nodes take alone at ``batch`` (one start-up).
-
-    Gradient statistics are taken at the start of each epoch; the engine also re-reads them
-    at every scheduling interval, so the two differ by a fraction of a percent.
-    """
-    per_node = config.gpus_per_node
-    placement = tuple(
+def packed_placement(replicas: int, per_node: int) -> tuple[int, ...]:
+    """Workers per node of ``replicas`` workers on as few nodes as possible."""
+    return tuple(
         [per_node] * (replicas // per_node) + ([replicas % per_node] if replicas % per_node else [])
     )
-    per_step = step_seconds(profile, placement, batch)
+
+
+def isolated_time(profile: ModelProfile, replicas: int, batch: int, config: SimConfig) -> float:
+    """Seconds ``replicas`` workers packed on nodes take alone at ``batch`` (one start-up)."""
+    placement = packed_placement(replicas, config.gpus_per_node)
+    run_batch, per_step = fixed_batch_step(profile, placement, batch)
     total = config.reallocation_cost
     progress = 0.0
-    for boundary in profile.epoch_progress:
-        rate = progress_rate(profile, progress, batch, per_step)
-        total += (float(boundary) - progress) / rate
+    for epoch, boundary in enumerate(profile.epoch_progress):
+        rate = progress_rate(profile, epoch, run_batch, per_step)
+        total += float(round((float(boundary) - progress) / rate))
         progress = float(boundary)
     return total
 
@@ -242,10 +272,7 @@ class Simulator:
         elif self.sizing is Sizing.ELASTIC:
             low, high = 1, min(spec.num_replicas, total)
         else:
-            sqr, var = profile.grad_stats(job.progress)
-            throughput = replace(
-                profile.throughput, grad_noise_scale=noise_scale(sqr, var, profile.init_batch)
-            )
+            throughput = self._current_model(job)
             # More workers than the largest batch has samples per worker cannot help.
             low, high = 1, min(total, max(1, profile.max_batch // max(profile.min_local_batch, 1)))
         return JobRequest(
@@ -259,17 +286,30 @@ class Simulator:
             reallocations=job.reallocations,
         )
 
-    def _choose_batch(self, job: _Job, placement: tuple[int, ...]) -> int:
-        """Global batch for ``job`` on ``placement`` under this run's sizing."""
-        if self.sizing is not Sizing.ADAPTIVE:
-            return job.spec.batch_size
+    def _current_model(self, job: _Job) -> ThroughputModel:
+        """The job's throughput model with the noise scale it measures now (at its batch)."""
         profile = job.profile
-        sqr, var = profile.grad_stats(job.progress)
-        model = replace(
+        sqr, var = profile.grad_stats_at(job.batch or profile.init_batch, job.epoch)
+        return replace(
             profile.throughput, grad_noise_scale=noise_scale(sqr, var, profile.init_batch)
         )
-        batch, _ = best_batch(model, sum(placement), len(placement))
-        return batch
+
+    def _configure(self, job: _Job, placement: tuple[int, ...]) -> tuple[int, float]:
+        """Global batch and seconds per step for ``job`` on ``placement`` under this sizing."""
+        if self.sizing is not Sizing.ADAPTIVE:
+            key = (placement, job.spec.batch_size)
+            cached = job.step_cache.get(key)
+            if cached is None:
+                cached = fixed_batch_step(job.profile, placement, job.spec.batch_size)
+                job.step_cache[key] = cached
+            return cached
+        batch, _ = best_batch(self._current_model(job), sum(placement), len(placement))
+        key = (placement, batch)
+        cached = job.step_cache.get(key)
+        if cached is None:
+            cached = (batch, step_seconds(job.profile, placement, batch))
+            job.step_cache[key] = cached
+        return cached
 
     def run(self, workload: Sequence[WorkloadJob]) -> SimResult:
         """Simulate until every job finished (or ``max_time``)."""
@@ -283,14 +323,15 @@ class Simulator:
         timeline: list[tuple[float, dict[str, int]]] = []
         decision_seconds: list[float] = []
         previous: dict[str, tuple[Slot, ...]] = {}
-        now = 0.0
+        # The first decision comes one interval in, as in the Pollux artifact's simulator.
+        now = config.interval
         while (pending or active) and now <= config.max_time:
             while pending and pending[0].spec.submit_time <= now:
                 active.append(pending.pop(0))
             if not active:
                 # Idle cluster: jump to the decision right after the next arrival.
                 arrival = pending[0].spec.submit_time
-                now = math.ceil(arrival / config.interval) * config.interval
+                now = max(1, math.ceil(arrival / config.interval)) * config.interval
                 continue
             requests = [self._request(job, now) for job in active]
             started = time.perf_counter()
@@ -298,7 +339,8 @@ class Simulator:
             decision_seconds.append(time.perf_counter() - started)
             check_allocation(allocation, self.cluster, {j.spec.name for j in active})
             for job in active:
-                slots = tuple(sorted(allocation.get(job.spec.name, ())))
+                ranked = tuple(allocation.get(job.spec.name, ()))
+                slots = tuple(sorted(ranked))
                 if slots != job.slots:
                     if job.start_time is not None:
                         job.reallocations += 1
@@ -307,10 +349,11 @@ class Simulator:
                         if job.start_time is None:
                             job.start_time = now
                     job.slots = slots
+                    job.placement = placement_shape(ranked)
                 if slots:
-                    placement = placement_shape(slots, self.host_names)
-                    job.batch = self._choose_batch(job, placement)
-                    advance(job, config.interval, now, placement)
+                    placement = job.placement
+                    job.batch, job.per_step = self._configure(job, placement)
+                    advance(job, config.interval, now)
             timeline.append((now, {j.spec.name: len(j.slots) for j in active if j.slots}))
             previous = {j.spec.name: j.slots for j in active if j.slots and j.finish_time is None}
             active = [j for j in active if j.finish_time is None]

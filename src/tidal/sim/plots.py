@@ -71,3 +71,29 @@ def plot_gpus_per_job(
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_job_sizes(run: SimResult, path: Path, title: str | None = None, least: int = 16) -> None:
+    """GPUs held by each job over time, one line per job that ever held ``least`` or more.
+
+    Small jobs are left out to keep the chart readable; a staircase (a job shrinking a
+    few GPUs at a time, decision after decision) shows as a descending line of short steps.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.8), dpi=100)
+    peaks: dict[str, int] = {}
+    for _, held in run.timeline:
+        for job, count in held.items():
+            peaks[job] = max(peaks.get(job, 0), count)
+    for job in sorted(j for j, peak in peaks.items() if peak >= least):
+        times = [at / 3600 for at, _ in run.timeline]
+        sizes = [held.get(job, 0) for _, held in run.timeline]
+        ax.plot(times, sizes, linewidth=1, drawstyle="steps-post", label=job)
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel(f"GPUs held (jobs that reached {least})")
+    ax.grid(True, alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
