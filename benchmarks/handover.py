@@ -12,7 +12,12 @@ it back (→ 2 / 2), so one slot moves from one job to the other.
 * **handover** = first step − decision; **cold start** = the new worker's process start
   (from /proc) → its first step, in the same trial; **spawn** = decision → process start.
 
+With ``--warm-pool N`` each job keeps N warm interpreters (``TIDAL_WARM_POOL``): the new
+worker's process then started before the decision, so its "cold start" is the pool's age,
+and the handover is what counts.
+
     PYTHONPATH=src:. python benchmarks/handover.py --trials 6 --out /tmp/handover
+    PYTHONPATH=src:. python benchmarks/handover.py --trials 6 --warm-pool 1
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from tidal.client import Client
 SCRIPT = ROOT / "tests" / "scripts" / "elastic_digits.py"
 
 
-def _spec(name: str, out: Path, step_delay: float) -> dict[str, object]:
+def _spec(name: str, out: Path, step_delay: float, warm_pool: int) -> dict[str, object]:
     return {
+        "env": {"TIDAL_WARM_POOL": str(warm_pool)},
         "name": name,
         "command": [
             "python",
@@ -82,6 +88,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--step-delay", type=float, default=0.05)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--warm-pool", type=int, default=0, help="warm interpreters per job (0: cold starts)"
+    )
     parser.add_argument("--server-arg", action="append", default=[], help="extra server args")
     args = parser.parse_args()
     base = args.out or Path(tempfile.mkdtemp(prefix="tidal-handover-"))
@@ -95,9 +104,9 @@ def main() -> None:
             outs = {n: base / n for n in ("a", "b")}
             for out in outs.values():
                 out.mkdir()
-            a = client.submit(_spec("a", outs["a"], args.step_delay)).id
+            a = client.submit(_spec("a", outs["a"], args.step_delay, args.warm_pool)).id
             _wait(lambda: _running(client, a) == 4, 120, "job a on 4 slots")
-            b = client.submit(_spec("b", outs["b"], args.step_delay)).id
+            b = client.submit(_spec("b", outs["b"], args.step_delay, args.warm_pool)).id
             _wait(lambda: _running(client, a) == 2 and _running(client, b) == 2, 120, "2 / 2")
             ids = {a: "a", b: "b"}
             for trial in range(args.trials):
