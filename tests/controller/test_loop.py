@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from tests.controller.fakes import BrokenPolicy, FakeBackend, GreedyPolicy
 from tidal.backends.base import DiscoveredHost
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop import Controller
+from tidal.controller.requests import SetPriority
 from tidal.controller.store import JobRecord, Store
 from tidal.model import JobState, JobStateError
 from tidal.spec import parse_spec
@@ -472,3 +474,52 @@ def test_requests_of_a_job_that_ends_are_dropped(
     assert store.pending_requests() == {}
     with pytest.raises(JobStateError):
         store.add_request(a.id, Cancel(), expect=[JobState.QUEUED, JobState.RUNNING])
+
+
+def _until(check: Any, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_request_wakes_the_loop(store: Store, tmp_path: Path, clock: Clock) -> None:
+    ctl, _ = make(store, tmp_path, clock)
+    ctl.start(interval=60.0)
+    try:
+        ticks = ctl.metrics.registry.get_sample_value
+        assert _until(lambda: ticks("tidal_controller_ticks_total") == 1)
+        a = submit(store, clock)
+        # Well within the 60 s interval: the submission woke the loop.
+        assert _until(lambda: job(store, a.id).state is JobState.RUNNING)
+        store.add_request(a.id, SetPriority(9000))
+        assert _until(lambda: job(store, a.id).priority == 9000)
+    finally:
+        ctl.stop()
+
+
+def test_a_released_slot_moves_as_soon_as_its_worker_exits(
+    store: Store, tmp_path: Path, clock: Clock
+) -> None:
+    ctl, backend = make(store, tmp_path, clock, backend=FakeBackend(instant=False))
+    low = submit(store, clock, "low")
+    ctl.tick()
+    backend.advance()
+    ctl.tick()
+    ctl.start(interval=60.0)
+    try:
+        high = submit(store, clock, "high", priority=9000, workers=2)
+        assert _until(lambda: len(job(store, low.id).slots) == 2)
+        assert job(store, high.id).state is JobState.QUEUED  # the released workers still run
+        with ctl._lock:  # the released workers exit, between two ticks
+            backend.advance()
+        # Not an interval later: the loop looks again soon while a slot is being handed over.
+        assert _until(lambda: job(store, high.id).state is JobState.RUNNING)
+        with ctl._lock:
+            backend.advance()
+            assert backend.alive(low.id).isdisjoint(backend.alive(high.id))
+            assert len(backend.alive(high.id)) == 2
+    finally:
+        ctl.stop()

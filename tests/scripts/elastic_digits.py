@@ -21,6 +21,23 @@ from torch.utils.data import TensorDataset
 import tidal
 
 
+def _process_start() -> float:
+    """When this process started (wall clock), from /proc; ``nan`` where there is none."""
+    try:
+        with open("/proc/self/stat") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    # /proc/uptime, not btime: btime is whole seconds, uptime hundredths.
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+#: Benchmarks read it beside each step's time: process start → first step is a cold start.
+STARTED = _process_start()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -94,6 +111,8 @@ def main() -> None:
                         "stepped": stepped,
                         "checksum": [flat.sum().item(), flat.abs().sum().item()],
                         "stall": state.last_rescale_stall,
+                        "time": time.time(),
+                        "started": STARTED,
                     }
                 )
                 + "\n"

@@ -33,9 +33,17 @@ from tidal.controller.store import Event, JobRecord, Store
 from tidal.model import ACTIVE_STATES, JobState
 from tidal.policy.api import Policy, Slot
 
-__all__ = ["Controller"]
+__all__ = ["HANDOVER_INTERVAL", "Controller"]
 
 log = logging.getLogger(__name__)
+
+#: How soon the loop looks again while a job waits for a slot another job's worker is
+#: leaving: the released worker exits within a step, and the slot should move right then,
+#: not a whole interval later.
+HANDOVER_INTERVAL = 0.05
+#: For at most this long after a wait began (a worker stuck in a long step must not keep
+#: the loop busy); the interval takes over after it.
+HANDOVER_WINDOW = 10.0
 
 
 class Controller:
@@ -63,7 +71,11 @@ class Controller:
         self._last_tick: float | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        #: Since when (monotonic) ticks have left a job waiting for a slot being released.
+        self._handover_since: float | None = None
         self._thread: threading.Thread | None = None
+        store.on_request = self.wake
         self.metrics.slots_total.set(cluster.total_slots)
 
     # -- running ---------------------------------------------------------------------------
@@ -78,9 +90,14 @@ class Controller:
         )
         self._thread.start()
 
+    def wake(self) -> None:
+        """Tick now rather than at the end of the interval (a user asked for something)."""
+        self._wake.set()
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop ticking (the backend's jobs keep running until the backend is closed)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -89,12 +106,20 @@ class Controller:
 
     def _run(self, interval: float) -> None:
         while not self._stop.is_set():
+            # Cleared before the tick: a request recorded during it wakes the next one.
+            self._wake.clear()
             try:
                 self.tick()
             except Exception:
                 # One bad tick (a database hiccup) must not end scheduling for everyone.
                 log.exception("controller tick failed")
-            self._stop.wait(interval)
+            self._wake.wait(self._next_wait(interval))
+
+    def _next_wait(self, interval: float) -> float:
+        since = self._handover_since
+        if since is not None and time.monotonic() - since < HANDOVER_WINDOW:
+            return min(interval, HANDOVER_INTERVAL)
+        return interval
 
     def tick(self) -> None:
         """One round: follow the hosts, apply requests, observe, allocate, apply."""
@@ -167,9 +192,13 @@ class Controller:
             return held
         self.effects.clear()
         occupied = {slot: job_id for job_id, st in statuses.items() for slot in st.alive_slots()}
+        waiting = False
         for change in plan_changes(jobs, proposed, occupied):
             job = change.job
             if change.busy:
+                # The slots' workers were released (this tick or an earlier one): look again
+                # soon, so the grow follows their exit instead of the next interval.
+                waiting = True
                 self.effects.note_waiting(
                     job.id, f"waiting for {len(change.busy)} slot(s) to be released"
                 )
@@ -182,6 +211,10 @@ class Controller:
                 now,
                 known=job.id in statuses,
             )
+        if not waiting:
+            self._handover_since = None
+        elif self._handover_since is None:
+            self._handover_since = time.monotonic()
         return held
 
     def _placeable(self, job: JobRecord, now: float) -> bool:

@@ -13,7 +13,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -111,6 +111,9 @@ class Store:
         self.url = url
         self.engine: Engine = self._engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        #: Called once a new job or a user's request is committed: the controller's loop
+        #: wakes on it instead of waiting out its interval.
+        self.on_request: Callable[[], None] | None = None
         self._create_schema()
 
     @classmethod
@@ -197,7 +200,9 @@ class Store:
             s.add(row)
             s.flush()
             s.add(EventRow(job_id=job_id, time=now, kind="submitted", message="", data={}))
-            return JobRecord.of_row(row)
+            record = JobRecord.of_row(row)
+        self._requested()
+        return record
 
     def get_job(self, job_id: str) -> JobRecord | None:
         """The job with this id, if any."""
@@ -346,7 +351,13 @@ class Store:
                     )
                 )
             s.flush()
-            return PendingRequest(id=row.id, job_id=job_id, time=now, request=request)
+            pending = PendingRequest(id=row.id, job_id=job_id, time=now, request=request)
+        self._requested()
+        return pending
+
+    def _requested(self) -> None:
+        if self.on_request is not None:
+            self.on_request()
 
     def pending_requests(
         self, job_ids: Sequence[str] | None = None

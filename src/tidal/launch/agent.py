@@ -37,6 +37,7 @@ import torch.distributed as dist
 
 from tidal.backends.base import JobStatus, WorkerState, WorkerStatus
 from tidal.launch.driver import GroupDriver, parse_slot, slot_name
+from tidal.launch.warm import WarmSpawner, warm_pool_size
 from tidal.launch.worker import WorkerSpec
 from tidal.runtime.rendezvous import ReportQueue
 
@@ -205,7 +206,13 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         timeout=config.timeout,
         gpus=config.gpus,
     )
-    driver = GroupDriver(config.job_id, spec)
+    try:
+        warm = warm_pool_size(config.env)
+    except ValueError as exc:
+        log.warning("job=%s: starting workers cold: %s", config.job_id, exc)
+        warm = 0
+    spawner = WarmSpawner(warm) if warm else None
+    driver = GroupDriver(config.job_id, spec, spawner=spawner)
     control = StoreControl(driver.group.host.store)
     driver.group.start(config.slots)
     _write_atomic(
@@ -220,6 +227,8 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     final = driver.drive(control)
+    if spawner is not None:
+        spawner.close()
     text = json.dumps(asdict(AgentStatus.of(final, assign_seq=control.seq, ended=True)))
     _write_atomic(final_path(state_dir, config.job_id), text)
     record_path(state_dir, config.job_id).unlink(missing_ok=True)

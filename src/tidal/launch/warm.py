@@ -1,0 +1,172 @@
+"""Warm worker starts: interpreters started ahead, torch already imported.
+
+A cold worker start pays for the interpreter, ``import torch`` and the user's imports
+before it can join its job: seconds, and tens of seconds on a loaded host. A
+:class:`WarmSpawner` keeps ``size`` interpreters (``python -m tidal.launch.warm``) started
+ahead, each a subprocess in its own session exactly as :class:`LocalSpawner` starts a
+worker, that imported torch and wait on their stdin. A worker whose command is
+``python script.py …`` takes one: the spawner writes the worker's argv, environment and
+cwd as one JSON line; the interpreter changes directory, takes that environment, puts the
+script's folder first on ``sys.path`` and runs the script as ``__main__`` (``runpy``).
+Its pid, session (``killpg``), exit status and output pipe are those of the process the
+spawner started, so the group tracks and kills it as any other worker.
+
+Anything else starts cold: a command that is not ``python <file>``, or an environment
+whose interpreter start-up variables (``PYTHON*``) differ from the ones the pool started
+with (they take effect only at start-up). A job asks for the pool through its
+environment: ``TIDAL_WARM_POOL=N``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from tidal.launch.process import LocalProcess, LocalSpawner, resolve_python
+
+__all__ = ["ENV_WARM_POOL", "WarmSpawner", "main", "warm_pool_size"]
+
+#: Set in a job's environment (``N`` > 0) for its agent to keep N warm interpreters.
+ENV_WARM_POOL = "TIDAL_WARM_POOL"
+
+#: What the interpreters of the pool are started with on top of this environment; the
+#: worker's own environment sets the same (:func:`tidal.launch.worker.worker_env`).
+_START_ENV = {"PYTHONUNBUFFERED": "1"}
+
+
+def warm_pool_size(env: Mapping[str, str]) -> int:
+    """How many warm interpreters a job's environment asks for (0: none).
+
+    Raises ``ValueError`` naming :data:`ENV_WARM_POOL` when it is not a whole number >= 0.
+    """
+    raw = env.get(ENV_WARM_POOL, "0").strip() or "0"
+    if not raw.isdigit():
+        raise ValueError(f"{ENV_WARM_POOL}: expected a whole number >= 0, got {raw!r}")
+    return int(raw)
+
+
+class WarmSpawner:
+    """A :class:`~tidal.launch.process.Spawner` that starts ``python script.py`` workers
+    from a pool of ``size`` interpreters started ahead; see the module docstring."""
+
+    def __init__(self, size: int) -> None:
+        """Start ``size`` interpreters now (each refilled as it is taken)."""
+        if size < 1:
+            raise ValueError(f"size: expected at least 1 interpreter, got {size}")
+        self.size = size
+        self._cold = LocalSpawner()
+        self._start_env = {**os.environ, **_START_ENV}
+        self._ready: list[subprocess.Popen[str]] = []
+        self._lock = threading.Lock()
+        for _ in range(size):
+            self._ready.append(self._start_one())
+
+    def _start_one(self) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tidal.launch.warm"],
+            env=self._start_env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+
+    def _fits(self, argv: Sequence[str], env: Mapping[str, str]) -> bool:
+        if len(argv) < 2 or argv[0] != sys.executable or not argv[1].endswith(".py"):
+            return False
+        full = {**os.environ, **env}
+        names = {k for k in (*full, *self._start_env) if k.startswith("PYTHON")}
+        return all(full.get(k) == self._start_env.get(k) for k in names)
+
+    def _take(self) -> subprocess.Popen[str] | None:
+        with self._lock:
+            if not self._ready:
+                return None
+            process = self._ready.pop(0)
+            self._ready.append(self._start_one())
+        if process.poll() is None:
+            return process
+        process.wait()  # it died waiting (say, killed): start this worker cold
+        return None
+
+    def spawn(
+        self,
+        *,
+        worker_id: str,
+        slot: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | None,
+        on_line: Callable[[str], None],
+    ) -> LocalProcess:
+        """Hand the worker to a warm interpreter when it fits, else start it cold."""
+        command = resolve_python(argv)
+        process = self._take() if self._fits(command, env) else None
+        if process is None:
+            return self._cold.spawn(
+                worker_id=worker_id, slot=slot, argv=argv, env=env, cwd=cwd, on_line=on_line
+            )
+        order = {
+            "argv": command[1:],
+            "env": {**os.environ, **env},
+            "cwd": os.path.abspath(cwd) if cwd else os.getcwd(),
+        }
+        assert process.stdin is not None
+        try:
+            process.stdin.write(json.dumps(order) + "\n")
+            process.stdin.close()
+        except OSError:  # it died just now: the exit shows as the worker's
+            pass
+
+        def pump() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                on_line(line)
+
+        reader = threading.Thread(target=pump, name=f"tidal-log-{worker_id}", daemon=True)
+        reader.start()
+        return LocalProcess(process, reader)
+
+    def close(self) -> None:
+        """End the interpreters nobody took."""
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for process in ready:
+            process.kill()
+            process.wait()
+
+
+def main() -> None:
+    """The pool's interpreter: import torch, wait for the worker's order, run its script."""
+    import torch
+
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit(0)  # the pool closed without using this interpreter
+    order = json.loads(line)
+    # As a cold start's stdin: nothing to read.
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.chdir(order["cwd"])
+    os.environ.clear()
+    os.environ.update(order["env"])
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit():
+        torch.set_num_threads(int(threads))  # read at import otherwise, before the order
+    script = order["argv"][0]
+    sys.argv = list(order["argv"])
+    sys.path[0] = str(Path(script).resolve().parent)
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

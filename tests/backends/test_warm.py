@@ -1,0 +1,144 @@
+"""Warm worker starts: a pre-started interpreter runs the script as a cold start would."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tidal.launch.process import LocalProcess
+from tidal.launch.warm import ENV_WARM_POOL, WarmSpawner, warm_pool_size
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = """\
+import json, os, sys
+print(json.dumps({
+    "name": __name__,
+    "argv": sys.argv,
+    "cwd": os.getcwd(),
+    "path0": sys.path[0],
+    "seed": os.environ.get("SEED"),
+    "pid": os.getpid(),
+    "torch": "torch" in sys.modules,
+    "stdin": sys.stdin.read(),
+}), flush=True)
+if sys.argv[1:] == ["--wait"]:
+    import time
+    time.sleep(60)
+sys.exit(3)
+"""
+
+
+class Lines:
+    """A worker's output lines, as the group's log follower receives them."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, line: str) -> None:
+        with self._lock:
+            self.lines.append(line)
+
+
+def _spawn(spawner: WarmSpawner, script: Path, cwd: Path, *args: str) -> tuple[LocalProcess, Lines]:
+    out = Lines()
+    process = spawner.spawn(
+        worker_id="w0",
+        slot="h:0",
+        argv=["python", str(script), *args],
+        env={"SEED": "7", "PYTHONUNBUFFERED": "1"},
+        cwd=str(cwd),
+        on_line=out,
+    )
+    return process, out
+
+
+def test_a_warm_worker_runs_like_a_cold_one(tmp_path: Path) -> None:
+    script = tmp_path / "code" / "train.py"
+    script.parent.mkdir()
+    script.write_text(SCRIPT)
+    work = tmp_path / "work"
+    work.mkdir()
+    spawner = WarmSpawner(1)
+    try:
+        taken = spawner._ready[0]
+        process, out = _spawn(spawner, script, work, "--epochs", "2")
+        assert process.pid == taken.pid  # the warm interpreter is the worker
+        assert process.wait(timeout=120) == 3
+        process.drain(timeout=10)
+        seen = json.loads(out.lines[0])
+        assert seen == {
+            "name": "__main__",
+            "argv": [str(script), "--epochs", "2"],
+            "cwd": str(work),
+            "path0": str(script.parent),
+            "seed": "7",
+            "pid": taken.pid,
+            "torch": True,  # imported before the order came
+            "stdin": "",
+        }
+        # Killed like a cold worker: its whole session, at once.
+        process, out = _spawn(spawner, script, work, "--wait")
+        deadline = time.monotonic() + 120
+        while not out.lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert out.lines, "the second worker did not start"
+        process.kill()
+        assert process.wait(timeout=10) == -9
+        left = list(spawner._ready)
+    finally:
+        spawner.close()
+    assert left and all(p.poll() is not None for p in left)  # the pool's spares end too
+
+
+def test_other_commands_start_cold(tmp_path: Path) -> None:
+    spawner = WarmSpawner(1)
+    try:
+        warm = spawner._ready[0].pid
+        out = Lines()
+        process = spawner.spawn(
+            worker_id="w0",
+            slot="h:0",
+            argv=[sys.executable, "-c", "import os; print(os.getpid())"],
+            env={},
+            cwd=str(tmp_path),
+            on_line=out,
+        )
+        assert process.wait(timeout=60) == 0
+        process.drain(timeout=10)
+        assert process.pid != warm
+        assert spawner._ready[0].pid == warm  # still waiting for a script
+        assert int(out.lines[0]) == process.pid
+        # An interpreter start-up variable the pool did not start with: cold as well.
+        script = tmp_path / "x.py"
+        script.write_text("pass\n")
+        process = spawner.spawn(
+            worker_id="w1",
+            slot="h:0",
+            argv=["python", str(script)],
+            env={"PYTHONHASHSEED": "1"},
+            cwd=str(tmp_path),
+            on_line=Lines(),
+        )
+        assert process.wait(timeout=60) == 0
+        assert process.pid != warm
+        assert spawner._ready[0].pid == warm
+    finally:
+        spawner.close()
+
+
+def test_pool_size_from_the_environment() -> None:
+    assert warm_pool_size({}) == 0
+    assert warm_pool_size({ENV_WARM_POOL: "2"}) == 2
+    with pytest.raises(ValueError, match=ENV_WARM_POOL):
+        warm_pool_size({ENV_WARM_POOL: "many"})
+    with pytest.raises(ValueError, match="size"):
+        WarmSpawner(0)
+    assert os.environ.get(ENV_WARM_POOL) is None
