@@ -51,6 +51,8 @@ from tidal.runtime.rendezvous import ReportQueue, connect_store
 log = logging.getLogger("tidal.backends.local")
 
 _START_TIMEOUT = 60.0
+#: Tries to start a job's new agent after its agent died, before giving up on the restart.
+_AGENT_STARTS = 3
 
 
 @dataclass
@@ -167,8 +169,23 @@ class LocalBackend:
         config.slots = [slot_name(s) for s in slots]
         config.first_worker_id = max([config.first_worker_id - 1, *known]) + 1
         final_path(self.state_dir, dead.job_id).unlink(missing_ok=True)
-        log.warning("job=%s: starting a new agent on %d slot(s)", dead.job_id, len(slots))
-        self._spawn_agent(config, dead.log_dir)
+        for attempt in range(1, _AGENT_STARTS + 1):
+            log.warning("job=%s: starting a new agent on %d slot(s)", dead.job_id, len(slots))
+            try:
+                self._spawn_agent(config, dead.log_dir)
+                return
+            except (RuntimeError, TimeoutError, OSError) as exc:
+                # Killed while starting (or its store not reachable): what it started
+                # holds nothing yet; this restart is still the one the job was granted.
+                failed = self._agents[dead.job_id]
+                if failed.process is not None and failed.process.poll() is None:
+                    failed.process.kill()
+                    failed.process.wait(timeout=10)
+                self._kill_tree(failed)
+                self._agents[dead.job_id] = dead
+                if attempt == _AGENT_STARTS:
+                    raise
+                log.warning("job=%s: the new agent did not start: %s", dead.job_id, exc)
 
     def _connect(self, agent: _Agent, *, deadline: float) -> None:
         record = record_path(self.state_dir, agent.job_id)
