@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -23,8 +24,16 @@ from typing import Any
 
 import torch.distributed as dist
 
-from tidal.backends.base import JobLaunch, JobStatus, MetricPoint, read_reports, worker_logs
+from tidal.backends.base import (
+    JobLaunch,
+    JobStatus,
+    MetricPoint,
+    WorkerState,
+    read_reports,
+    worker_logs,
+)
 from tidal.launch.agent import (
+    ENV_AGENT_TREE,
     KEY_ASSIGN,
     KEY_REPORTS,
     KEY_STATUS,
@@ -35,12 +44,15 @@ from tidal.launch.agent import (
     record_path,
 )
 from tidal.launch.driver import slot_name
+from tidal.launch.process import kill_marked
 from tidal.policy.api import Slot
 from tidal.runtime.rendezvous import ReportQueue, connect_store
 
 log = logging.getLogger("tidal.backends.local")
 
 _START_TIMEOUT = 60.0
+#: Tries to start a job's new agent after its agent died, before giving up on the restart.
+_AGENT_STARTS = 3
 
 
 @dataclass
@@ -54,6 +66,11 @@ class _Agent:
     stopped: bool = False
     last: AgentStatus | None = None
     reports: ReportQueue | None = field(default=None, repr=False)
+    #: The agent's :data:`ENV_AGENT_TREE` token: every process of the job carries it.
+    tree: str = ""
+    #: It died without ending its job: what it left was killed, the job's workers are
+    #: reported failed, and the next ``assign`` starts a new agent (a restart).
+    died: JobStatus | None = None
 
 
 class LocalBackend:
@@ -85,7 +102,7 @@ class LocalBackend:
                 log_dir = Path(raw) if raw else None
             host, _, port = str(data["store"]).rpartition(":")
             store = connect_store(host, int(port), timeout=10)
-            agent = _Agent(job_id, int(data["pid"]), store, log_dir)
+            agent = _Agent(job_id, int(data["pid"]), store, log_dir, tree=str(data.get("tree", "")))
             if store.check([KEY_STATUS]):
                 agent.last = AgentStatus.from_json(store.get(KEY_STATUS))
                 agent.assign_seq = agent.last.assign_seq
@@ -118,22 +135,57 @@ class LocalBackend:
             gpus=self.gpus and launch.gpu,
             timeout=self.timeout,
         )
-        config_path = self.state_dir / f"{launch.job_id}.launch.json"
+        self._spawn_agent(config, launch.log_dir)
+
+    def _spawn_agent(self, config: AgentConfig, log_dir: Path | None) -> _Agent:
+        """Start an agent for ``config`` and wait until it serves its store."""
+        config_path = self.state_dir / f"{config.job_id}.launch.json"
         config_path.write_text(json.dumps(asdict(config)))
-        agent_log = self.state_dir / f"{launch.job_id}.agent.log"
-        with open(agent_log, "ab") as sink:
+        agent_log = self.state_dir / f"{config.job_id}.agent.log"
+        tree = f"{config.job_id}-{secrets.token_hex(8)}"
+        fd = os.open(agent_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with open(fd, "ab") as sink:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tidal.launch.agent", str(config_path), str(self.state_dir)],
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # outlives the controller
+                env={**os.environ, ENV_AGENT_TREE: tree},
             )
-        agent = _Agent(launch.job_id, process.pid, None, launch.log_dir, process=process)
-        self._agents[launch.job_id] = agent
-        if launch.log_dir is not None:
-            self._log_dirs[launch.job_id] = launch.log_dir
+        agent = _Agent(config.job_id, process.pid, None, log_dir, process=process, tree=tree)
+        self._agents[config.job_id] = agent
+        if log_dir is not None:
+            self._log_dirs[config.job_id] = log_dir
         self._connect(agent, deadline=time.monotonic() + _START_TIMEOUT)
+        return agent
+
+    def _restart_agent(self, dead: _Agent, slots: Sequence[Slot]) -> None:
+        """A new agent for a job whose agent died: the same launch on ``slots``; its
+        workers resume from the job's latest checkpoint, numbered after the old ones."""
+        config_path = self.state_dir / f"{dead.job_id}.launch.json"
+        config = AgentConfig(**json.loads(config_path.read_text()))
+        known = [w.worker_id for w in dead.died.workers] if dead.died else []
+        config.slots = [slot_name(s) for s in slots]
+        config.first_worker_id = max([config.first_worker_id - 1, *known]) + 1
+        final_path(self.state_dir, dead.job_id).unlink(missing_ok=True)
+        for attempt in range(1, _AGENT_STARTS + 1):
+            log.warning("job=%s: starting a new agent on %d slot(s)", dead.job_id, len(slots))
+            try:
+                self._spawn_agent(config, dead.log_dir)
+                return
+            except (RuntimeError, TimeoutError, OSError) as exc:
+                # Killed while starting (or its store not reachable): what it started
+                # holds nothing yet; this restart is still the one the job was granted.
+                failed = self._agents[dead.job_id]
+                if failed.process is not None and failed.process.poll() is None:
+                    failed.process.kill()
+                    failed.process.wait(timeout=10)
+                self._kill_tree(failed)
+                self._agents[dead.job_id] = dead
+                if attempt == _AGENT_STARTS:
+                    raise
+                log.warning("job=%s: the new agent did not start: %s", dead.job_id, exc)
 
     def _connect(self, agent: _Agent, *, deadline: float) -> None:
         record = record_path(self.state_dir, agent.job_id)
@@ -152,6 +204,9 @@ class LocalBackend:
     def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
         """Set the job's slots (applied at its next step boundary)."""
         agent = self._agents[job_id]
+        if agent.died is not None:
+            self._restart_agent(agent, slots)
+            return
         if agent.store is None:
             return
         agent.assign_seq += 1
@@ -165,6 +220,10 @@ class LocalBackend:
         if agent is None or agent.stopped:
             return
         agent.stopped = True
+        if agent.died is not None:
+            kill_marked(agent.tree, variable=ENV_AGENT_TREE)
+            del self._agents[job_id]
+            return
         if agent.store is not None:
             with contextlib.suppress(Exception):
                 agent.store.set(KEY_STOP, "1")
@@ -174,6 +233,9 @@ class LocalBackend:
         statuses: dict[str, JobStatus] = {}
         reports: dict[str, tuple[tuple[MetricPoint, ...], dict[str, Any] | None]] = {}
         for job_id, agent in list(self._agents.items()):
+            if agent.died is not None:
+                statuses[job_id] = agent.died
+                continue
             # Reports first: reading the final status lets go of the agent's store.
             reports[job_id] = self._reports(agent)
             status = self._read(agent)
@@ -182,6 +244,7 @@ class LocalBackend:
                 agent.last = status
             if agent.last is None:
                 if not alive:
+                    self._kill_tree(agent)
                     statuses[job_id] = JobStatus(job_id, -1, failed=True, reason="agent died")
                     del self._agents[job_id]
                 continue
@@ -193,14 +256,34 @@ class LocalBackend:
                 if final.exists():
                     statuses[job_id] = AgentStatus.from_json(final.read_text()).job_status()
                 else:
-                    statuses[job_id] = JobStatus(
-                        job_id, agent.last.generation, failed=True, reason="agent died"
-                    )
+                    statuses[job_id] = self._on_agent_death(agent, agent.last)
+                    continue
                 del self._agents[job_id]
         for job_id, (metrics, goodput) in reports.items():
             if job_id in statuses:
                 statuses[job_id] = replace(statuses[job_id], metrics=metrics, goodput=goodput)
         return statuses
+
+    def _kill_tree(self, agent: _Agent) -> None:
+        if agent.tree:
+            killed = kill_marked(agent.tree, variable=ENV_AGENT_TREE)
+            if killed:
+                log.warning("job=%s: killed %d process(es) its agent left", agent.job_id, killed)
+
+    def _on_agent_death(self, agent: _Agent, last: AgentStatus) -> JobStatus:
+        """The agent died mid-job: kill what it left (its workers lost their store) and
+        report them failed, so the controller's restart decision counts one restart or
+        fails the job; a restart reaches :meth:`assign`, which starts a new agent."""
+        self._kill_tree(agent)
+        agent.store, agent.reports = None, None
+        live = (WorkerState.STARTING, WorkerState.RUNNING)
+        status = last.job_status()
+        workers = tuple(
+            replace(w, state=WorkerState.FAILED) if w.state in live else w for w in status.workers
+        )
+        log.warning("job=%s: agent pid %d died", agent.job_id, agent.pid)
+        agent.died = replace(status, workers=workers, reason="agent died")
+        return agent.died
 
     def _reports(self, agent: _Agent) -> tuple[tuple[MetricPoint, ...], dict[str, Any] | None]:
         """Metrics and the newest goodput report the agent passed on since the last poll."""

@@ -16,7 +16,7 @@ from tidal.controller.store import Event, JobRecord
 from tidal.model import JobState
 from tidal.policy.restart import Fail, LostWorker, Noop, RestartView, decide_restart
 
-__all__ = ["fail", "on_failures"]
+__all__ = ["end_workers", "fail", "on_failures"]
 
 
 def on_failures(
@@ -67,8 +67,22 @@ def on_failures(
     )
 
 
+def end_workers(effects: LoopEffects, job_id: str, now: float) -> None:
+    """The job ended and its backend stops what still runs: no worker of it is shown
+    ``starting`` or ``running`` any more (each such one is recorded ``released``)."""
+    live = (WorkerState.STARTING, WorkerState.RUNNING)
+    ended = [
+        WorkerStatus(w.worker_id, w.slot, WorkerState.RELEASED, w.pid, w.exit_code)
+        for w in effects.store.workers(job_id)
+        if w.state in live
+    ]
+    if ended:
+        effects.store.sync_workers(job_id, ended, now)
+
+
 def fail(effects: LoopEffects, job: JobRecord, now: float, reason: str, **changes: Any) -> None:
     """Mark the job failed for ``reason``, releasing its slots."""
+    end_workers(effects, job.id, now)
     effects.store.update_job(
         job.id,
         now,

@@ -14,7 +14,7 @@ from typing import Any
 from tidal.backends.base import JobStatus, WorkerState
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.effects import LoopEffects
-from tidal.controller.failures import fail, on_failures
+from tidal.controller.failures import end_workers, fail, on_failures
 from tidal.controller.requests import PendingRequest, apply_requests
 from tidal.controller.store import Event, JobRecord
 from tidal.model import JobState
@@ -49,6 +49,7 @@ def observe(
     if job.cancel_requested:
         if status is not None:
             effects.call(job.id, "stop", lambda: backend.stop(job.id))
+        end_workers(effects, job.id, now)
         store.update_job(
             job.id,
             now,
@@ -65,6 +66,7 @@ def observe(
     if status is None:
         # The backend does not run it (e.g. the controller restarted): queue it again so
         # it resumes from its checkpoint instead of being counted as running forever.
+        end_workers(effects, job.id, now)
         return store.update_job(
             job.id,
             now,
@@ -78,6 +80,7 @@ def observe(
     if status.finished:
         # Nothing left to stop: this releases what the backend still holds for the job.
         effects.call(job.id, "stop", lambda: backend.stop(job.id))
+        end_workers(effects, job.id, now)
         store.update_job(
             job.id,
             now,

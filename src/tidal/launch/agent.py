@@ -43,6 +43,10 @@ from tidal.runtime.rendezvous import ReportQueue
 
 log = logging.getLogger("tidal.agent")
 
+#: Set by the backend to a token unique to each agent it starts; the agent's workers and
+#: everything they start inherit it, so the backend can kill what an agent that died left.
+ENV_AGENT_TREE = "TIDAL_AGENT_TREE"
+
 KEY_ASSIGN = "agent/assign"
 KEY_STOP = "agent/stop"
 KEY_STATUS = "agent/status"
@@ -137,6 +141,8 @@ class AgentConfig:
     checkpoint_every_seconds: float = 0.0
     gpus: bool = False
     timeout: float = 10.0
+    #: The first worker's number (a restarted agent continues after its predecessor's).
+    first_worker_id: int = 0
 
 
 def record_path(state_dir: Path, job_id: str) -> Path:
@@ -212,13 +218,21 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         log.warning("job=%s: starting workers cold: %s", config.job_id, exc)
         warm = 0
     spawner = WarmSpawner(warm) if warm else None
-    driver = GroupDriver(config.job_id, spec, spawner=spawner)
+    driver = GroupDriver(
+        config.job_id, spec, spawner=spawner, first_worker_id=config.first_worker_id
+    )
     control = StoreControl(driver.group.host.store)
     driver.group.start(config.slots)
     _write_atomic(
         record_path(state_dir, config.job_id),
         json.dumps(
-            {"job_id": config.job_id, "pid": os.getpid(), "store": driver.group.host.address}
+            {
+                "job_id": config.job_id,
+                "pid": os.getpid(),
+                "store": driver.group.host.address,
+                # Every process of the job carries it: how the backend finds them all.
+                "tree": os.environ.get(ENV_AGENT_TREE, ""),
+            }
         ),
     )
 

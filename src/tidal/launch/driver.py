@@ -85,13 +85,18 @@ class GroupDriver:
         spawner: Spawner | None = None,
         store_host: str = "127.0.0.1",
         stop_grace: float = 30.0,
+        first_worker_id: int = 0,
     ) -> None:
         """``stop_grace``: how long released workers get to leave when the job stops
-        (rank 0 checkpoints first)."""
+        (rank 0 checkpoints first); ``first_worker_id``: see :class:`WorkerGroup`."""
         self.job_id = job_id
         self.stop_grace = stop_grace
         self.group = WorkerGroup(
-            spec, on_event=self._on_event, spawner=spawner, store_host=store_host
+            spec,
+            on_event=self._on_event,
+            spawner=spawner,
+            store_host=store_host,
+            first_worker_id=first_worker_id,
         )
         self._reports = ReportQueue(self.group.host.store, REPORT_PREFIX)
         self._last_read = 0.0

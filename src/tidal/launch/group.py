@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,8 +62,11 @@ class WorkerGroup:
         on_failure: Callable[[Worker], None] | None = None,
         spawner: Spawner | None = None,
         store_host: str = "127.0.0.1",
+        first_worker_id: int = 0,
     ) -> None:
-        """``on_failure`` hears of every worker that failed (its slot then waits for the
+        """``first_worker_id``: the number of the first worker started (a restarted agent
+        continues after its predecessor's: worker ids are never reused within a job).
+        ``on_failure`` hears of every worker that failed (its slot then waits for the
         next :meth:`assign`); ``spawner`` runs the worker processes (subprocesses here by
         default); ``store_host`` is the address workers reach the job's store at."""
         self.spec = spec
@@ -78,12 +82,19 @@ class WorkerGroup:
         #: Slots whose worker failed since they were last assigned: no new worker there
         #: until an :meth:`assign` lists them again (the restart decision is the caller's).
         self._held_back: set[str] = set()
-        self._next_id = 0
+        self._next_id = first_worker_id
         self._forming_since: float | None = None
         self._finishing = False
         self._finishing_since = 0.0
+        #: A member returned 0: training is over, so workers still waiting to be admitted
+        #: hold nothing and one that does not leave in time is killed. (A worker that
+        #: returns 0 without ever joining, a plain program, finished its own work only:
+        #: its peers are left to finish theirs.)
+        self._training_done = False
         self._failed_while_finishing = False
         self._log_files: list[IO[str]] = []
+        #: When each leaving worker was first seen leaving (for the bound on its exit).
+        self._leaving_since: dict[str, float] = {}
 
     # -- what callers ask -------------------------------------------------------------
 
@@ -155,9 +166,15 @@ class WorkerGroup:
             was = worker.phase
             worker.phase, worker.exit_code = WorkerPhase.EXITED, code
             if code == 0 and worker.id in members:
-                if not self._finishing:
-                    self._finishing, self._finishing_since = True, time.monotonic()
+                self._finish(training=True)
                 self._emit("finished", f"{worker.id} finished")
+            elif (
+                code == 0 and was in (WorkerPhase.STARTING, WorkerPhase.READY) and not worker.killed
+            ):
+                # Its program returned without using tidal: that worker is done, and the
+                # job succeeds once every other worker is done too (never respawned).
+                self._finish(training=False)
+                self._emit("finished", f"{worker.id} on slot {worker.slot} finished")
             elif code == EXIT_RELEASED and was in (WorkerPhase.LEAVING, WorkerPhase.MEMBER):
                 self._emit("released", f"{worker.id} released from slot {worker.slot}")
             elif was is WorkerPhase.LEAVING:
@@ -178,13 +195,15 @@ class WorkerGroup:
                 if self._on_failure is not None:
                     self._on_failure(worker)
         if self._finishing:
-            # Training is over: a newcomer still waiting to be admitted holds nothing.
-            for worker in self.workers.values():
-                if not worker.trained and worker.phase is not WorkerPhase.EXITED:
-                    self._kill(worker)
-                    worker.phase = WorkerPhase.EXITED
+            if self._training_done:
+                # Training is over: a newcomer still waiting to be admitted holds nothing.
+                for worker in self.workers.values():
+                    if not worker.trained and worker.phase is not WorkerPhase.EXITED:
+                        self._kill(worker)
+                        worker.phase = WorkerPhase.EXITED
             alive = [w for w in self.workers.values() if w.phase is not WorkerPhase.EXITED]
-            if alive and time.monotonic() - self._finishing_since > 3 * self.spec.timeout + 30:
+            overdue = time.monotonic() - self._finishing_since > 3 * self.spec.timeout + 30
+            if alive and self._training_done and overdue:
                 for worker in alive:
                     log.warning(
                         "worker=%s still running after the job finished: killing", worker.id
@@ -199,6 +218,12 @@ class WorkerGroup:
             return
         if lost:
             self._handle_loss(lost)
+
+    def _finish(self, *, training: bool) -> None:
+        if not self._finishing:
+            self._finishing, self._finishing_since = True, time.monotonic()
+        if training and not self._training_done:
+            self._training_done, self._finishing_since = True, time.monotonic()
 
     def _handle_loss(self, lost: list[str]) -> None:
         survivors = [
@@ -256,8 +281,22 @@ class WorkerGroup:
             for w in self.workers.values()
             if w.phase in (WorkerPhase.STARTING, WorkerPhase.READY, WorkerPhase.MEMBER)
         }
+        # A slot is handed on only once its previous holder exited (two processes on one
+        # GPU otherwise): a leaver's exit is reaped by the next poll, which spawns then.
+        # Bounded: a leaver that does not leave in time is killed (and reaped by _kill).
+        leaving = set()
+        for w in self.workers.values():
+            if w.phase is not WorkerPhase.LEAVING:
+                continue
+            since = self._leaving_since.setdefault(w.id, time.monotonic())
+            if time.monotonic() - since > 3 * self.spec.timeout + 30:
+                log.warning("worker=%s did not leave slot %s in time: killing", w.id, w.slot)
+                self._kill(w)
+                w.phase = WorkerPhase.EXITED
+            else:
+                leaving.add(w.slot)
         for slot in self.desired:
-            if slot not in occupied and slot not in self._held_back:
+            if slot not in occupied and slot not in self._held_back and slot not in leaving:
                 self._spawn(slot)
         for worker in list(occupied.values()):
             if worker.slot not in self.desired and worker.phase is not WorkerPhase.MEMBER:
@@ -325,7 +364,10 @@ class WorkerGroup:
         sink: IO[str] | None = None
         if self.spec.log_dir is not None:
             self.spec.log_dir.mkdir(parents=True, exist_ok=True)
-            sink = open(worker_log_path(self.spec.log_dir, worker_id), "a", buffering=1)  # noqa: SIM115
+            path = worker_log_path(self.spec.log_dir, worker_id)
+            # Owner-only, like the data dir: a worker's output may show its secrets.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            sink = open(fd, "a", buffering=1)  # noqa: SIM115
             self._log_files.append(sink)
 
         def on_line(line: str) -> None:
@@ -351,6 +393,8 @@ class WorkerGroup:
         for worker in self.workers.values():
             if worker.process.poll() is None:
                 self._kill(worker)
+            else:
+                worker.process.kill()  # what it started may outlive it (``setsid``)
             worker.phase = WorkerPhase.EXITED
 
     def fail(self, reason: str) -> None:

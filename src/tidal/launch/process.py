@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -19,7 +20,52 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["LocalProcess", "LocalSpawner", "Spawner", "WorkerProcess", "resolve_python"]
+__all__ = [
+    "ENV_PROCESS_TREE",
+    "LocalProcess",
+    "LocalSpawner",
+    "Spawner",
+    "WorkerProcess",
+    "kill_marked",
+    "resolve_python",
+]
+
+#: Set to a token unique to each local worker; every process the worker starts inherits it,
+#: including those that left its session (``setsid``) or were orphaned. That is how
+#: :meth:`LocalProcess.kill` finds the whole tree without cgroups.
+ENV_PROCESS_TREE = "TIDAL_PROCESS_TREE"
+
+
+def marked_pids(token: str, *, variable: str = ENV_PROCESS_TREE) -> list[int]:
+    """Processes (of this user) whose environment carries ``variable=token``."""
+    needle = f"{variable}={token}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:  # gone, or not ours
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_marked(token: str, *, variable: str = ENV_PROCESS_TREE, rounds: int = 5) -> int:
+    """SIGKILL every process marked ``variable=token`` (see :data:`ENV_PROCESS_TREE`),
+    again while new ones appear (a dying tree may fork); returns how many were signalled."""
+    killed = 0
+    for _ in range(rounds):
+        pids = [p for p in marked_pids(token, variable=variable) if p != os.getpid()]
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 def resolve_python(argv: Sequence[str]) -> list[str]:
@@ -86,9 +132,13 @@ class Spawner(Protocol):
 class LocalProcess:
     """A worker subprocess of this process, in its own session."""
 
-    def __init__(self, process: subprocess.Popen[str], reader: threading.Thread) -> None:
+    def __init__(
+        self, process: subprocess.Popen[str], reader: threading.Thread, token: str = ""
+    ) -> None:
+        """``token``: the worker's :data:`ENV_PROCESS_TREE` value (empty: none)."""
         self.process = process
         self._reader = reader
+        self.token = token
 
     @property
     def pid(self) -> int:
@@ -105,10 +155,14 @@ class LocalProcess:
         return self.process.poll()
 
     def kill(self) -> None:
-        """SIGKILL the worker's whole session (it may have started data-loader workers)."""
+        """SIGKILL the worker's whole tree: its session (data-loader workers) and every
+        process that carries its mark, also after the worker itself exited (a grandchild
+        that called ``setsid`` outlives it otherwise)."""
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
+        if self.token:
+            kill_marked(self.token)
 
     def wait(self, timeout: float) -> int | None:
         """Wait for the exit, at most ``timeout`` seconds."""
@@ -136,10 +190,11 @@ class LocalSpawner:
         on_line: Callable[[str], None],
     ) -> LocalProcess:
         """Start the subprocess and a thread that pumps its output to ``on_line``."""
+        token = f"{os.getpid()}-{worker_id}-{secrets.token_hex(8)}"
         process = subprocess.Popen(
             resolve_python(argv),
             cwd=cwd,
-            env={**os.environ, **env},
+            env={**os.environ, **env, ENV_PROCESS_TREE: token},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -155,4 +210,4 @@ class LocalSpawner:
 
         reader = threading.Thread(target=pump, name=f"tidal-log-{worker_id}", daemon=True)
         reader.start()
-        return LocalProcess(process, reader)
+        return LocalProcess(process, reader, token)
