@@ -120,6 +120,7 @@ def _fuzz(target: Target, examples: int) -> None:
                 )
 
         one()
+    print(f"fuzzed {target.sent} requests, {len(target.server_errors)} server errors")
     # Every request got an answer and the server still serves.
     assert target.session.get(f"{target.url}/health", timeout=30).status_code == 200
     assert target.server_errors == []
