@@ -32,7 +32,7 @@ from tidal.controller.store import Store
 
 #: Examples per operation (about 21 operations): quick and slow suites.
 QUICK_EXAMPLES = 15
-SLOW_EXAMPLES = 150
+SLOW_EXAMPLES = 100
 
 
 @dataclass
