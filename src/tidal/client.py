@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+#: Jobs asked for per listing page (the server's most).
+_PAGE = 1000
 
 
 class ClientError(Exception):
@@ -199,18 +201,30 @@ class Client:
         name: str | None = None,
         labels: Mapping[str, str] | None = None,
         limit: int | None = None,
+        full: bool = False,
     ) -> builtins.list[JobView]:
-        """Jobs in submission order, filtered by state(s), name and labels."""
+        """Jobs in submission order, filtered by state(s), name and labels: up to ``limit``
+        of them (all if ``None``), read page by page; with their specs if ``full``."""
         params: builtins.list[tuple[str, str]] = []
         states = [state] if isinstance(state, str) else builtins.list(state or [])
         params += [("state", s) for s in states]
         if name is not None:
             params.append(("name", name))
         params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
-        if limit is not None:
-            params.append(("limit", str(limit)))
-        data = self._request("GET", "/jobs", params=params).json()
-        return [JobView.model_validate(item) for item in data]
+        params.append(("view", "full" if full else "summary"))
+        jobs: builtins.list[JobView] = []
+        cursor: str | None = None
+        while limit is None or len(jobs) < limit:
+            page = min(_PAGE, limit - len(jobs)) if limit is not None else _PAGE
+            asked = [*params, ("limit", str(page))]
+            if cursor is not None:
+                asked.append(("after", cursor))
+            response = self._request("GET", "/jobs", params=asked)
+            jobs += [JobView.model_validate(item) for item in response.json()]
+            cursor = response.headers.get("x-next-cursor")
+            if cursor is None:
+                break
+        return jobs
 
     def logs(self, job: str, tail: int = 100, worker: int | None = None) -> str:
         """The last ``tail`` lines of each worker's log, prefixed ``[worker]``."""

@@ -438,7 +438,10 @@ def list_jobs(
     """List jobs."""
     labels = _pairs(label, "--label")
     client = options.client()
-    jobs = _call(lambda: client.list(state=state, name=name, labels=labels), "--state")
+    jobs = _call(
+        lambda: client.list(state=state, name=name, labels=labels, full=options.as_json),
+        "--state",
+    )
     if options.as_json:
         _emit_json(jobs)
     elif not jobs:

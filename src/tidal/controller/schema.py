@@ -137,7 +137,8 @@ class JobView(BaseModel):
     started_at: float | None
     finished_at: float | None
     updated_at: float
-    spec: dict[str, Any]
+    #: The job's spec as submitted; ``None`` in the listing's summary view.
+    spec: dict[str, Any] | None = None
     owner: str = "admin"
     team: str = "default"
     pending_requests: list[RequestView] = Field(default_factory=list)
@@ -151,8 +152,9 @@ class JobView(BaseModel):
 
 
 class JobDetail(JobView):
-    """A job with its workers."""
+    """A job with its workers and its spec."""
 
+    spec: dict[str, Any]
     worker_list: list[WorkerView] = Field(default_factory=list)
     #: The newest goodput report as sent (fitted throughput model, noise scale, ...).
     goodput: dict[str, Any] | None = None

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from tidal.backends.base import WorkerState, WorkerStatus
+from tidal.controller.job_pages import Cursor, JobPage, read_page
 from tidal.controller.records import (
     AllocationRecord,
     Event,
@@ -245,6 +246,19 @@ class Store:
             # Label filters run here, not in SQL: JSON querying differs between databases.
             jobs = [j for j in jobs if all(j.labels.get(k) == v for k, v in labels.items())]
         return jobs[:limit] if limit is not None else jobs
+
+    def job_page(
+        self,
+        states: Sequence[JobState] | None = None,
+        name: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        limit: int = 100,
+        after: Cursor | None = None,
+    ) -> JobPage:
+        """A page of jobs in submission order after ``after``, filtered like
+        :meth:`list_jobs`; a row that cannot be read is marked, not raised."""
+        with self._transaction() as s:
+            return read_page(s, states, name, labels or {}, limit, after)
 
     def count_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, possibly 0)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM
@@ -37,6 +37,13 @@ class SchemaVersionRow(TableBase):
 
 class JobRow(TableBase):
     __tablename__ = "jobs"
+    # The listing's order (submission, then id: its page cursor) alone and after each of
+    # its filters, so a page is an index range scan whatever the filter.
+    __table_args__ = (
+        Index("ix_jobs_submitted_at_id", "submitted_at", "id"),
+        Index("ix_jobs_state_submitted_at", "state", "submitted_at", "id"),
+        Index("ix_jobs_name_submitted_at", "name", "submitted_at", "id"),
+    )
     id: Mapped[str] = mapped_column(String(80), primary_key=True)
     name: Mapped[str] = mapped_column(String(63), index=True)
     owner: Mapped[str] = mapped_column(

@@ -6,9 +6,10 @@ is the job's view showing what was asked.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
@@ -23,7 +24,8 @@ from tidal.controller.api.spec_body import (
     spec_problem_response,
     spec_text,
 )
-from tidal.controller.api.views import allocation_view, event_view, job_view
+from tidal.controller.api.views import allocation_view, event_view, job_view, unreadable_view
+from tidal.controller.job_pages import Cursor, CursorError
 from tidal.controller.limits import off_loop
 from tidal.controller.requests import Cancel, Resize, SetPriority, UserRequest
 from tidal.controller.schema import (
@@ -45,6 +47,12 @@ from tidal.spec import SpecError, locate_problems
 __all__ = ["router"]
 
 router = APIRouter(tags=["jobs"])
+
+#: Jobs per listing page unless the client asks for another size, and the most it may.
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+
+ListView = Literal["summary", "full"]
 _JOB_LIST = TypeAdapter(list[JobView])
 
 
@@ -121,25 +129,58 @@ async def validate(request: Request) -> SpecCheck:
     return SpecCheck(valid=True, problems=[])
 
 
-@router.get("/jobs", response_model=list[JobView])
+@router.get(
+    "/jobs",
+    response_model=list[JobView],
+    responses={304: {"description": "Not modified: the page the ETag names is unchanged."}},
+)
 def list_jobs(
+    request: Request,
     store: StoreDep,
     state: Annotated[list[JobState] | None, Query()] = None,
     name: str | None = None,
     label: Annotated[list[str] | None, Query(description="KEY=VALUE, repeatable")] = None,
-    limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+    after: Annotated[
+        str | None, Query(max_length=1000, description="the previous page's next cursor")
+    ] = None,
+    view: Annotated[ListView, Query(description="summary: without the spec")] = "summary",
 ) -> Response:
-    """Jobs in submission order, filtered by state (repeatable), name and labels."""
+    """A page of jobs in submission order, filtered by state (repeatable), name and labels.
+
+    The next page's cursor is in the ``X-Next-Cursor`` header (and a ``Link: rel=next``),
+    absent on the last page. The answer carries an ETag: sent back in ``If-None-Match``,
+    an unchanged page answers 304 with no body.
+    """
     labels = _parse_labels(label or [])
-    jobs = store.list_jobs(states=state, name=name, labels=labels, limit=limit)
-    ids = [j.id for j in jobs]
+    try:
+        cursor = Cursor.decode(after) if after is not None else None
+    except CursorError as exc:
+        raise invalid("after", str(exc), where="query") from None
+    page = store.job_page(states=state, name=name, labels=labels, limit=limit, after=cursor)
+    ids = [j.id for j in page.readable()]
     reports = store.goodput(ids)
     pending = store.pending_requests(ids)
+    full = view == "full"
     # Serialised here in one go rather than re-validated item by item by FastAPI.
     body = _JOB_LIST.dump_json(
-        [job_view(j, reports.get(j.id), pending.get(j.id, ())) for j in jobs]
+        [
+            job_view(j, reports.get(j.id), pending.get(j.id, ()), with_spec=full)
+            if isinstance(j, JobRecord)
+            else unreadable_view(j)
+            for j in page.jobs
+        ]
     )
-    return Response(content=body, media_type="application/json")
+    headers = {"ETag": f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'}
+    # Browsers revalidate with the ETag on every poll (and get 304 while nothing changed).
+    headers["Cache-Control"] = "no-cache, private"
+    if page.next is not None:
+        token = page.next.encode()
+        headers["X-Next-Cursor"] = token
+        headers["Link"] = f'<{request.url.include_query_params(after=token)}>; rel="next"'
+    if headers["ETag"] in request.headers.get("if-none-match", ""):
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+    return Response(content=body, media_type="application/json", headers=headers)
 
 
 @router.get("/jobs/{ref}", response_model=JobDetail)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tidal.controller.job_pages import UnreadableJob
 from tidal.controller.requests import PendingRequest, apply_requests, request_to_row
 from tidal.controller.schema import (
     AllocationView,
@@ -15,7 +16,17 @@ from tidal.controller.schema import (
 )
 from tidal.controller.store import AllocationRecord, EventRecord, GoodputRecord, JobRecord
 
-__all__ = ["allocation_view", "event_view", "job_view", "utilisation"]
+__all__ = [
+    "UNREADABLE",
+    "allocation_view",
+    "event_view",
+    "job_view",
+    "unreadable_view",
+    "utilisation",
+]
+
+#: The state the listing shows for a job whose stored row cannot be read.
+UNREADABLE = "unreadable"
 
 
 def _number(report: Mapping[str, Any] | None, key: str) -> float | None:
@@ -27,9 +38,11 @@ def job_view(
     job: JobRecord,
     goodput: GoodputRecord | None = None,
     pending: Sequence[PendingRequest] = (),
+    with_spec: bool = True,
 ) -> JobView:
     """``job`` as the API shows it: with the values its ``pending`` requests ask for
-    (what the loop will apply on its next tick), and its newest goodput report's numbers."""
+    (what the loop will apply on its next tick), and its newest goodput report's numbers;
+    without its spec unless ``with_spec`` (the listing's summary view)."""
     report = goodput.report if goodput is not None else None
     batch = _number(report, "batch_size")
     asked = apply_requests(job.target_workers, pending).changes
@@ -60,10 +73,45 @@ def job_view(
         started_at=job.started_at,
         finished_at=job.finished_at,
         updated_at=job.updated_at,
-        spec=dict(job.spec_data),
+        spec=dict(job.spec_data) if with_spec else None,
         batch_size=int(batch) if batch is not None else None,
         efficiency=_number(report, "efficiency"),
         speedup=_number(report, "speedup"),
+    )
+
+
+def unreadable_view(job: UnreadableJob) -> JobView:
+    """A job whose stored row cannot be read, as the listing shows it in its place: state
+    ``unreadable`` and the reason, so one bad row never hides the others."""
+    return JobView.model_construct(
+        id=job.id,
+        name=job.name,
+        state=UNREADABLE,
+        reason=f"stored record cannot be read: {job.error}",
+        priority=0,
+        workers=0,
+        min_workers=0,
+        max_workers=0,
+        target_workers=None,
+        slots=[],
+        restarts=0,
+        reallocations=0,
+        generation=0,
+        labels={},
+        target_group=None,
+        cancel_requested=False,
+        scale_deadline=None,
+        pending_requests=[],
+        submitted_at=job.submitted_at,
+        started_at=None,
+        finished_at=None,
+        updated_at=job.submitted_at,
+        spec=None,
+        owner="",
+        team="",
+        batch_size=None,
+        efficiency=None,
+        speedup=None,
     )
 
 

@@ -65,7 +65,25 @@ export async function stream(path, onText, signal) {
   }
 }
 
-export const jobs = () => api("/jobs");
+/** Every job (summary view), page by page. The server answers each page with an ETag and
+ *  `Cache-Control: no-cache`, so the browser revalidates with If-None-Match on each poll
+ *  and an unchanged page comes back as a body-less 304 (served here from its cache). */
+export async function jobs() {
+  const all = [];
+  let after = null;
+  for (;;) {
+    const query = `/jobs?limit=1000${after ? `&after=${encodeURIComponent(after)}` : ""}`;
+    const response = await request(query);
+    if (response.status === 401) {
+      location.href = "/login";
+      throw new ApiError(401, "not logged in");
+    }
+    if (!response.ok) throw new ApiError(response.status, response.statusText);
+    all.push(...(await response.json()));
+    after = response.headers.get("X-Next-Cursor");
+    if (!after) return all;
+  }
+}
 export const progress = () => api("/progress");
 export const job = (id) => api(`/jobs/${encodeURIComponent(id)}`);
 export const allocations = (id) => api(`/jobs/${encodeURIComponent(id)}/allocations`);

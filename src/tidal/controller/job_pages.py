@@ -1,0 +1,163 @@
+"""Listing jobs a page at a time: the cursor, the query, and rows that cannot be read.
+
+Jobs are listed in submission order (``submitted_at``, then ``id``); a page ends with a
+cursor naming its last job, and the next page starts just after it, so jobs submitted
+meanwhile never shift a page. A row whose stored data cannot be read becomes an
+:class:`UnreadableJob` in its place instead of failing the whole page.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Select, and_, or_, select
+from sqlalchemy.orm import Session
+
+from tidal.controller.records import JobRecord
+from tidal.controller.tables import JobRow
+from tidal.model import JobState
+
+__all__ = ["Cursor", "CursorError", "JobPage", "UnreadableJob", "read_page"]
+
+log = logging.getLogger(__name__)
+
+
+class CursorError(ValueError):
+    """A page cursor that this server did not make."""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a page ended: the submission time and id of its last job."""
+
+    submitted_at: float
+    job_id: str
+
+    def encode(self) -> str:
+        """The cursor as the opaque, URL-safe text clients send back."""
+        raw = json.dumps([self.submitted_at, self.job_id]).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        """The cursor ``text`` encodes; :class:`CursorError` when it is not one."""
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            at, job_id = json.loads(raw)
+        except (binascii.Error, ValueError, TypeError, RecursionError):
+            raise CursorError("not a cursor from a previous page") from None
+        if (
+            not isinstance(at, int | float)
+            or isinstance(at, bool)
+            or not math.isfinite(at)
+            or not isinstance(job_id, str)
+        ):
+            raise CursorError("not a cursor from a previous page")
+        return cls(float(at), job_id)
+
+
+@dataclass(frozen=True)
+class UnreadableJob:
+    """A stored job whose row cannot be turned into a record (corrupt or foreign data)."""
+
+    id: str
+    name: str
+    submitted_at: float
+    error: str
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of jobs and the cursor of the next page (``None`` on the last one)."""
+
+    jobs: list[JobRecord | UnreadableJob]
+    next: Cursor | None
+
+    def readable(self) -> list[JobRecord]:
+        """The page's jobs that could be read."""
+        return [j for j in self.jobs if isinstance(j, JobRecord)]
+
+
+def _heads(
+    states: Sequence[JobState] | None, name: str | None, after: Cursor | None
+) -> Select[str, str, float]:
+    """The matching jobs' id, name and submission time, in submission order: plain
+    columns, readable even where a job's JSON columns are not."""
+    query = select(JobRow.id, JobRow.name, JobRow.submitted_at).order_by(
+        JobRow.submitted_at, JobRow.id
+    )
+    if states:
+        query = query.where(JobRow.state.in_([st.value for st in states]))
+    if name is not None:
+        query = query.where(JobRow.name == name)
+    if after is not None:
+        query = query.where(
+            or_(
+                JobRow.submitted_at > after.submitted_at,
+                and_(JobRow.submitted_at == after.submitted_at, JobRow.id > after.job_id),
+            )
+        )
+    return query
+
+
+def _read_one(session: Session, head: tuple[str, str, float]) -> JobRecord | UnreadableJob:
+    job_id, name, submitted_at = head
+    try:
+        row = session.scalars(select(JobRow).where(JobRow.id == job_id)).one()
+        return JobRecord.of_row(row)
+    except Exception as exc:  # any decoding failure marks this row only
+        log.warning("job %s cannot be read from the store: %s", job_id, exc)
+        return UnreadableJob(job_id, name, submitted_at, f"{type(exc).__name__}: {exc}")
+
+
+def _read(
+    session: Session, heads: Sequence[tuple[str, str, float]]
+) -> list[JobRecord | UnreadableJob]:
+    """The records of ``heads``, in their order: in one query, or row by row when one
+    of them cannot be read (so only that one is marked)."""
+    try:
+        rows = session.scalars(select(JobRow).where(JobRow.id.in_([h[0] for h in heads])))
+        by_id = {r.id: JobRecord.of_row(r) for r in rows}
+        return [by_id[h[0]] for h in heads]
+    except Exception:  # find the culprit below, row by row
+        session.expunge_all()
+        return [_read_one(session, h) for h in heads]
+
+
+def read_page(
+    session: Session,
+    states: Sequence[JobState] | None,
+    name: str | None,
+    labels: Mapping[str, str],
+    limit: int,
+    after: Cursor | None,
+) -> JobPage:
+    """Up to ``limit`` matching jobs after ``after`` and the cursor of the next page."""
+    query = _heads(states, name, after)
+    found: list[JobRecord | UnreadableJob] = []
+    if not labels:
+        heads = [(i, n, at) for i, n, at in session.execute(query.limit(limit + 1))]
+        found = _read(session, heads)
+    else:
+        # Label filters run here, not in SQL (JSON querying differs between databases),
+        # on chunks of candidates until the page is full.
+        heads = [(i, n, at) for i, n, at in session.execute(query)]
+        for start in range(0, len(heads), limit + 1):
+            chunk = _read(session, heads[start : start + limit + 1])
+            found += [
+                j
+                for j in chunk
+                if isinstance(j, JobRecord) and all(j.labels.get(k) == v for k, v in labels.items())
+            ]
+            if len(found) > limit:
+                break
+    page, more = found[:limit], len(found) > limit
+    last = page[-1] if page else None
+    cursor = Cursor(last.submitted_at, last.id) if more and last is not None else None
+    return JobPage(page, cursor)
