@@ -134,7 +134,7 @@ def test_no_server_errors_quick(target: Target) -> None:
 @pytest.mark.slow
 def test_no_server_errors_slow(target: Target) -> None:
     _fuzz(target, SLOW_EXAMPLES)
-    assert target.sent >= 2000
+    assert target.sent >= 1500  # hypothesis stops early on operations with few inputs
 
 
 def test_the_fuzzer_reports_a_server_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
