@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -167,3 +168,13 @@ def test_jobs_without_a_model_get_their_minimum_or_a_fair_share_with_a_prior() -
         [JobRequest("a", 1, 16), job("bad", SCALES_BADLY)], CLUSTER, {}
     )
     assert len(mixed["a"]) > len(mixed["bad"])
+
+
+def test_a_move_of_an_old_job_must_repay_its_delay_over_the_horizon() -> None:
+    # Hours old and never moved: Pollux's factor is about 0.99, the horizon caps it.
+    old = job("old", SCALES_WELL, age=36000.0, reallocations=0)
+    pollux = GoodputPolicy(move_horizon=None)._reallocation_factor(old)
+    assert pollux > 0.99
+    assert GoodputPolicy(move_horizon=300.0)._reallocation_factor(old) == 0.9
+    with pytest.raises(ValueError, match="move_horizon"):
+        GoodputPolicy(move_horizon=0.0)

@@ -46,6 +46,11 @@ from tidal.policy.placement import held_counts, place, place_packed
 #: a smaller scale (10 GPU-hours) starved long jobs: higher mean, p99 and makespan.
 DEFAULT_SERVICE_SCALE = 200000.0
 
+#: Seconds over which a move must pay for itself: every move of a job that holds slots is
+#: discounted by at least ``1 - reallocation_delay / MOVE_HORIZON``. Pollux's factor alone
+#: is about 0.99 for a job hours old, so small moves (a host at a time) always passed.
+MOVE_HORIZON = 300.0
+
 #: Smallest re-allocation factor; see :meth:`GoodputPolicy._reallocation_factor`.
 MIN_REALLOCATION_FACTOR = 0.05
 
@@ -73,12 +78,16 @@ class GoodputPolicy:
         packed: bool = True,
         whole_nodes: bool = True,
         service_scale: float | None = DEFAULT_SERVICE_SCALE,
+        move_horizon: float | None = MOVE_HORIZON,
     ) -> None:
         """``p``: fairness exponent (< 0); ``reallocation_delay``: seconds one move costs a
         job; ``prior_sync``: model jobs without a throughput model (see the module);
         ``packed``: place resized jobs afresh on as few hosts as possible; ``whole_nodes``:
         only sizes of 1, 2, 4 slots or whole hosts; ``service_scale``: slot-seconds of
-        attained service that halve a job's weight (``None``: no discount)."""
+        attained service that halve a job's weight (``None``: no discount); ``move_horizon``:
+        seconds over which a move must repay its delay (``None``: Pollux's factor alone)."""
+        if move_horizon is not None and move_horizon <= 0:
+            raise ValueError("move_horizon must be > 0 (seconds) or None")
         if service_scale is not None and service_scale <= 0:
             raise ValueError("service_scale must be > 0 (slot-seconds) or None")
         if p >= 0:
@@ -91,6 +100,7 @@ class GoodputPolicy:
         self.packed = packed
         self.whole_nodes = whole_nodes
         self.service_scale = service_scale
+        self.move_horizon = move_horizon
         self._prior = (
             None
             if prior_sync is None
@@ -205,6 +215,8 @@ class GoodputPolicy:
         if delay <= 0:
             return 1.0
         factor = (job.age - job.reallocations * delay) / (job.age + delay)
+        if self.move_horizon is not None:
+            factor = min(factor, 1.0 - delay / self.move_horizon)
         return max(MIN_REALLOCATION_FACTOR, factor)
 
     def _push(

@@ -35,11 +35,13 @@ def build_policy(name: str, reallocation_cost: float) -> Policy:
     if name == "goodput":
         return GoodputPolicy(reallocation_delay=reallocation_cost)
     if name == "goodput-plain":
-        # Pollux's rules alone: no repacking, any size, no attained-service weighting.
+        # Pollux's rules alone: no repacking, any size, no attained-service weighting, no
+        # move horizon.
         return GoodputPolicy(
             reallocation_delay=reallocation_cost,
             packed=False,
             whole_nodes=False,
             service_scale=None,
+            move_horizon=None,
         )
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
