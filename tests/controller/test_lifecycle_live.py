@@ -136,7 +136,7 @@ def test_an_agent_that_dies_is_restarted_and_the_job_resumes(
                 "python",
                 str(EXAMPLE),
                 "--epochs",
-                "1",
+                "3",
                 "--step-delay",
                 "0.05",
                 "--result",

@@ -40,6 +40,7 @@ from tidal.launch.agent import (
     KEY_STOP,
     AgentConfig,
     AgentStatus,
+    AgentWorker,
     final_path,
     record_path,
 )
@@ -182,9 +183,11 @@ class LocalBackend:
                     failed.process.kill()
                     failed.process.wait(timeout=10)
                 self._kill_tree(failed)
-                self._agents[dead.job_id] = dead
                 if attempt == _AGENT_STARTS:
+                    # The failed agent stays: the next poll reports its workers failed,
+                    # and the restart decision counts that as the job's next failure.
                     raise
+                self._agents[dead.job_id] = dead
                 log.warning("job=%s: the new agent did not start: %s", dead.job_id, exc)
 
     def _connect(self, agent: _Agent, *, deadline: float) -> None:
@@ -244,6 +247,10 @@ class LocalBackend:
                 agent.last = status
             if agent.last is None:
                 if not alive:
+                    unstarted = self._unreported(job_id)
+                    if unstarted is not None:
+                        statuses[job_id] = self._on_agent_death(agent, unstarted)
+                        continue
                     self._kill_tree(agent)
                     statuses[job_id] = JobStatus(job_id, -1, failed=True, reason="agent died")
                     del self._agents[job_id]
@@ -269,6 +276,21 @@ class LocalBackend:
             killed = kill_marked(agent.tree, variable=ENV_AGENT_TREE)
             if killed:
                 log.warning("job=%s: killed %d process(es) its agent left", agent.job_id, killed)
+
+    def _unreported(self, job_id: str) -> AgentStatus | None:
+        """An agent that died before its first status: the workers it was to start, as it
+        numbers them (one per slot, from ``first_worker_id``), still starting."""
+        try:
+            config = AgentConfig(
+                **json.loads((self.state_dir / f"{job_id}.launch.json").read_text())
+            )
+        except (OSError, ValueError, TypeError):
+            return None
+        workers = [
+            AgentWorker(config.first_worker_id + i, slot, WorkerState.STARTING.value, None, None)
+            for i, slot in enumerate(config.slots)
+        ]
+        return AgentStatus(job_id, -1, workers)
 
     def _on_agent_death(self, agent: _Agent, last: AgentStatus) -> JobStatus:
         """The agent died mid-job: kill what it left (its workers lost their store) and
