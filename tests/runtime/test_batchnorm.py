@@ -54,10 +54,12 @@ def launches() -> Iterator[list[Launch]]:
         launch.close()
 
 
-def _launch(tmp_path: Path, launcher_args: list[str], *, sync: bool) -> tuple[Launch, Path]:
+def _launch(
+    tmp_path: Path, launcher_args: list[str], *, sync: bool, script_args: tuple[str, ...] = ()
+) -> tuple[Launch, Path]:
     out = tmp_path / "out"
     out.mkdir()
-    script = [str(SCRIPT), "--out", str(out), *(["--sync-batchnorm"] if sync else [])]
+    script = [str(SCRIPT), "--out", str(out), *(["--sync-batchnorm"] if sync else []), *script_args]
     launch = Launch([*launcher_args, "--timeout", "5", "--", *script], home=tmp_path / "home")
     return launch, out
 
@@ -66,7 +68,10 @@ def test_sync_batchnorm_matches_one_worker_across_a_rescale(
     launches: list[Launch], tmp_path: Path, alone: Path
 ) -> None:
     launch, out = _launch(
-        tmp_path, ["--workers", "1:3", "--initial", "3", "--resize-at", "4:2"], sync=True
+        tmp_path,
+        ["--workers", "1:3", "--initial", "3", "--resize-at", "4:2"],
+        sync=True,
+        script_args=("--hold-at", "4"),  # the resize lands before the 8 steps are over
     )
     launches.append(launch)
     assert launch.finish(timeout=180) == 0, launch.output()

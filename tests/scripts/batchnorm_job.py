@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -20,11 +21,29 @@ from torch.utils.data import TensorDataset
 import tidal
 
 
+def hold_for_next_generation(ctx: tidal.WorkerContext, timeout: float = 120.0) -> None:
+    """Wait until the launcher has published the scripted resize, so that it lands within
+    the run however fast the steps are (a short job could otherwise finish first)."""
+    assert ctx.generation is not None
+    current = ctx.generation.number
+    deadline = time.monotonic() + timeout
+    while ctx.latest_seen <= current:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no generation after {current} within {timeout} s")
+        time.sleep(0.01)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--sync-batchnorm", action="store_true")
+    parser.add_argument(
+        "--hold-at",
+        type=int,
+        default=0,
+        help="after this step, wait (bounded) until the launcher publishes a new generation",
+    )
     args = parser.parse_args()
     out = Path(args.out)
 
@@ -58,6 +77,8 @@ def main() -> None:
             }
             log.write(json.dumps(record) + "\n")
             state.step()
+            if state.global_step == args.hold_at:
+                hold_for_next_generation(ctx)
             if state.global_step >= args.steps:
                 break
     state.finish()

@@ -324,6 +324,7 @@ class WorkerContext:
             # process (SIGABRT), which would read as a failure instead of a release.
             self._watcher.join(timeout=2 * _WATCH_INTERVAL + 1.0)
         self.teardown()
+        wait_for_releases()
 
 
 def _abandon_default_group(release_after: float) -> None:
@@ -357,6 +358,10 @@ def _abandon_default_group(release_after: float) -> None:
     drop_later(group, after=release_after)
 
 
+#: Release threads not yet done, and when each will be (monotonic clock).
+_releases: list[tuple[threading.Thread, float]] = []
+
+
 def drop_later(*objects: object, after: float) -> None:
     """Drop the last references to ``objects`` on a helper thread ``after`` seconds from
     now, so that their destructors (which may wait on a broken collective) never block
@@ -367,7 +372,22 @@ def drop_later(*objects: object, after: float) -> None:
         time.sleep(after)
         held.clear()  # the destructors run here
 
-    threading.Thread(target=release, name="tidal-release", daemon=True).start()
+    thread = threading.Thread(target=release, name="tidal-release", daemon=True)
+    thread.start()
+    _releases.append((thread, time.monotonic() + after))
+
+
+def wait_for_releases(grace: float = 5.0) -> None:
+    """Wait until every object handed to :func:`drop_later` is gone (at most ``grace``
+    seconds past the latest release time).
+
+    Called before the process exits: a broken process group still alive at interpreter
+    shutdown keeps its transport threads running while the runtime is torn down under
+    them, and a peer closing its end then kills this process (SIGSEGV or SIGABRT) after
+    the job has finished, which would read as a failure."""
+    while _releases:
+        thread, due = _releases.pop()
+        thread.join(timeout=max(0.0, due - time.monotonic()) + grace)
 
 
 def _has_own_gpu() -> bool:
