@@ -42,7 +42,13 @@ def global_losses(out: Path) -> dict[int, float]:
 @pytest.fixture(scope="module")
 def alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("batchnorm-alone")
-    subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], check=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
     return out
 
 

@@ -97,7 +97,8 @@ def test_resized_run_matches_fixed_run(
         "2",
         "--resize-at",
         "3:4,40:1,50:3",
-        script_args=("--step-delay", "0.1"),
+        # Each resize lands within the run however slowly newcomers start.
+        script_args=("--step-delay", "0.1", "--hold-at", "3:4,40:1,50:3"),
     )
     assert launch.finish(timeout=240) == 0, launch.output()
     history = final_history(steps(out))

@@ -38,6 +38,24 @@ def _process_start() -> float:
 STARTED = _process_start()
 
 
+def hold_for_size(ctx: tidal.WorkerContext, size: int, timeout: float = 120.0) -> None:
+    """Unless the world has ``size`` workers, wait for the launcher to publish a generation
+    newer than ours (then train on: it is joined at the next boundary, so intermediate
+    sizes never deadlock)."""
+    assert ctx.generation is not None
+    if ctx.world_size == size:
+        return
+    current = ctx.generation.number
+    deadline = time.monotonic() + timeout
+    while True:
+        latest = ctx.rendezvous.latest()
+        if latest is not None and latest.number > current:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no generation after {current} within {timeout} s")
+        time.sleep(0.01)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -53,7 +71,17 @@ def main() -> None:
         help="rank 1 SIGKILLs itself right after this step's optimizer step; the other "
         "ranks hold that step's boundary until they have noticed",
     )
+    parser.add_argument(
+        "--hold-at",
+        default="",
+        help="STEP:N[,STEP:N...]: after STEP, wait (bounded) until the launcher has published "
+        "a generation of N workers, so that scripted resizes land however fast steps run",
+    )
     args = parser.parse_args()
+    holds = dict(
+        (int(step), int(n))
+        for step, n in (item.split(":") for item in args.hold_at.split(",") if item)
+    )
 
     dtype = getattr(torch, args.dtype)
     ctx = tidal.init()
@@ -127,6 +155,11 @@ def main() -> None:
                 while not ctx.failed and time.monotonic() < deadline:
                     time.sleep(0.01)
             state.step()
+            # The latest hold reached is the same on every rank of a generation: all of
+            # them wait together (a rank waiting alone would stall its peers' collective).
+            reached = [step for step in holds if step <= state.global_step]
+            if reached:
+                hold_for_size(ctx, holds[max(reached)])
     if ctx.rank == 0:
         torch.save(model.module.state_dict(), os.path.join(args.out, "final.pt"))
         print(f"finished at step {state.global_step}", flush=True)
