@@ -252,6 +252,15 @@ def _jobs_table(jobs: Iterable[JobView]) -> Table:
     return table
 
 
+def _role_commands(spec: dict[str, Any] | None) -> list[tuple[str, list[str]]]:
+    """``(label, command)`` per role of a stored spec: ``command`` for a one-role job."""
+    spec = spec or {}
+    roles = spec.get("roles")
+    if not roles:
+        return [("command", list(spec.get("command", [])))]
+    return [(f"{r['name']} ({r.get('launcher', 'tidal')})", list(r["command"])) for r in roles]
+
+
 def _cluster_table(view: ClusterView) -> Table:
     table = Table(box=None, header_style="bold")
     for column in ("HOST", "KIND", "GROUP", "SLOTS", "USED", "JOBS"):
@@ -416,6 +425,9 @@ def submit(
         anchor = Path(args[0]).resolve().parent if name is None else Path.cwd()
         given = data.get("working_dir")
         data["working_dir"] = str((anchor / given).resolve()) if given else str(Path.cwd())
+        for role in data.get("roles") or ():
+            if isinstance(role, dict) and isinstance(role.get("working_dir"), str):
+                role["working_dir"] = str((anchor / role["working_dir"]).resolve())
         spec = parse_spec(data, source=args[0] if name is None else None)
     except SpecError as exc:
         _fail(exc.summary(), 2)
@@ -466,7 +478,8 @@ def get(
         _emit_json(data)
         return
     _out.print(_jobs_table([detail]))
-    _out.print(f"command: {' '.join(detail.spec.get('command', []))}", markup=False)
+    for role, command in _role_commands(detail.spec):
+        _out.print(f"{role}: {' '.join(command)}", markup=False)
     if detail.worker_list:
         table = Table(box=None, header_style="bold", title="workers", title_justify="left")
         for column in ("WORKER", "SLOT", "PID", "STATE", "EXIT"):

@@ -7,9 +7,18 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from tidal.controller.api.deps import UNPROCESSABLE
+from tidal.controller.support import unsupported
+from tidal.model import job_from_spec
 from tidal.spec import JobSpec, SpecError, parse_spec_json, parse_spec_yaml
 
-__all__ = ["SPEC_BODY", "read_spec", "spec_loc", "spec_problem_response", "spec_text"]
+__all__ = [
+    "SPEC_BODY",
+    "check_runnable",
+    "read_spec",
+    "spec_loc",
+    "spec_problem_response",
+    "spec_text",
+]
 
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 
@@ -48,5 +57,15 @@ async def spec_text(request: Request) -> tuple[str, bool]:
 
 
 def read_spec(text: str, is_yaml: bool) -> JobSpec:
-    """The spec in a request body; raises :class:`SpecError`."""
-    return parse_spec_yaml(text) if is_yaml else parse_spec_json(text)
+    """The spec in a request body, if this server can run it; raises :class:`SpecError`
+    (with what it cannot run: :func:`tidal.controller.support.unsupported`)."""
+    spec = parse_spec_yaml(text) if is_yaml else parse_spec_json(text)
+    check_runnable(spec)
+    return spec
+
+
+def check_runnable(spec: JobSpec) -> None:
+    """Raise :class:`SpecError` naming every part of ``spec`` this server cannot run."""
+    problems = unsupported(job_from_spec(spec), named_roles=spec.has_roles)
+    if problems:
+        raise SpecError(problems)
