@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tidal.compat import kubeflow, trainjob
 from tidal.compat.kube import Draft
+from tidal.documents import SPEC_LIMITS, DocumentError, load_yaml
 from tidal.spec import JobSpec, SpecError, parse_spec
 from tidal.spec_fields import shown
 
-__all__ = ["MANIFEST_KINDS", "is_manifest", "spec_from_document", "translate_manifest"]
+__all__ = [
+    "MANIFEST_KINDS",
+    "is_manifest",
+    "load_file",
+    "spec_from_document",
+    "translate_manifest",
+]
 
 #: Every kind read, with the apiVersions it is read in.
 MANIFEST_KINDS: dict[str, tuple[str, ...]] = {
@@ -90,3 +98,18 @@ def spec_from_document(
     if is_manifest(data):
         return translate_manifest(data, source)
     return parse_spec(data, source), []
+
+
+def load_file(path: str | Path) -> tuple[JobSpec, list[tuple[str, str]]]:
+    """A spec or manifest from a YAML (or JSON) file, with the translation's warnings;
+    a missing, unreadable or refused file is a :class:`SpecError` naming the file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([("", f"cannot read: {exc}")], str(p)) from None
+    try:
+        data = load_yaml(text, SPEC_LIMITS)
+    except DocumentError as exc:
+        raise SpecError(exc.problems, str(p)) from None
+    return spec_from_document(data, str(p))

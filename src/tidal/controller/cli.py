@@ -363,82 +363,6 @@ def server(
         _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
 
 
-@controller_app.command(
-    epilog="Examples: tidal submit job.yaml; tidal submit --name x --workers 1:8 -- python t.py"
-)
-@with_client_options()
-def submit(
-    options: ClientOptions,
-    args: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="A spec file (YAML), or with --name the command to run.", show_default=False
-        ),
-    ] = None,
-    name: Annotated[str | None, typer.Option(help="Job name (spec from the options).")] = None,
-    workers: Annotated[str | None, typer.Option(help="N or MIN:MAX.")] = None,
-    priority: Annotated[int | None, typer.Option(help="Higher is more important.")] = None,
-    label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
-    env: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
-    group: Annotated[str | None, typer.Option(help="Target resource group.")] = None,
-    max_restarts: Annotated[int | None, typer.Option(min=0)] = None,
-    working_dir: Annotated[str | None, typer.Option()] = None,
-    checkpoint_dir: Annotated[str | None, typer.Option()] = None,
-) -> None:
-    """Submit a job from a spec file, or from options and a command after --."""
-    from tidal.spec import SpecError, load_spec_file, parse_spec, parse_workers_range
-
-    args = args or []
-    if workers is not None:
-        try:
-            parse_workers_range(workers)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--workers") from None
-    try:
-        if name is None:
-            if len(args) != 1:
-                raise typer.BadParameter(
-                    "give one spec file, or --name and the command after --", param_hint="ARGS"
-                )
-            base = load_spec_file(args[0]).model_dump(mode="json", exclude_defaults=True)
-        else:
-            if not args:
-                raise typer.BadParameter("give the command to run after --", param_hint="ARGS")
-            base = {"name": name, "command": list(args)}
-        overrides: dict[str, Any] = {
-            "workers": workers,
-            "priority": priority,
-            "working_dir": working_dir,
-            "checkpoint_dir": checkpoint_dir,
-        }
-        data = {**base, **{k: v for k, v in overrides.items() if v is not None}}
-        if label:
-            data["labels"] = {**data.get("labels", {}), **_pairs(label, "--label")}
-        if env:
-            data["env"] = {**data.get("env", {}), **_pairs(env, "--env")}
-        if group is not None:
-            data["target"] = {**data.get("target", {}), "group": group}
-        if max_restarts is not None:
-            data["restart"] = {"max_restarts": max_restarts}
-        # The server runs elsewhere (another cwd): pin the directory the user means now.
-        # A relative working_dir in a spec file is relative to that file.
-        anchor = Path(args[0]).resolve().parent if name is None else Path.cwd()
-        given = data.get("working_dir")
-        data["working_dir"] = str((anchor / given).resolve()) if given else str(Path.cwd())
-        for role in data.get("roles") or ():
-            if isinstance(role, dict) and isinstance(role.get("working_dir"), str):
-                role["working_dir"] = str((anchor / role["working_dir"]).resolve())
-        spec = parse_spec(data, source=args[0] if name is None else None)
-    except SpecError as exc:
-        _fail(exc.summary(), 2)
-    client = options.client()
-    job = _call(lambda: client.submit(spec), "spec")
-    if options.as_json:
-        _emit_json(job)
-    else:
-        _out.print(f"submitted [bold]{job.id}[/] ({job.state})")
-
-
 @controller_app.command("list")
 @with_client_options()
 def list_jobs(
@@ -681,6 +605,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point."""
     sys.exit(run_app(controller_app, argv))
 
+
+# The verbs that submit and export jobs live in their own module; importing it registers
+# them on controller_app (it imports this module's shared options, hence at the end).
+from tidal.controller import submit_cli as _submit_cli  # noqa: E402,F401
 
 if __name__ == "__main__":
     main()

@@ -6,10 +6,12 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from tidal.compat import spec_from_document
 from tidal.controller.api.deps import UNPROCESSABLE
 from tidal.controller.support import unsupported
+from tidal.documents import SPEC_LIMITS, DocumentError, load_json, load_yaml
 from tidal.model import job_from_spec
-from tidal.spec import JobSpec, SpecError, parse_spec_json, parse_spec_yaml
+from tidal.spec import JobSpec, SpecError
 
 __all__ = [
     "SPEC_BODY",
@@ -56,12 +58,17 @@ async def spec_text(request: Request) -> tuple[str, bool]:
     return body.decode("utf-8", errors="replace"), ctype in _YAML_TYPES
 
 
-def read_spec(text: str, is_yaml: bool) -> JobSpec:
-    """The spec in a request body, if this server can run it; raises :class:`SpecError`
-    (with what it cannot run: :func:`tidal.controller.support.unsupported`)."""
-    spec = parse_spec_yaml(text) if is_yaml else parse_spec_json(text)
+def read_spec(text: str, is_yaml: bool) -> tuple[JobSpec, list[tuple[str, str]]]:
+    """The spec in a request body (a tidal spec, or a Kubeflow manifest translated, with
+    its warnings), if this server can run it; raises :class:`SpecError` (with what it
+    cannot run: :func:`tidal.controller.support.unsupported`)."""
+    try:
+        data = load_yaml(text, SPEC_LIMITS) if is_yaml else load_json(text, SPEC_LIMITS)
+    except DocumentError as exc:
+        raise SpecError(exc.problems) from None
+    spec, warnings = spec_from_document(data)
     check_runnable(spec)
-    return spec
+    return spec, warnings
 
 
 def check_runnable(spec: JobSpec) -> None:
