@@ -231,9 +231,9 @@ def read_kubeflow_job(manifest: Mapping[str, Any]) -> Draft:
         draft.fail(f"spec.{kind.replicas_key}", "no replica to run")
     worker = next((r for r in roles if r["name"] == "worker"), None)
     if "elasticPolicy" in spec or "nprocPerNode" in spec:
-        if worker is None:
+        if "Worker" not in replicas:
             draft.fail("spec.elasticPolicy", "needs a Worker replica spec to resize")
-        else:
+        elif worker is not None:  # else its own problems are reported already
             _elastic(draft, spec, worker)
     _success(str(manifest["kind"]), spec, roles, draft)
     if labels:
