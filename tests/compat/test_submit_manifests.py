@@ -68,6 +68,19 @@ def test_an_accepted_manifest_answers_with_its_warnings(
     assert job.spec is not None and job.spec["roles"][0]["launcher"] == "torchrun"
     (record,) = served.store.list_jobs()
     assert record.job.role.launcher is Launcher.TORCHRUN
+    headers = {"Authorization": f"Bearer {served.token}", "Content-Type": "application/yaml"}
+    checked = httpx.post(
+        f"{served.url}/jobs/validate",
+        content=(HERE / "trainjob.yaml").read_bytes(),
+        headers=headers,
+        timeout=5,
+    ).json()
+    assert checked["valid"] and checked["problems"] == []
+    assert {w["path"] for w in checked["warnings"]} == {
+        "spec.podSpecOverrides[0].tolerations",
+        "spec.trainer.image",
+    }
+    assert len(served.store.list_jobs()) == 1, "validating submits nothing"
 
 
 def _tidal(
