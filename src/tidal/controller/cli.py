@@ -531,4 +531,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as a script this file is `__main__`; the verbs in other modules register on the
+    # importable module's app, so run that one.
+    from tidal.controller.cli import main as _main
+
+    _main()
