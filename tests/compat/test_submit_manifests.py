@@ -13,12 +13,13 @@ import pytest
 import yaml
 
 from tests.controller.conftest import Served
-from tests.controller.live import start_server, stop_server
-from tidal.client import InvalidRequest
+from tests.controller.live import start_server, stop_server, until
+from tidal.client import Client, InvalidRequest
 from tidal.controller import support
 from tidal.model import Launcher
 
 HERE = Path(__file__).parent / "manifests"
+TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 def _post_yaml(served: Served, text: str) -> httpx.Response:
@@ -156,6 +157,45 @@ def test_the_cli_against_a_live_server(tmp_path: Path) -> None:
         assert command == [sys.executable, "-c", "pass"]
         wrong = _tidal(data, "export", job["id"], "--as", "mpijob")
         assert wrong.returncode == 2 and "--as" in wrong.stderr
+
+        # A job written with `roles:` (one elastic tidal role) runs like a one-role job:
+        # each worker gets the job's env with the role's over it, in the role's working dir.
+        spec = tmp_path / "roles.yaml"
+        spec.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "with-roles",
+                    "env": {"SHARED": "job", "ONLY_JOB": "1"},
+                    "roles": [
+                        {
+                            "name": "worker",
+                            "command": [
+                                sys.executable,
+                                "-c",
+                                "import os; print('seen', os.environ['SHARED'], "
+                                "os.environ['ONLY_JOB'], os.path.basename(os.getcwd()))",
+                            ],
+                            "env": {"SHARED": "role"},
+                            "working_dir": "work",
+                            "replicas": "1:2",
+                            "resources": {"gpus": 0},
+                        }
+                    ],
+                }
+            )
+        )
+        (tmp_path / "work").mkdir()
+        submitted = _tidal(data, "submit", str(spec), "--json")
+        assert submitted.returncode == 0, submitted.stderr
+        roles_job = json.loads(submitted.stdout)["id"]
+        with Client(data_dir=data, timeout=30) as client:
+            for ref in (job["id"], roles_job):
+                until(lambda r=ref: client.get(r).state in TERMINAL, 90, f"{ref} to end")
+                assert client.get(ref).state == "succeeded", client.get(ref).reason
+            logs = client.logs(roles_job)
+        assert logs.count("seen role 1 work") == 2, logs
+        shown = _tidal(data, "get", roles_job)
+        assert f"worker (tidal): {sys.executable} -c" in shown.stdout
     finally:
         stop_server(server)
 
