@@ -46,6 +46,7 @@ def test_tfjob_with_chief_ps_and_workers() -> None:
     assert {p for p, _ in warnings} == {
         "metadata.namespace",
         "spec.runPolicy.cleanPodPolicy",
+        "spec.tfReplicaSpecs.Chief.template.spec.nodeSelector",
         "spec.tfReplicaSpecs.Chief.template.spec.containers[0].image",
         "spec.tfReplicaSpecs.Chief.template.spec.containers[0].imagePullPolicy",
         "spec.tfReplicaSpecs.PS.template.spec.containers[0].image",
@@ -55,7 +56,11 @@ def test_tfjob_with_chief_ps_and_workers() -> None:
         f"{container}.volumeMounts",
         f"{container}.securityContext",
     }
-    assert all(m.startswith("ignored: ") for _, m in warnings)
+    paths = dict(warnings)
+    assert paths.pop("spec.tfReplicaSpecs.Chief.template.spec.nodeSelector") == (
+        "absent: this role also runs on hosts with {'pool': 'cpu'} (one set per job)"
+    )
+    assert all(m.startswith("ignored: ") for m in paths.values())
 
 
 def test_elastic_pytorchjob_becomes_an_elastic_torchrun_worker_role() -> None:
@@ -259,3 +264,23 @@ def test_trainjob_needs_a_known_runtime_and_an_inline_command() -> None:
         translate_manifest(manifest)
     paths = [p for p, _ in info.value.problems]
     assert paths == ["spec.runtimeRef.name", "spec.trainer.command", "spec.trainer.numNodes"]
+
+
+def test_replicas_asking_one_label_with_two_values_are_refused() -> None:
+    from tidal.spec import SpecError
+
+    manifest = _tfjob(
+        {"template": {"spec": {"nodeSelector": {"gpu": "t4"}, "containers": [{"command": ["a"]}]}}}
+    )
+    manifest["spec"]["tfReplicaSpecs"]["PS"] = {
+        "template": {"spec": {"nodeSelector": {"gpu": "a100"}, "containers": [{"command": ["b"]}]}}
+    }
+    with pytest.raises(SpecError) as info:
+        translate_manifest(manifest)
+    assert info.value.problems == [
+        (
+            "spec.tfReplicaSpecs.PS.template.spec.nodeSelector.gpu",
+            "'a100' differs from 't4' asked by another replica: "
+            "tidal places a whole job by one set of host labels",
+        )
+    ]

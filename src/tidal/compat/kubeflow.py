@@ -20,6 +20,7 @@ from tidal.compat.kube import (
     Draft,
     count,
     mapping,
+    merge_labels,
     pod_template_role,
     warn_unknown,
 )
@@ -217,16 +218,29 @@ def read_kubeflow_job(manifest: Mapping[str, Any]) -> Draft:
     )
     labels: dict[str, str] = {}
     roles: list[dict[str, Any]] = []
+    unselected: list[str] = []
     for rtype, data in replicas.items():
+        path = f"spec.{kind.replicas_key}.{rtype}"
         if rtype not in kind.types:
             draft.fail(
-                f"spec.{kind.replicas_key}.{rtype}",
-                f"unknown replica type (a {manifest['kind']} has {', '.join(kind.types)})",
+                path, f"unknown replica type (a {manifest['kind']} has {', '.join(kind.types)})"
             )
             continue
-        role = _replica_role(draft, kind, rtype, data, labels)
+        own: dict[str, str] = {}
+        role = _replica_role(draft, kind, rtype, data, own)
+        merge_labels(draft, labels, own, f"{path}.template.spec.nodeSelector")
+        if not own:
+            unselected.append(path)
         if role is not None:
             roles.append(role)
+    if labels:
+        # tidal places a job by one set of host labels: a replica without a selector gets
+        # the others' too. Said, not silently applied.
+        for path in unselected:
+            draft.warn(
+                f"{path}.template.spec.nodeSelector",
+                f"absent: this role also runs on hosts with {labels} (one set per job)",
+            )
     if not roles and not draft.problems:
         draft.fail(f"spec.{kind.replicas_key}", "no replica to run")
     worker = next((r for r in roles if r["name"] == "worker"), None)
