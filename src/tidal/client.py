@@ -26,6 +26,7 @@ from tidal.controller.schema import (
     JobDetail,
     JobView,
     MetricsView,
+    Submitted,
 )
 from tidal.spec import JobSpec
 
@@ -170,10 +171,12 @@ class Client:
 
     # -- jobs ---------------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec | Mapping[str, Any] | str | Path) -> JobView:
+    def submit(self, spec: JobSpec | Mapping[str, Any] | str | Path) -> Submitted:
         """Submit a job: a spec, a mapping, a path to a YAML file, or YAML text.
 
-        A ``str`` without a newline is taken as a path.
+        A ``str`` without a newline is taken as a path. A Kubeflow manifest (TFJob,
+        PyTorchJob, TrainJob) is accepted in each form: the server translates it, and the
+        answer's ``warnings`` name each of its fields tidal cannot honour.
         """
         if isinstance(spec, JobSpec):
             response = self._request("POST", "/jobs", json=spec.model_dump(mode="json"))
@@ -189,7 +192,7 @@ class Client:
                 content=str(text).encode(),
                 headers={"Content-Type": "application/yaml"},
             )
-        return JobView.model_validate(response.json())
+        return Submitted.model_validate(response.json())
 
     def get(self, job: str) -> JobDetail:
         """A job by id (or the latest with that name), with its workers."""

@@ -5,9 +5,10 @@ it, the controller turns it into the policy's request and the backend's launch, 
 into its view. Each of those is a conversion *of this one object*, written once where that
 layer lives, rather than a copy of the spec's fields.
 
-Every job today has one role, ``worker``: ``replicas`` identical processes that form one
-elastic data-parallel group. :attr:`Job.role` reads that role; a job kind with several
-roles (a parameter server and its workers) adds roles, not fields.
+A job written without ``roles:`` has one role, ``worker``: ``replicas`` identical
+processes that form one elastic data-parallel group. A spec with ``roles:`` gives several
+(a chief, parameter servers and workers), at most one of them elastic; :attr:`Job.role`
+reads the one that scales.
 
 :class:`JobState` and its transition table live here too: :func:`check_transition` is the
 one place a state change is judged legal, and the store calls it on every write.
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the spec imports pydantic and yaml; the model itself needs neither
     from tidal.spec import JobSpec
+    from tidal.spec_roles import RoleSpec
 
 __all__ = [
     "ACTIVE_STATES",
@@ -39,6 +41,7 @@ __all__ = [
     "Placement",
     "Replicas",
     "Resources",
+    "RestartKind",
     "RestartPolicy",
     "Role",
     "check_transition",
@@ -116,11 +119,33 @@ class JobKind(str, Enum):
 class Launcher(str, Enum):
     """What starts a role's processes and forms their group.
 
-    Only tidal's own launcher exists; ``torchrun``, ``tf``, ``mpi`` and ``ps`` launchers
-    are what this field is for.
+    A spec may name any of these; which ones a server can start is
+    :mod:`tidal.controller.support`'s answer.
     """
 
+    #: tidal's own runtime: the group resizes in place.
     TIDAL = "tidal"
+    #: The environment torchrun gives a script (RANK, WORLD_SIZE, MASTER_ADDR, ...).
+    TORCHRUN = "torchrun"
+    #: ``TF_CONFIG`` as the TFJob operator writes it.
+    TF = "tf"
+    #: A launcher process handed its workers' host list (horovodrun, mpirun).
+    MPI = "mpi"
+    #: tidal's parameter-server runtime.
+    PS = "ps"
+
+
+class RestartKind(str, Enum):
+    """When a role's failed replicas are restarted: Kubeflow's restart policies."""
+
+    #: A replica that exits non-zero fails the job.
+    NEVER = "Never"
+    #: A replica that exits non-zero is restarted, within the restart budget.
+    ON_FAILURE = "OnFailure"
+    #: A replica is restarted whenever it exits.
+    ALWAYS = "Always"
+    #: Restarted on retryable exit codes only (Kubeflow: 130, 137, 138, 143).
+    EXIT_CODE = "ExitCode"
 
 
 @dataclass(frozen=True)
@@ -157,9 +182,10 @@ class Resources:
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """How many failures the role survives before the job is failed."""
+    """When the role's replicas restart, and how many failures the job survives."""
 
     max_restarts: int = 3
+    policy: RestartKind = RestartKind.ON_FAILURE
 
 
 @dataclass(frozen=True)
@@ -175,6 +201,9 @@ class Role:
     replicas: Replicas = field(default_factory=Replicas)
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     launcher: Launcher = Launcher.TIDAL
+    #: Whether the job succeeds once every replica of this role exited 0 (Kubeflow's
+    #: successPolicy: the chief's success, or all workers').
+    ends_job: bool = True
 
 
 @dataclass(frozen=True)
@@ -222,8 +251,8 @@ class Job:
 
     @property
     def role(self) -> Role:
-        """The role that scales: the only role of an elastic job."""
-        return self.roles[0]
+        """The role that scales: the elastic one, else the first (a one-role job's only)."""
+        return next((r for r in self.roles if r.replicas.elastic), self.roles[0])
 
     def role_named(self, name: str) -> Role:
         """The role called ``name``; ``KeyError`` when the job has none."""
@@ -233,14 +262,38 @@ class Job:
         raise KeyError(name)
 
 
-def job_from_spec(
-    spec: JobSpec, *, job_id: str = "", owner: str = DEFAULT_OWNER, team: str = DEFAULT_TEAM
-) -> Job:
-    """The job a validated spec describes (one ``worker`` role)."""
+def _role_from_spec(role: RoleSpec, spec: JobSpec, any_ends_job: bool) -> Role:
+    replicas = role.replicas
+    return Role(
+        name=role.name,
+        command=tuple(role.command),
+        env={**spec.env, **role.env},
+        working_dir=role.working_dir if role.working_dir is not None else spec.working_dir,
+        resources=Resources(
+            gpus=role.resources.gpus, cpus=role.resources.cpus, memory=role.resources.memory
+        ),
+        replicas=Replicas(
+            min=replicas.min, max=replicas.max_workers, initial=replicas.initial_workers
+        ),
+        restart=RestartPolicy(
+            max_restarts=(
+                role.restart.max_restarts
+                if role.restart.max_restarts is not None
+                else spec.restart.max_restarts
+            ),
+            policy=RestartKind(role.restart.policy),
+        ),
+        launcher=Launcher(role.launcher),
+        # When no role says, the job succeeds once every role has.
+        ends_job=bool(role.ends_job) if any_ends_job else True,
+    )
+
+
+def _worker_from_spec(spec: JobSpec) -> Role:
     workers = spec.workers
-    worker = Role(
+    return Role(
         name=WORKER_ROLE,
-        command=tuple(spec.command),
+        command=tuple(spec.command or ()),
         env=dict(spec.env),
         working_dir=spec.working_dir,
         resources=Resources(
@@ -251,12 +304,23 @@ def job_from_spec(
         ),
         restart=RestartPolicy(max_restarts=spec.restart.max_restarts),
     )
+
+
+def job_from_spec(
+    spec: JobSpec, *, job_id: str = "", owner: str = DEFAULT_OWNER, team: str = DEFAULT_TEAM
+) -> Job:
+    """The job a validated spec describes: its ``roles``, or one ``worker`` role."""
+    if spec.roles is None:
+        roles: tuple[Role, ...] = (_worker_from_spec(spec),)
+    else:
+        any_ends_job = any(r.ends_job is not None for r in spec.roles)
+        roles = tuple(_role_from_spec(r, spec, any_ends_job) for r in spec.roles)
     return Job(
         id=job_id,
         name=spec.name,
         owner=owner,
         team=team,
-        roles=(worker,),
+        roles=roles,
         priority=spec.priority,
         placement=Placement(group=spec.target.group, labels=dict(spec.target.labels)),
         checkpointing=Checkpointing(

@@ -11,9 +11,7 @@ depth and alias expansion.
 
 from __future__ import annotations
 
-import math
 import re
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,27 +19,21 @@ from typing import Annotated, Any
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     Strict,
     ValidationError,
     field_validator,
-    model_validator,
+    model_serializer,
 )
 
 from tidal.documents import SPEC_LIMITS, DocumentError, compose_yaml, load_json, load_yaml
 from tidal.spec_fields import (
-    ENV_RE,
     MAX_ARGS,
     MAX_CHECKPOINT_SECONDS,
     MAX_CHECKPOINT_STEPS,
-    MAX_COMMAND_TEXT,
-    MAX_CPUS,
     MAX_ENV,
-    MAX_ENV_KEY,
-    MAX_MEMORY,
     MAX_RESTARTS,
-    MAX_WORKERS,
     NAME_RE,
     Arg,
     Count,
@@ -54,11 +46,23 @@ from tidal.spec_fields import (
     shown,
     text_problem,
 )
+from tidal.spec_roles import (
+    MAX_ROLES,
+    ResourcesSpec,
+    RoleSpec,
+    SpecSection,
+    WorkersSpec,
+    env_key_problem,
+    roles_problems,
+    split_command,
+    workers_problems,
+)
 
 __all__ = [
     "JobSpec",
     "ResourcesSpec",
     "RestartSpec",
+    "RoleSpec",
     "SpecError",
     "TargetSpec",
     "WorkersSpec",
@@ -90,77 +94,26 @@ class SpecError(ValueError):
         return f"{self.source}: {text}" if self.source else text
 
 
-class _Section(BaseModel):
-    # Unknown keys are typos far more often than intent: refuse them.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class WorkersSpec(_Section):
-    """How many workers (one slot each) the job may run: ``min ≤ initial ≤ max``."""
-
-    min: Count = Field(default=1, ge=1, le=MAX_WORKERS)
-    #: Defaults to ``min`` (a fixed-size job).
-    max: Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
-    #: Size to start at when slots allow; defaults to ``max``.
-    initial: Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, data: Any) -> Any:
-        # `workers: 1:8` and `workers: 4` read better in YAML than a mapping.
-        if isinstance(data, (str, int)) and not isinstance(data, bool):
-            return parse_workers_range(data)
-        return data
-
-    @property
-    def max_workers(self) -> int:
-        """The upper bound, ``min`` when none was given."""
-        return self.max if self.max is not None else self.min
-
-    @property
-    def initial_workers(self) -> int:
-        """The starting size, ``max`` when none was given."""
-        return self.initial if self.initial is not None else self.max_workers
-
-
-class ResourcesSpec(_Section):
-    """What one worker needs. A worker holds exactly one slot (one GPU, or one CPU slot)."""
-
-    gpus: Count = Field(default=1, ge=0, le=1)
-    cpus: Annotated[float, Strict()] = Field(default=1.0, gt=0, le=MAX_CPUS, allow_inf_nan=False)
-    #: Bytes, written as ``4Gi``, ``512M`` or a plain number.
-    memory: Count | None = Field(default=None, ge=0, le=MAX_MEMORY)
-
-    @field_validator("memory", mode="before")
-    @classmethod
-    def _memory(cls, value: Any) -> Any:
-        if value is None:
-            return value
-        # A JSON number may arrive as a float (4e9): fine when it is a whole number.
-        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            value = int(value)
-        return parse_memory(value)
-
-
-class TargetSpec(_Section):
+class TargetSpec(SpecSection):
     """Where the job may run: a resource group and node labels every host must carry."""
 
     group: GroupText | None = None
     labels: Labels = Field(default_factory=dict)
 
 
-class RestartSpec(_Section):
+class RestartSpec(SpecSection):
     """How many worker failures the job survives before it is marked failed."""
 
     max_restarts: Count = Field(default=3, ge=0, le=MAX_RESTARTS)
 
 
-class JobSpec(_Section):
+class JobSpec(SpecSection):
     """A training job as submitted: the command and how elastic it may be."""
 
     name: Annotated[str, Strict()]
     #: The program each worker runs; a string is split like a shell would (no expansion).
-    command: list[Arg] = Field(min_length=1, max_length=MAX_ARGS)
+    #: Required unless the spec lists ``roles``.
+    command: list[Arg] | None = Field(default=None, min_length=1, max_length=MAX_ARGS)
     working_dir: PathText | None = None
     env: dict[str, EnvValue] = Field(default_factory=dict, max_length=MAX_ENV)
     workers: WorkersSpec = Field(default_factory=WorkersSpec)
@@ -177,6 +130,10 @@ class JobSpec(_Section):
         default=300.0, ge=0, le=MAX_CHECKPOINT_SECONDS, allow_inf_nan=False
     )
     labels: Labels = Field(default_factory=dict)
+    #: Several kinds of process (see :mod:`tidal.spec_roles`); ``None``: one ``worker``
+    #: role made of ``command``, ``workers`` and ``resources``. ``env`` and
+    #: ``working_dir`` above are every role's defaults.
+    roles: list[RoleSpec] | None = Field(default=None, min_length=1, max_length=MAX_ROLES)
 
     @field_validator("name")
     @classmethod
@@ -191,51 +148,56 @@ class JobSpec(_Section):
     @field_validator("command", mode="before")
     @classmethod
     def _command(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            # shlex takes ~15 µs a character: bound the text before splitting it.
-            if len(value) > MAX_COMMAND_TEXT:
-                raise ValueError(f"longer than {MAX_COMMAND_TEXT} characters (got {len(value)})")
-            problem = text_problem(value)
-            if problem is not None:
-                raise ValueError(problem)
-            try:
-                return shlex.split(value)
-            except ValueError as exc:
-                raise ValueError(f"cannot split into arguments: {exc}") from None
-        return value
+        return split_command(value)
 
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = sorted(shown(k) for k in value if len(k) > MAX_ENV_KEY or not ENV_RE.fullmatch(k))
-        if bad:
-            raise ValueError(
-                "not valid variable names (A-Z a-z 0-9 _, not starting with a digit, "
-                f"at most {MAX_ENV_KEY} characters): {', '.join(bad)}"
-            )
+        problem = env_key_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
+    @model_serializer(mode="wrap")
+    def _stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A one-role spec is stored exactly as before roles existed (older releases read
+        # it back); a spec with roles has none of the one-role fields.
+        data: dict[str, Any] = handler(self)
+        if data.get("roles") is None:
+            data.pop("roles", None)
+        else:
+            # The one-role fields are not used with roles (and refused if given).
+            for key in ("command", "workers", "resources"):
+                data.pop(key, None)
+        return data
 
-def _workers_problems(w: WorkersSpec) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = []
-    if w.max is not None and w.min > w.max:
-        problems.append(("workers.min", f"must be ≤ workers.max (got {w.min} > {w.max})"))
-    if w.initial is not None:
-        if w.initial < w.min:
-            problems.append(
-                ("workers.initial", f"must be ≥ workers.min (got {w.initial} < {w.min})")
-            )
-        if w.initial > w.max_workers:
-            problems.append(
-                ("workers.initial", f"must be ≤ workers.max (got {w.initial} > {w.max_workers})")
-            )
-    return problems
+    @property
+    def has_roles(self) -> bool:
+        """Whether the spec lists its roles (``roles:``) rather than one implicit worker."""
+        return self.roles is not None
+
+
+def _form_problems(spec: JobSpec) -> list[tuple[str, str]]:
+    """A spec is either one implicit role (``command``, ``workers``, ``resources``) or
+    ``roles:``; never both, never neither."""
+    if spec.roles is None:
+        return [] if spec.command is not None else [("command", "required")]
+    problems = [
+        (key, f"not used with roles: give each role its own {what}")
+        for key, what in (
+            ("command", "command (roles[i].command)"),
+            ("workers", "replica count (roles[i].replicas)"),
+            ("resources", "resources (roles[i].resources)"),
+        )
+        if key in spec.model_fields_set
+    ]
+    return problems + roles_problems(spec.roles)
 
 
 #: Checks that span fields of one section, run whenever that section itself parsed, so a
 #: type error elsewhere in the spec does not hide them.
 _SECTION_CHECKS: dict[str, tuple[type[BaseModel], Callable[[Any], list[tuple[str, str]]]]] = {
-    "workers": (WorkersSpec, _workers_problems),
+    "workers": (WorkersSpec, workers_problems),
 }
 
 
@@ -321,6 +283,20 @@ def _readable_keys(
     return kept
 
 
+def _insert_in_field_order(problems: list[tuple[str, str]], problem: tuple[str, str]) -> None:
+    """Insert ``problem`` before the first problem of a later field (or an unknown one), so
+    the list reads in the order the spec's fields are declared, as pydantic lists them."""
+    order = list(JobSpec.model_fields)
+    rank = order.index(problem[0].split(".")[0])
+
+    def field_rank(path: str) -> int:
+        top = re.split(r"[.\[]", path, maxsplit=1)[0]
+        return order.index(top) if top in order else len(order)
+
+    at = next((i for i, (p, _) in enumerate(problems) if p and field_rank(p) > rank), None)
+    problems.insert(len(problems) if at is None else at, problem)
+
+
 def parse_spec(data: Any, source: str | None = None) -> JobSpec:
     """Validate plain data (e.g. parsed JSON) into a spec, or raise :class:`SpecError`.
 
@@ -338,6 +314,10 @@ def parse_spec(data: Any, source: str | None = None) -> JobSpec:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         problems.extend(_problems(exc))
+        if "command" not in data and "roles" not in data:
+            _insert_in_field_order(problems, ("command", "required"))
+    if spec is not None:
+        problems.extend(_form_problems(spec))
     for key, (model, check) in _SECTION_CHECKS.items():
         if spec is not None:
             problems.extend(check(getattr(spec, key)))

@@ -56,7 +56,7 @@ def test_validate_accepts_a_good_spec_and_json(served: Served) -> None:
         content="name: ok\ncommand: python x.py\nworkers: 1:4\n",
         headers={"Content-Type": "application/yaml"},
     )
-    assert good.json() == {"valid": True, "problems": []}
+    assert good.json() == {"valid": True, "problems": [], "warnings": []}
     bad = _post(served, "/jobs/validate", json={"name": "ok", "command": [], "workers": "3:1"})
     problems = bad.json()["problems"]
     assert {p["path"] for p in problems} == {"command", "workers.min"}

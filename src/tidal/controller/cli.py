@@ -27,8 +27,6 @@ from rich.table import Table
 from rich.text import Text
 from typer.exceptions import TyperException
 
-from tidal.controller.discovery import default_data_dir
-
 if TYPE_CHECKING:
     from tidal.client import Client
     from tidal.controller.schema import ClusterView, JobDetail, JobView
@@ -252,6 +250,15 @@ def _jobs_table(jobs: Iterable[JobView]) -> Table:
     return table
 
 
+def _role_commands(spec: dict[str, Any] | None) -> list[tuple[str, list[str]]]:
+    """``(label, command)`` per role of a stored spec: ``command`` for a one-role job."""
+    spec = spec or {}
+    roles = spec.get("roles")
+    if not roles:
+        return [("command", list(spec.get("command", [])))]
+    return [(f"{r['name']} ({r.get('launcher', 'tidal')})", list(r["command"])) for r in roles]
+
+
 def _cluster_table(view: ClusterView) -> Table:
     table = Table(box=None, header_style="bold")
     for column in ("HOST", "KIND", "GROUP", "SLOTS", "USED", "JOBS"):
@@ -273,158 +280,11 @@ def _cluster_table(view: ClusterView) -> Table:
 # -- verbs -------------------------------------------------------------------------------
 
 
-@controller_app.command()
-def server(
-    slots: Annotated[
-        int | None,
-        typer.Option(min=1, help="Virtual CPU slots [default: one per GPU, else per core]."),
-    ] = None,
-    data_dir: DataDirOpt = None,
-    policy: Annotated[
-        str, typer.Option(help="fairshare, goodput, static, tiresias, or module:Class.")
-    ] = "fairshare",
-    policy_option: Annotated[
-        list[str] | None,
-        typer.Option(help="Policy argument KEY=VALUE, e.g. reallocation_delay=10; repeatable."),
-    ] = None,
-    backend: Annotated[str, typer.Option(help="local, ray, or module:Class.")] = "local",
-    ray_address: Annotated[
-        str | None,
-        typer.Option(help="With --backend ray: the cluster to join (ADDRESS or auto)."),
-    ] = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 0,
-    db_url: Annotated[
-        str | None, typer.Option(help="SQLAlchemy URL [default: SQLite in the data dir].")
-    ] = None,
-    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between ticks.")] = 0.5,
-    group: Annotated[str | None, typer.Option(help="Resource group of this host.")] = None,
-    label: Annotated[
-        list[str] | None, typer.Option(help="Node label KEY=VALUE of this host, repeatable.")
-    ] = None,
-) -> None:
-    """Run the controller and its REST API until interrupted."""
-    labels = _pairs(label, "--label")
-    policy_options = _pairs(policy_option, "--policy-option")
-    # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
-    from tidal.controller.discovery import TOKEN_FILE, read_token
-    from tidal.controller.plugins import PluginError
-    from tidal.controller.server import ServerConfig, run_server
-
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,  # the top-level CLI set WARNING already; the server logs at INFO
-    )
-    folder = data_dir or default_data_dir()
-    config = ServerConfig(
-        data_dir=folder,
-        slots=slots,
-        policy=policy,
-        policy_options=policy_options,
-        backend=backend,
-        host=host,
-        port=port,
-        db_url=db_url,
-        interval=interval,
-        group=group,
-        labels=labels,
-        backend_options={"ray_address": ray_address} if ray_address else {},
-    )
-
-    # The token is shown once, when this start creates it: the dashboard's login asks for it.
-    first_start = read_token(folder) is None
-
-    def ready(url: str) -> None:
-        _out.print(
-            f"tidal server on [bold]{url}[/] (data in {folder}); Ctrl-C to stop", soft_wrap=True
-        )
-        token = read_token(folder) if first_start else None
-        where = f"token: [bold]{token}[/]" if token else f"token in {folder / TOKEN_FILE}"
-        _out.print(f"dashboard: [bold]{url}/[/] ({where})", soft_wrap=True, highlight=False)
-
-    try:
-        run_server(config, on_ready=ready)
-    except KeyboardInterrupt:
-        pass
-    except PluginError as exc:
-        hint = "--policy" if "policy" in str(exc) else "--backend"
-        raise typer.BadParameter(str(exc), param_hint=hint) from None
-    except OSError as exc:
-        _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
-
-
-@controller_app.command(
-    epilog="Examples: tidal submit job.yaml; tidal submit --name x --workers 1:8 -- python t.py"
-)
-@with_client_options()
-def submit(
-    options: ClientOptions,
-    args: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="A spec file (YAML), or with --name the command to run.", show_default=False
-        ),
-    ] = None,
-    name: Annotated[str | None, typer.Option(help="Job name (spec from the options).")] = None,
-    workers: Annotated[str | None, typer.Option(help="N or MIN:MAX.")] = None,
-    priority: Annotated[int | None, typer.Option(help="Higher is more important.")] = None,
-    label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
-    env: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
-    group: Annotated[str | None, typer.Option(help="Target resource group.")] = None,
-    max_restarts: Annotated[int | None, typer.Option(min=0)] = None,
-    working_dir: Annotated[str | None, typer.Option()] = None,
-    checkpoint_dir: Annotated[str | None, typer.Option()] = None,
-) -> None:
-    """Submit a job from a spec file, or from options and a command after --."""
-    from tidal.spec import SpecError, load_spec_file, parse_spec, parse_workers_range
-
-    args = args or []
-    if workers is not None:
-        try:
-            parse_workers_range(workers)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--workers") from None
-    try:
-        if name is None:
-            if len(args) != 1:
-                raise typer.BadParameter(
-                    "give one spec file, or --name and the command after --", param_hint="ARGS"
-                )
-            base = load_spec_file(args[0]).model_dump(mode="json", exclude_defaults=True)
-        else:
-            if not args:
-                raise typer.BadParameter("give the command to run after --", param_hint="ARGS")
-            base = {"name": name, "command": list(args)}
-        overrides: dict[str, Any] = {
-            "workers": workers,
-            "priority": priority,
-            "working_dir": working_dir,
-            "checkpoint_dir": checkpoint_dir,
-        }
-        data = {**base, **{k: v for k, v in overrides.items() if v is not None}}
-        if label:
-            data["labels"] = {**data.get("labels", {}), **_pairs(label, "--label")}
-        if env:
-            data["env"] = {**data.get("env", {}), **_pairs(env, "--env")}
-        if group is not None:
-            data["target"] = {**data.get("target", {}), "group": group}
-        if max_restarts is not None:
-            data["restart"] = {"max_restarts": max_restarts}
-        # The server runs elsewhere (another cwd): pin the directory the user means now.
-        # A relative working_dir in a spec file is relative to that file.
-        anchor = Path(args[0]).resolve().parent if name is None else Path.cwd()
-        given = data.get("working_dir")
-        data["working_dir"] = str((anchor / given).resolve()) if given else str(Path.cwd())
-        spec = parse_spec(data, source=args[0] if name is None else None)
-    except SpecError as exc:
-        _fail(exc.summary(), 2)
-    client = options.client()
-    job = _call(lambda: client.submit(spec), "spec")
-    if options.as_json:
-        _emit_json(job)
-    else:
-        _out.print(f"submitted [bold]{job.id}[/] ({job.state})")
+# `tidal server`, then `tidal submit` and `tidal export`, live in their own modules;
+# importing them here registers them on controller_app in this place of the help's list
+# (they use the shared options above, hence mid-module).
+from tidal.controller import server_cli as _server_cli  # noqa: E402, F401
+from tidal.controller import submit_cli as _submit_cli  # noqa: E402,F401
 
 
 @controller_app.command("list")
@@ -466,7 +326,8 @@ def get(
         _emit_json(data)
         return
     _out.print(_jobs_table([detail]))
-    _out.print(f"command: {' '.join(detail.spec.get('command', []))}", markup=False)
+    for role, command in _role_commands(detail.spec):
+        _out.print(f"{role}: {' '.join(command)}", markup=False)
     if detail.worker_list:
         table = Table(box=None, header_style="bold", title="workers", title_justify="left")
         for column in ("WORKER", "SLOT", "PID", "STATE", "EXIT"):
@@ -670,4 +531,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as a script this file is `__main__`; the verbs in other modules register on the
+    # importable module's app, so run that one.
+    from tidal.controller.cli import main as _main
+
+    _main()

@@ -26,6 +26,8 @@ __all__ = [
     "ScaleRequest",
     "SpecCheck",
     "SpecProblem",
+    "SpecWarning",
+    "Submitted",
     "UtilisationPoint",
     "WorkerView",
 ]
@@ -217,11 +219,27 @@ class SpecProblem(BaseModel):
     line: int | None = None
 
 
+class SpecWarning(BaseModel):
+    """A field of a submitted manifest that tidal read but cannot honour (``path`` is the
+    manifest's field path, ``spec.tfReplicaSpecs.Worker.template.spec.containers[0].image``)."""
+
+    path: str
+    msg: str
+
+
+class Submitted(JobView):
+    """A job just submitted, with the warnings of its manifest's translation (if any)."""
+
+    warnings: list[SpecWarning] = Field(default_factory=list)
+
+
 class SpecCheck(BaseModel):
     """A spec checked without submitting it."""
 
     valid: bool
     problems: list[SpecProblem]
+    #: A manifest's fields that would not be honoured.
+    warnings: list[SpecWarning] = Field(default_factory=list)
 
 
 class UtilisationPoint(BaseModel):

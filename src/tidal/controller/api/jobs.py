@@ -38,6 +38,8 @@ from tidal.controller.schema import (
     ScaleRequest,
     SpecCheck,
     SpecProblem,
+    SpecWarning,
+    Submitted,
     WorkerView,
 )
 from tidal.controller.store import Event, JobRecord, Store
@@ -88,19 +90,20 @@ def _holding(job: JobRecord) -> None:
 @router.post(
     "/jobs",
     status_code=status.HTTP_201_CREATED,
-    response_model=JobView,
+    response_model=Submitted,
     openapi_extra=SPEC_BODY,
 )
 async def submit(request: Request, store: StoreDep) -> Response:
     """Submit a job from a spec: JSON, or YAML text with ``Content-Type: application/yaml``."""
     try:
-        spec = await off_loop(request, read_spec, *await spec_text(request))
+        spec, warnings = await off_loop(request, read_spec, *await spec_text(request))
     except SpecError as exc:
         return spec_problem_response(exc)
     job = await run_in_threadpool(store.add_job, spec)
-    return JSONResponse(
-        status_code=status.HTTP_201_CREATED, content=job_view(job).model_dump(mode="json")
+    view = Submitted(
+        **job_view(job).model_dump(), warnings=[SpecWarning(path=p, msg=m) for p, m in warnings]
     )
+    return JSONResponse(status_code=status.HTTP_201_CREATED, content=view.model_dump(mode="json"))
 
 
 @router.post("/jobs/validate", response_model=SpecCheck, openapi_extra=SPEC_BODY)
@@ -109,7 +112,7 @@ async def validate(request: Request) -> SpecCheck:
     YAML, the line it names (what the dashboard's submit page shows next to the text)."""
     text, is_yaml = await spec_text(request)
     try:
-        await off_loop(request, read_spec, text, is_yaml)
+        _, warnings = await off_loop(request, read_spec, text, is_yaml)
     except SpecError as exc:
         lines = None
         if is_yaml:
@@ -126,7 +129,9 @@ async def validate(request: Request) -> SpecCheck:
                 for i, (path, message) in enumerate(exc.problems)
             ],
         )
-    return SpecCheck(valid=True, problems=[])
+    return SpecCheck(
+        valid=True, problems=[], warnings=[SpecWarning(path=p, msg=m) for p, m in warnings]
+    )
 
 
 @router.get(

@@ -6,10 +6,21 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from tidal.compat import spec_from_document
 from tidal.controller.api.deps import UNPROCESSABLE
-from tidal.spec import JobSpec, SpecError, parse_spec_json, parse_spec_yaml
+from tidal.controller.support import unsupported
+from tidal.documents import SPEC_LIMITS, DocumentError, load_json, load_yaml
+from tidal.model import job_from_spec
+from tidal.spec import JobSpec, SpecError
 
-__all__ = ["SPEC_BODY", "read_spec", "spec_loc", "spec_problem_response", "spec_text"]
+__all__ = [
+    "SPEC_BODY",
+    "check_runnable",
+    "read_spec",
+    "spec_loc",
+    "spec_problem_response",
+    "spec_text",
+]
 
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 
@@ -47,6 +58,21 @@ async def spec_text(request: Request) -> tuple[str, bool]:
     return body.decode("utf-8", errors="replace"), ctype in _YAML_TYPES
 
 
-def read_spec(text: str, is_yaml: bool) -> JobSpec:
-    """The spec in a request body; raises :class:`SpecError`."""
-    return parse_spec_yaml(text) if is_yaml else parse_spec_json(text)
+def read_spec(text: str, is_yaml: bool) -> tuple[JobSpec, list[tuple[str, str]]]:
+    """The spec in a request body (a tidal spec, or a Kubeflow manifest translated, with
+    its warnings), if this server can run it; raises :class:`SpecError` (with what it
+    cannot run: :func:`tidal.controller.support.unsupported`)."""
+    try:
+        data = load_yaml(text, SPEC_LIMITS) if is_yaml else load_json(text, SPEC_LIMITS)
+    except DocumentError as exc:
+        raise SpecError(exc.problems) from None
+    spec, warnings = spec_from_document(data)
+    check_runnable(spec)
+    return spec, warnings
+
+
+def check_runnable(spec: JobSpec) -> None:
+    """Raise :class:`SpecError` naming every part of ``spec`` this server cannot run."""
+    problems = unsupported(job_from_spec(spec), named_roles=spec.has_roles)
+    if problems:
+        raise SpecError(problems)

@@ -1,0 +1,98 @@
+"""``tidal server``: run the controller and its REST API.
+
+Importing this module stays light (``tidal --help``): FastAPI, uvicorn and SQLAlchemy load
+inside the verb.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from tidal.controller.cli import DataDirOpt, _fail, _out, _pairs, controller_app
+from tidal.controller.discovery import default_data_dir
+
+__all__ = ["server"]
+
+
+@controller_app.command()
+def server(
+    slots: Annotated[
+        int | None,
+        typer.Option(min=1, help="Virtual CPU slots [default: one per GPU, else per core]."),
+    ] = None,
+    data_dir: DataDirOpt = None,
+    policy: Annotated[
+        str, typer.Option(help="fairshare, goodput, static, tiresias, or module:Class.")
+    ] = "fairshare",
+    policy_option: Annotated[
+        list[str] | None,
+        typer.Option(help="Policy argument KEY=VALUE, e.g. reallocation_delay=10; repeatable."),
+    ] = None,
+    backend: Annotated[str, typer.Option(help="local, ray, or module:Class.")] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="With --backend ray: the cluster to join (ADDRESS or auto)."),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 0,
+    db_url: Annotated[
+        str | None, typer.Option(help="SQLAlchemy URL [default: SQLite in the data dir].")
+    ] = None,
+    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between ticks.")] = 0.5,
+    group: Annotated[str | None, typer.Option(help="Resource group of this host.")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option(help="Node label KEY=VALUE of this host, repeatable.")
+    ] = None,
+) -> None:
+    """Run the controller and its REST API until interrupted."""
+    labels = _pairs(label, "--label")
+    policy_options = _pairs(policy_option, "--policy-option")
+    # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
+    from tidal.controller.discovery import TOKEN_FILE, read_token
+    from tidal.controller.plugins import PluginError
+    from tidal.controller.server import ServerConfig, run_server
+
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,  # the top-level CLI set WARNING already; the server logs at INFO
+    )
+    folder = data_dir or default_data_dir()
+    config = ServerConfig(
+        data_dir=folder,
+        slots=slots,
+        policy=policy,
+        policy_options=policy_options,
+        backend=backend,
+        host=host,
+        port=port,
+        db_url=db_url,
+        interval=interval,
+        group=group,
+        labels=labels,
+        backend_options={"ray_address": ray_address} if ray_address else {},
+    )
+
+    # The token is shown once, when this start creates it: the dashboard's login asks for it.
+    first_start = read_token(folder) is None
+
+    def ready(url: str) -> None:
+        _out.print(
+            f"tidal server on [bold]{url}[/] (data in {folder}); Ctrl-C to stop", soft_wrap=True
+        )
+        token = read_token(folder) if first_start else None
+        where = f"token: [bold]{token}[/]" if token else f"token in {folder / TOKEN_FILE}"
+        _out.print(f"dashboard: [bold]{url}/[/] ({where})", soft_wrap=True, highlight=False)
+
+    try:
+        run_server(config, on_ready=ready)
+    except KeyboardInterrupt:
+        pass
+    except PluginError as exc:
+        hint = "--policy" if "policy" in str(exc) else "--backend"
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
+    except OSError as exc:
+        _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
