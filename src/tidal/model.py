@@ -116,11 +116,23 @@ class JobKind(str, Enum):
 class Launcher(str, Enum):
     """What starts a role's processes and forms their group.
 
-    Only tidal's own launcher exists; ``torchrun``, ``tf``, ``mpi`` and ``ps`` launchers
-    are what this field is for.
+    ``tidal`` runs the rescale protocol (in-place resize); ``torchrun`` gives an unmodified
+    script torchrun's environment and resizes by restarting every worker. ``tf``, ``mpi``
+    and ``ps`` launchers are what this field is for next.
     """
 
     TIDAL = "tidal"
+    TORCHRUN = "torchrun"
+
+    @property
+    def restart_based(self) -> bool:
+        """Whether a resize (or a failure) restarts every worker of the role."""
+        return self is Launcher.TORCHRUN
+
+    @property
+    def resize_mode(self) -> str:
+        """How the role resizes, in the words the CLI shows."""
+        return "restart-based resize" if self.restart_based else "in-place resize"
 
 
 @dataclass(frozen=True)
@@ -250,6 +262,7 @@ def job_from_spec(
             min=workers.min, max=workers.max_workers, initial=workers.initial_workers
         ),
         restart=RestartPolicy(max_restarts=spec.restart.max_restarts),
+        launcher=Launcher(spec.launcher),
     )
     return Job(
         id=job_id,

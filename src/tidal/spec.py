@@ -16,7 +16,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -177,6 +177,9 @@ class JobSpec(_Section):
         default=300.0, ge=0, le=MAX_CHECKPOINT_SECONDS, allow_inf_nan=False
     )
     labels: Labels = Field(default_factory=dict)
+    #: What starts the workers: ``tidal`` (in-place resize) or ``torchrun`` (torchrun's
+    #: environment for an unmodified script; every resize restarts all workers).
+    launcher: Literal["tidal", "torchrun"] = "tidal"
 
     @field_validator("name")
     @classmethod

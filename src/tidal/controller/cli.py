@@ -28,6 +28,7 @@ from rich.text import Text
 from typer.exceptions import TyperException
 
 from tidal.controller.discovery import default_data_dir
+from tidal.model import Launcher
 
 if TYPE_CHECKING:
     from tidal.client import Client
@@ -375,6 +376,9 @@ def submit(
     max_restarts: Annotated[int | None, typer.Option(min=0)] = None,
     working_dir: Annotated[str | None, typer.Option()] = None,
     checkpoint_dir: Annotated[str | None, typer.Option()] = None,
+    launcher: Annotated[
+        str | None, typer.Option(help="tidal, or torchrun (restart-based resize).")
+    ] = None,
 ) -> None:
     """Submit a job from a spec file, or from options and a command after --."""
     from tidal.spec import SpecError, load_spec_file, parse_spec, parse_workers_range
@@ -401,6 +405,7 @@ def submit(
             "priority": priority,
             "working_dir": working_dir,
             "checkpoint_dir": checkpoint_dir,
+            "launcher": launcher,
         }
         data = {**base, **{k: v for k, v in overrides.items() if v is not None}}
         if label:
@@ -467,6 +472,8 @@ def get(
         return
     _out.print(_jobs_table([detail]))
     _out.print(f"command: {' '.join(detail.spec.get('command', []))}", markup=False)
+    launcher = Launcher(str(detail.spec.get("launcher", Launcher.TIDAL.value)))
+    _out.print(f"launcher: {launcher.value} ({launcher.resize_mode})", markup=False)
     if detail.worker_list:
         table = Table(box=None, header_style="bold", title="workers", title_justify="left")
         for column in ("WORKER", "SLOT", "PID", "STATE", "EXIT"):

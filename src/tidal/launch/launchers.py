@@ -15,20 +15,21 @@ from tidal.launch.group import GroupEvent, WorkerGroup
 from tidal.launch.process import Spawner
 from tidal.launch.torchrun import TorchrunGroup
 from tidal.launch.worker import Worker, WorkerSpec
+from tidal.model import Launcher
 
 __all__ = ["LAUNCHERS", "RESTART_BASED", "Group", "make_group", "resize_mode"]
 
 #: The launchers a role may name.
-LAUNCHERS = ("tidal", "torchrun")
+LAUNCHERS = tuple(launcher.value for launcher in Launcher)
 #: Launchers that resize a group by restarting all of its workers.
-RESTART_BASED = frozenset({"torchrun"})
+RESTART_BASED = frozenset(launcher.value for launcher in Launcher if launcher.restart_based)
 
 Group = WorkerGroup | TorchrunGroup
 
 
 def resize_mode(launcher: str) -> str:
     """How a group of ``launcher`` resizes, in the words the CLI shows."""
-    return "restart-based resize" if launcher in RESTART_BASED else "in-place resize"
+    return Launcher(launcher).resize_mode
 
 
 def make_group(
