@@ -1,4 +1,6 @@
-"""The one loop that drives a job's :class:`~tidal.launch.group.WorkerGroup` for a backend.
+"""The one loop that drives a job's group for a backend: a :class:`~tidal.launch.group.
+WorkerGroup`, or a :class:`~tidal.launch.torchrun.TorchrunGroup` for a role whose launcher
+is ``torchrun`` (:func:`~tidal.launch.launchers.make_group`).
 
 Every backend runs a job the same way: apply the controller's latest slots, poll the group,
 report the job's :class:`~tidal.backends.base.JobStatus` and the workers' report batches,
