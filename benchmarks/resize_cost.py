@@ -13,7 +13,11 @@ Each trial starts a run on 3 workers, waits for it to train, then shrinks it to 
 grows it back to 3, waiting for steady steps in between. **Cost** of a resize = the end of
 rank 0's first step at the new size − the moment the resize was requested (through the
 run's store, as ``tidal resize`` does): the time from the decision to training at the new
-size. The step time at the new size (median of its next steps) is shown beside it.
+size. **Stall** = the longest gap between rank 0's steps (at any size) from its last step
+before the decision to its first at the new size, minus the step time at the new size (the
+median of its next steps): how long training stopped. A tidal grow keeps training at the
+old size while the newcomer starts, so its cost can be long while its stall is short; a
+torchrun restart stops training for all of it.
 
     PYTHONPATH=src:. python benchmarks/resize_cost.py --trials 3 --out /tmp/resize-cost
 """
@@ -102,13 +106,20 @@ def trial(launcher: str, args: argparse.Namespace, work: Path, n: int) -> list[d
                 f"{launcher}: {new} training",
             )
             times = after(out, decision, new)
-            gaps = [b - a for a, b in itertools.pairwise(times)]
+            step_time = median([b - a for a, b in itertools.pairwise(times)])
+            # Training stopped for the longest gap between rank 0's steps (whatever their
+            # size) from its last step before the decision to its first at the new size.
+            every = [t for t, _ in rank0_steps(out)]
+            window = [max(t for t in every if t <= decision)]
+            window += [t for t in every if decision < t <= times[0]]
+            longest = max(b - a for a, b in itertools.pairwise(window))
             rows.append(
                 {
                     "launcher": launcher,
                     "resize": f"{old}->{new}",
                     "cost": times[0] - decision,
-                    "step_time": median(gaps),
+                    "stall": longest - step_time,
+                    "step_time": step_time,
                 }
             )
     return rows
@@ -138,26 +149,27 @@ def main() -> None:
             for row in got:
                 print(
                     f"trial {n} {launcher:>8} {row['resize']}: cost {row['cost']:.3f}s "
-                    f"(step {row['step_time']:.3f}s)",
+                    f"stall {row['stall']:.3f}s (step {row['step_time']:.3f}s)",
                     flush=True,
                 )
     print(f"\nmedians over {args.trials} trials ({time.time() - started:.0f}s in all):")
-    print(f"{'resize':<8}{'tidal s':>10}{'torchrun s':>12}{'ratio':>8}{'step s':>9}  n")
+    print(f"{'resize':<8}{'measure':<8}{'tidal s':>10}{'torchrun s':>12}{'ratio':>8}  n")
     for resize in ("3->2", "2->3"):
-        cost = {
-            launcher: [
-                float(r["cost"])  # type: ignore[arg-type]
-                for r in rows
-                if r["resize"] == resize and r["launcher"] == launcher
-            ]
-            for launcher in ("tidal", "torchrun")
-        }
-        step = median([float(r["step_time"]) for r in rows if r["resize"] == resize])  # type: ignore[arg-type]
-        tidal, torchrun = median(cost["tidal"]), median(cost["torchrun"])
-        n = f"{len(cost['tidal'])}/{len(cost['torchrun'])}"
-        print(
-            f"{resize:<8}{tidal:>10.3f}{torchrun:>12.3f}{torchrun / tidal:>8.1f}{step:>9.3f}  {n}"
-        )
+        for measure in ("cost", "stall"):
+            got = {
+                launcher: [
+                    float(r[measure])  # type: ignore[arg-type]
+                    for r in rows
+                    if r["resize"] == resize and r["launcher"] == launcher
+                ]
+                for launcher in ("tidal", "torchrun")
+            }
+            tidal, torchrun = median(got["tidal"]), median(got["torchrun"])
+            n = f"{len(got['tidal'])}/{len(got['torchrun'])}"
+            ratio = torchrun / tidal if tidal > 0 else float("inf")
+            print(f"{resize:<8}{measure:<8}{tidal:>10.3f}{torchrun:>12.3f}{ratio:>8.1f}  {n}")
+    steps = median([float(r["step_time"]) for r in rows])  # type: ignore[arg-type]
+    print(f"median step time at the new size: {steps:.3f}s")
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     print(f"details: {out}/results.json")
 
