@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tidal.controller.launching import JobFiles, build_launch
+from tidal.launch.run import UsageProblem, check_launcher
 from tidal.model import Launcher, job_from_spec
 from tidal.policy.restart import LostWorker, Restart, RestartView, decide_restart
 from tidal.spec import parse_spec
@@ -44,3 +47,15 @@ def test_a_failure_under_torchrun_restarts_every_worker_within_the_budget() -> N
     )
     spent = decide_restart(RestartView(max_restarts=2, restarts=2, whole_group=True), lost)
     assert not isinstance(spent, Restart)
+
+
+def test_tidal_run_refuses_what_torchrun_cannot_do() -> None:
+
+    check_launcher("torchrun", stop_grace=5, given={"--resize-at": False})
+    with pytest.raises(UsageProblem, match=r"--launcher: expected one of tidal, torchrun"):
+        check_launcher("mpirun", stop_grace=5, given={})
+    with pytest.raises(UsageProblem, match=r"--resize-at: not with --launcher torchrun"):
+        check_launcher("torchrun", stop_grace=5, given={"--resize-at": True})
+    with pytest.raises(UsageProblem, match=r"--stop-grace: expected seconds >= 0"):
+        check_launcher("torchrun", stop_grace=-1, given={})
+    check_launcher("tidal", stop_grace=5, given={"--resize-at": True})
