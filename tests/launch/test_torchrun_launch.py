@@ -50,7 +50,6 @@ def test_a_failure_under_torchrun_restarts_every_worker_within_the_budget() -> N
 
 
 def test_tidal_run_refuses_what_torchrun_cannot_do() -> None:
-
     check_launcher("torchrun", stop_grace=5, given={"--resize-at": False})
     with pytest.raises(UsageProblem, match=r"--launcher: expected one of tidal, torchrun"):
         check_launcher("mpirun", stop_grace=5, given={})
