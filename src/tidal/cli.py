@@ -56,9 +56,26 @@ def run_command(
     ] = None,
     log_dir: Annotated[Path | None, typer.Option(help="also write each worker's log here")] = None,
     resize_at: Annotated[str, typer.Option(help="scripted resizes: STEP:N[,STEP:N...]")] = "",
+    launcher: Annotated[
+        str,
+        typer.Option(
+            help="tidal (in-place resize) or torchrun (torchrun's environment for an "
+            "unmodified script; restart-based resize)"
+        ),
+    ] = "tidal",
+    stop_grace: Annotated[
+        float, typer.Option(help="torchrun: seconds from SIGTERM to SIGKILL at a restart")
+    ] = 30.0,
 ) -> None:
     """Run SCRIPT on MIN..MAX local workers that grow and shrink while they train."""
-    from tidal.launch.run import RunOptions, UsageProblem, parse_resize_plan, parse_workers, run
+    from tidal.launch.run import (
+        RunOptions,
+        UsageProblem,
+        check_launcher,
+        parse_resize_plan,
+        parse_workers,
+        run,
+    )
     from tidal.runtime.api import ConfigError, RuntimeConfig
 
     try:
@@ -88,6 +105,17 @@ def run_command(
             raise UsageProblem(
                 f"--checkpoint-every-seconds: expected seconds >= 0, got {checkpoint_every_seconds}"
             )
+        check_launcher(
+            launcher,
+            stop_grace=stop_grace,
+            given={
+                "--resize-at": bool(resize_at),
+                "--sync-every": sync_every != defaults.sync_every,
+                "--checkpoint-dir": checkpoint_dir is not None,
+                "--checkpoint-every": checkpoint_every != 0,
+                "--checkpoint-every-seconds": checkpoint_every_seconds != 0,
+            },
+        )
         options = RunOptions(
             command=list(command),
             min_workers=low,
@@ -101,6 +129,8 @@ def run_command(
             sync_every=sync_every,
             log_dir=log_dir,
             resize_plan=parse_resize_plan(resize_at, low, high),
+            launcher=launcher,
+            stop_grace=stop_grace,
         )
         if run_id:
             options.run_id = run_id

@@ -119,8 +119,9 @@ class JobKind(str, Enum):
 class Launcher(str, Enum):
     """What starts a role's processes and forms their group.
 
-    A spec may name any of these; which ones a server can start is
-    :mod:`tidal.controller.support`'s answer.
+    ``tidal`` runs the rescale protocol (in-place resize); ``torchrun`` gives an unmodified
+    script torchrun's environment and resizes by restarting every worker. A spec may name
+    any of these; which ones a server can start is :mod:`tidal.controller.support`'s answer.
     """
 
     #: tidal's own runtime: the group resizes in place.
@@ -133,6 +134,16 @@ class Launcher(str, Enum):
     MPI = "mpi"
     #: tidal's parameter-server runtime.
     PS = "ps"
+
+    @property
+    def restart_based(self) -> bool:
+        """Whether a resize (or a failure) restarts every worker of the role."""
+        return self is Launcher.TORCHRUN
+
+    @property
+    def resize_mode(self) -> str:
+        """How the role resizes, in the words the CLI shows."""
+        return "restart-based resize" if self.restart_based else "in-place resize"
 
 
 class RestartKind(str, Enum):
@@ -303,6 +314,7 @@ def _worker_from_spec(spec: JobSpec) -> Role:
             min=workers.min, max=workers.max_workers, initial=workers.initial_workers
         ),
         restart=RestartPolicy(max_restarts=spec.restart.max_restarts),
+        launcher=Launcher(spec.launcher),
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -134,6 +134,9 @@ class JobSpec(SpecSection):
     #: role made of ``command``, ``workers`` and ``resources``. ``env`` and
     #: ``working_dir`` above are every role's defaults.
     roles: list[RoleSpec] | None = Field(default=None, min_length=1, max_length=MAX_ROLES)
+    #: What starts the workers: ``tidal`` (in-place resize) or ``torchrun`` (torchrun's
+    #: environment for an unmodified script; every resize restarts all workers).
+    launcher: Literal["tidal", "torchrun"] = "tidal"
 
     @field_validator("name")
     @classmethod
@@ -163,11 +166,13 @@ class JobSpec(SpecSection):
         # A one-role spec is stored exactly as before roles existed (older releases read
         # it back); a spec with roles has none of the one-role fields.
         data: dict[str, Any] = handler(self)
+        if data.get("launcher") == "tidal":
+            data.pop("launcher")  # the default, stored as before launchers existed
         if data.get("roles") is None:
             data.pop("roles", None)
         else:
             # The one-role fields are not used with roles (and refused if given).
-            for key in ("command", "workers", "resources"):
+            for key in ("command", "workers", "resources", "launcher"):
                 data.pop(key, None)
         return data
 
@@ -188,6 +193,7 @@ def _form_problems(spec: JobSpec) -> list[tuple[str, str]]:
             ("command", "command (roles[i].command)"),
             ("workers", "replica count (roles[i].replicas)"),
             ("resources", "resources (roles[i].resources)"),
+            ("launcher", "launcher (roles[i].launcher)"),
         )
         if key in spec.model_fields_set
     ]

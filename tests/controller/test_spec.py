@@ -92,3 +92,14 @@ def test_load_file_reports_source(tmp_path: Path) -> None:
     assert info.value.problems == [("workers.min", "must be ≤ workers.max (got 5 > 1)")]
     with pytest.raises(SpecError, match="cannot read"):
         load_spec_file(tmp_path / "missing.yaml")
+
+
+def test_launcher_defaults_to_tidal_and_accepts_torchrun() -> None:
+    assert parse_spec({"name": "a", "command": "x"}).launcher == "tidal"
+    assert parse_spec({"name": "a", "command": "x", "launcher": "torchrun"}).launcher == "torchrun"
+
+
+def test_an_unknown_launcher_is_refused_by_name() -> None:
+    found = problems({"name": "a", "command": "x", "launcher": "mpirun"})
+    assert list(found) == ["launcher"]
+    assert "'tidal' or 'torchrun'" in found["launcher"]

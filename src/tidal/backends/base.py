@@ -149,6 +149,11 @@ class JobLaunch:
     memory: int | None = None
     #: Whether slots are accelerators (the backend pins each worker to its GPU).
     gpu: bool = True
+    #: What starts the workers (:class:`tidal.model.Launcher` value): ``tidal`` or
+    #: ``torchrun`` (restart-based resize), and what a torchrun script is told of its role.
+    launcher: str = "tidal"
+    role: str = "worker"
+    max_restarts: int = 3
 
 
 class Backend(Protocol):

@@ -135,6 +135,9 @@ class LocalBackend:
             checkpoint_every_seconds=launch.checkpoint_every_seconds,
             gpus=self.gpus and launch.gpu,
             timeout=self.timeout,
+            launcher=launch.launcher,
+            role=launch.role,
+            max_restarts=launch.max_restarts,
         )
         self._spawn_agent(config, launch.log_dir)
 

@@ -328,6 +328,11 @@ def get(
     _out.print(_jobs_table([detail]))
     for role, command in _role_commands(detail.spec):
         _out.print(f"{role}: {' '.join(command)}", markup=False)
+    if "roles" not in detail.spec:
+        from tidal.model import Launcher
+
+        launcher = Launcher(str(detail.spec.get("launcher", Launcher.TIDAL.value)))
+        _out.print(f"launcher: {launcher.value} ({launcher.resize_mode})", markup=False)
     if detail.worker_list:
         table = Table(box=None, header_style="bold", title="workers", title_justify="left")
         for column in ("WORKER", "SLOT", "PID", "STATE", "EXIT"):

@@ -13,7 +13,7 @@ from tidal.backends.base import JobStatus, WorkerState, WorkerStatus
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.effects import LoopEffects
 from tidal.controller.store import Event, JobRecord
-from tidal.model import JobState
+from tidal.model import JobState, Launcher
 from tidal.policy.restart import Fail, LostWorker, Noop, RestartView, decide_restart
 
 __all__ = ["end_workers", "fail", "on_failures"]
@@ -30,10 +30,17 @@ def on_failures(
     """Replace ``failed`` workers on the job's slots, or fail the job once its restart
     budget is spent (:func:`~tidal.policy.restart.decide_restart`); the job as it is now,
     or ``None`` once it is over."""
-    limit = effects.model(job).role.restart.max_restarts
+    role = effects.model(job).role
+    limit = role.restart.max_restarts
     # Only running workers hold the training state (a starting one has none yet).
     running = any(w.state is WorkerState.RUNNING for w in status.workers)
-    view = RestartView(max_restarts=limit, restarts=job.restarts, group_gone=not running)
+    view = RestartView(
+        max_restarts=limit,
+        restarts=job.restarts,
+        group_gone=not running,
+        # torchrun's way: a failure restarts every worker (the backend's group does it).
+        whole_group=role.launcher is Launcher.TORCHRUN,
+    )
     lost = [LostWorker(str(w.worker_id), w.slot[0], w.exit_code) for w in failed]
     decision = decide_restart(view, lost)
     if isinstance(decision, Noop):
@@ -57,7 +64,9 @@ def on_failures(
         reason=decision.reason,
         event=Event(
             "worker_failed",
-            f"worker {ids} failed; replacing it (restart {decision.restarts} of {limit})",
+            f"worker {ids} failed; "
+            + ("restarting every worker" if view.whole_group else "replacing it")
+            + f" (restart {decision.restarts} of {limit})",
             {
                 "workers": ids,
                 "exit_codes": list(decision.exit_codes),

@@ -62,4 +62,7 @@ def build_launch(job: Job, files: JobFiles, *, gpu: bool) -> JobLaunch:
         cpus=role.resources.cpus,
         memory=role.resources.memory,
         gpu=gpu and role.resources.gpus > 0,
+        launcher=role.launcher.value,
+        role=role.name,
+        max_restarts=role.restart.max_restarts,
     )

@@ -113,6 +113,9 @@ def submit(
     max_restarts: Annotated[int | None, typer.Option(min=0)] = None,
     working_dir: Annotated[str | None, typer.Option()] = None,
     checkpoint_dir: Annotated[str | None, typer.Option()] = None,
+    launcher: Annotated[
+        str | None, typer.Option(help="tidal, or torchrun (restart-based resize).")
+    ] = None,
 ) -> None:
     """Submit a job from a spec file or Kubeflow manifest, or from options and a command."""
     from tidal.compat import load_file
@@ -144,6 +147,7 @@ def submit(
             "priority": priority,
             "working_dir": working_dir,
             "checkpoint_dir": checkpoint_dir,
+            "launcher": launcher,
         }
         data = {**base, **{k: v for k, v in overrides.items() if v is not None}}
         if gpus is not None:

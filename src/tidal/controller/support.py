@@ -22,7 +22,7 @@ __all__ = [
 
 #: Launchers no part of this server starts yet.
 UNAVAILABLE_LAUNCHERS: frozenset[Launcher] = frozenset(
-    {Launcher.TORCHRUN, Launcher.TF, Launcher.MPI, Launcher.PS}
+    {Launcher.TF, Launcher.MPI, Launcher.PS}
 )
 #: Restart policies the controller does not apply yet: it restarts failed replicas within
 #: the restart budget (``OnFailure``) and nothing else.

@@ -143,6 +143,10 @@ class AgentConfig:
     timeout: float = 10.0
     #: The first worker's number (a restarted agent continues after its predecessor's).
     first_worker_id: int = 0
+    #: ``tidal`` or ``torchrun`` (configs of earlier releases have none: ``tidal``).
+    launcher: str = "tidal"
+    role: str = "worker"
+    max_restarts: int = 3
 
 
 def record_path(state_dir: Path, job_id: str) -> Path:
@@ -211,6 +215,9 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         checkpoint_every_seconds=config.checkpoint_every_seconds,
         timeout=config.timeout,
         gpus=config.gpus,
+        launcher=config.launcher,
+        role=config.role,
+        max_restarts=config.max_restarts,
     )
     try:
         warm = warm_pool_size(config.env)

@@ -1,4 +1,6 @@
-"""The one loop that drives a job's :class:`~tidal.launch.group.WorkerGroup` for a backend.
+"""The one loop that drives a job's group for a backend: a :class:`~tidal.launch.group.
+WorkerGroup`, or a :class:`~tidal.launch.torchrun.TorchrunGroup` for a role whose launcher
+is ``torchrun`` (:func:`~tidal.launch.launchers.make_group`).
 
 Every backend runs a job the same way: apply the controller's latest slots, poll the group,
 report the job's :class:`~tidal.backends.base.JobStatus` and the workers' report batches,
@@ -19,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from tidal.backends.base import JobStatus, WorkerState, WorkerStatus
-from tidal.launch.group import GroupEvent, Outcome, WorkerGroup
+from tidal.launch.group import GroupEvent, Outcome
+from tidal.launch.launchers import make_group
 from tidal.launch.process import Spawner
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_number
 from tidal.policy.api import Slot
@@ -91,7 +94,7 @@ class GroupDriver:
         (rank 0 checkpoints first); ``first_worker_id``: see :class:`WorkerGroup`."""
         self.job_id = job_id
         self.stop_grace = stop_grace
-        self.group = WorkerGroup(
+        self.group = make_group(
             spec,
             on_event=self._on_event,
             spawner=spawner,

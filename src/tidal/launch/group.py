@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
 from tidal.launch.process import LocalSpawner, Spawner
-from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_env, worker_log_path
+from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_env, worker_output
 from tidal.runtime.api import EXIT_RELEASED
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
@@ -361,22 +360,7 @@ class WorkerGroup:
 
     def _follow(self, worker_id: str) -> Callable[[str], None]:
         """Where a worker's output lines go: its log file and ``on_output``."""
-        sink: IO[str] | None = None
-        if self.spec.log_dir is not None:
-            self.spec.log_dir.mkdir(parents=True, exist_ok=True)
-            path = worker_log_path(self.spec.log_dir, worker_id)
-            # Owner-only, like the data dir: a worker's output may show its secrets.
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            sink = open(fd, "a", buffering=1)  # noqa: SIM115
-            self._log_files.append(sink)
-
-        def on_line(line: str) -> None:
-            if sink is not None:
-                sink.write(line)
-            if self._on_output is not None:
-                self._on_output(worker_id, line.rstrip("\n"))
-
-        return on_line
+        return worker_output(self.spec.log_dir, worker_id, self._on_output, self._log_files)
 
     def _kill(self, worker: Worker, *, failed: bool = False) -> None:
         """SIGKILL the worker's process group. ``failed`` marks a worker killed for not

@@ -97,6 +97,10 @@ class WorkerProcess(Protocol):
         """Kill the worker and everything it started, at once (SIGKILL)."""
         ...
 
+    def terminate(self) -> None:
+        """Ask the worker to end (SIGTERM to its session); :meth:`kill` if it does not."""
+        ...
+
     def wait(self, timeout: float) -> int | None:
         """Wait up to ``timeout`` seconds for the exit; the status, or ``None`` if still
         running."""
@@ -163,6 +167,12 @@ class LocalProcess:
                 os.killpg(self.process.pid, signal.SIGKILL)
         if self.token:
             kill_marked(self.token)
+
+    def terminate(self) -> None:
+        """SIGTERM the worker's session (it and the processes it started there)."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
 
     def wait(self, timeout: float) -> int | None:
         """Wait for the exit, at most ``timeout`` seconds."""

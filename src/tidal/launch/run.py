@@ -15,7 +15,8 @@ from types import FrameType
 
 from rich.console import Console
 
-from tidal.launch.group import GroupEvent, Outcome, WorkerGroup
+from tidal.launch.group import GroupEvent, Outcome
+from tidal.launch.launchers import LAUNCHERS, RESTART_BASED, Group, make_group, resize_mode
 from tidal.launch.runs import RunRecord, register, unregister
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
 from tidal.policy.restart import Fail, LostWorker, Restart, RestartView, decide_restart
@@ -63,6 +64,23 @@ def parse_resize_plan(text: str, low: int, high: int) -> list[tuple[int, int]]:
             )
         plan.append((step, n))
     return sorted(plan)
+
+
+def check_launcher(launcher: str, *, stop_grace: float, given: Mapping[str, bool]) -> None:
+    """Refuse a launcher tidal does not have, and options of the ``tidal`` launcher given
+    to ``torchrun`` (``given``: option → whether the user set it): a torchrun script keeps
+    its own checkpoints and does not report its step."""
+    if launcher not in LAUNCHERS:
+        raise UsageProblem(f"--launcher: expected one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    if stop_grace < 0:
+        raise UsageProblem(f"--stop-grace: expected seconds >= 0, got {stop_grace}")
+    if launcher == "torchrun":
+        for option, was_given in given.items():
+            if was_given:
+                raise UsageProblem(
+                    f"{option}: not with --launcher torchrun (the script keeps its own "
+                    "checkpoints and step count; use the tidal launcher for this)"
+                )
 
 
 def worker_argv(command: list[str]) -> list[str]:
@@ -121,6 +139,10 @@ class RunOptions:
     sync_every: int = 1
     log_dir: Path | None = None
     resize_plan: list[tuple[int, int]] = field(default_factory=list)
+    #: ``tidal`` (in-place resize) or ``torchrun`` (torchrun's environment, restart-based).
+    launcher: str = "tidal"
+    #: Seconds between SIGTERM and SIGKILL when a torchrun-launched group restarts.
+    stop_grace: float = 30.0
 
 
 def run(options: RunOptions, console: Console) -> int:
@@ -158,11 +180,12 @@ def run(options: RunOptions, console: Console) -> int:
         checkpoint_every_seconds=options.checkpoint_every_seconds,
         timeout=options.timeout,
         sync_every=options.sync_every,
+        launcher=options.launcher,
+        max_restarts=options.max_restarts,
+        stop_grace=options.stop_grace,
     )
     failures: list[Worker] = []
-    group = WorkerGroup(
-        spec, on_output=show_output, on_event=show_event, on_failure=failures.append
-    )
+    group = make_group(spec, on_output=show_output, on_event=show_event, on_failure=failures.append)
     restarts = 0
     group.start(pool[: options.initial])
     register(
@@ -176,7 +199,8 @@ def run(options: RunOptions, console: Console) -> int:
     )
     console.print(
         f"[bold cyan]tidal[/] run {options.run_id}: {options.initial} workers "
-        f"({options.min_workers}:{options.max_workers}); resize with "
+        f"({options.min_workers}:{options.max_workers}), {options.launcher} launcher: "
+        f"{resize_mode(options.launcher)}; resize with "
         f"`tidal resize {options.run_id} --workers N`",
         highlight=False,
     )
@@ -238,7 +262,7 @@ def run(options: RunOptions, console: Console) -> int:
     return 0 if outcome is Outcome.SUCCEEDED else 1
 
 
-def resize(group: WorkerGroup, workers: int, pool: Sequence[str]) -> list[str]:
+def resize(group: Group, workers: int, pool: Sequence[str]) -> list[str]:
     """Assign ``group`` the first ``workers`` of its current slots in rank order (survivors
     keep the lowest ranks) and free slots of ``pool``; returns the slots asked for."""
     keep = [s for s in group.member_slots() if s in group.desired][:workers]
@@ -255,7 +279,7 @@ def resize(group: WorkerGroup, workers: int, pool: Sequence[str]) -> list[str]:
 
 
 def _decide(
-    group: WorkerGroup, failed: list[Worker], options: RunOptions, restarts: int
+    group: Group, failed: list[Worker], options: RunOptions, restarts: int
 ) -> Fail | Restart | None:
     """What :func:`~tidal.policy.restart.decide_restart` says about ``failed``, the
     workers the group lost in its last poll: the same decision the controller makes."""
@@ -265,6 +289,7 @@ def _decide(
         # Newcomers not admitted yet hold no training state: only members count.
         group_gone=all(group.workers[m].phase is WorkerPhase.EXITED for m in group.members),
         checkpoint=_has_checkpoint(options.checkpoint_dir),
+        whole_group=options.launcher in RESTART_BASED,
     )
     lost = [LostWorker(w.id, w.slot.rpartition(":")[0], w.exit_code) for w in failed]
     decision = decide_restart(view, lost)

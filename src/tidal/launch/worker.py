@@ -10,9 +10,12 @@ controller; ``K`` is never reused within a group. Its output goes to
 from __future__ import annotations
 
 import enum
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from tidal.launch.process import WorkerProcess
 from tidal.runtime.api import (
@@ -34,6 +37,7 @@ __all__ = [
     "worker_env",
     "worker_log_path",
     "worker_number",
+    "worker_output",
 ]
 
 
@@ -65,6 +69,16 @@ class WorkerSpec:
     sync_every: int = 1
     #: Slots are GPUs: a worker on slot ``host:i`` sees only GPU ``i``.
     gpus: bool = False
+    #: What starts the workers and forms their group: ``tidal`` (the rescale protocol, in
+    #: place) or ``torchrun`` (torchrun's environment; every resize restarts the group).
+    launcher: str = "tidal"
+    #: The role's name (torchrun's ``ROLE_NAME``).
+    role: str = "default"
+    #: Failures the job survives (torchrun's ``TORCHELASTIC_MAX_RESTARTS``).
+    max_restarts: int = 3
+    #: Seconds a torchrun-launched worker gets between SIGTERM and SIGKILL when its group
+    #: restarts.
+    stop_grace: float = 30.0
 
 
 @dataclass
@@ -117,3 +131,29 @@ def worker_env(spec: WorkerSpec, *, worker_id: str, slot: str, store: str) -> di
 def worker_log_path(log_dir: Path, worker_id: str) -> Path:
     """The log file of worker ``w<K>``: ``log_dir / "worker-<K>.log"``."""
     return log_dir / f"worker-{worker_number(worker_id)}.log"
+
+
+def worker_output(
+    log_dir: Path | None,
+    worker_id: str,
+    on_output: Callable[[str, str], None] | None,
+    files: list[IO[str]],
+) -> Callable[[str], None]:
+    """Where a worker's output lines go: its log file in ``log_dir`` (opened here and
+    appended to ``files``, which the caller closes) and ``on_output(worker_id, line)``."""
+    sink: IO[str] | None = None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        path = worker_log_path(log_dir, worker_id)
+        # Owner-only, like the data dir: a worker's output may show its secrets.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        sink = open(fd, "a", buffering=1)  # noqa: SIM115
+        files.append(sink)
+
+    def on_line(line: str) -> None:
+        if sink is not None:
+            sink.write(line)
+        if on_output is not None:
+            on_output(worker_id, line.rstrip("\n"))
+
+    return on_line

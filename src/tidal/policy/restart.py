@@ -58,6 +58,9 @@ class RestartView:
     group_gone: bool = False
     #: A durable checkpoint exists to resume from (only matters when ``group_gone``).
     checkpoint: bool = True
+    #: The job's launcher restarts every worker after a failure (``torchrun``): nothing
+    #: survives in memory, and the script resumes from its own checkpoint.
+    whole_group: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,11 @@ def decide_restart(job: RestartView, lost: Sequence[LostWorker]) -> RestartDecis
             workers,
             codes,
             f"worker {ids} failed (exit {list(codes)}); restart limit {limit} reached",
+        )
+    if job.whole_group:
+        reason = f"worker {ids} failed; restarting every worker from the script's checkpoint"
+        return Restart(
+            restarts, workers, codes, f"{reason} (restart {restarts}/{limit})", from_checkpoint=True
         )
     if job.group_gone:
         source = "the latest checkpoint" if job.checkpoint else "the start (no checkpoint yet)"

@@ -190,6 +190,9 @@ class RayBackend:
             timeout=self.timeout,
             # Ray gives each GPU worker its GPU (CUDA_VISIBLE_DEVICES) itself.
             gpus=False,
+            launcher=launch.launcher,
+            role=launch.role,
+            max_restarts=launch.max_restarts,
         )
         driver = GroupDriver(
             launch.job_id,

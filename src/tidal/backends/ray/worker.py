@@ -115,6 +115,12 @@ class WorkerActor:
             text, self._lines = "".join(self._lines), []
         return self._code, text
 
+    def terminate(self) -> None:
+        """SIGTERM the command's session (it ends in its own time; see :meth:`kill`)."""
+        if self._process is not None and self._process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGTERM)
+
     def kill(self) -> tuple[int | None, str]:
         """SIGKILL the command's session and wait for it; then as :meth:`poll`."""
         if self._process is not None and self._process.poll() is None:
@@ -258,6 +264,14 @@ class RayProcess:
             ray.kill(self._actor, no_restart=True)
         self._finish(EXIT_LOST)
 
+    def terminate(self) -> None:
+        """Ask the actor to SIGTERM the command's session, without waiting for it (the
+        exit shows in a later :meth:`poll`)."""
+        self._check_started()
+        if self._code is None and self._started and not self._unplaced:
+            with contextlib.suppress(Exception):
+                self._actor.terminate.remote()
+
     def wait(self, timeout: float) -> int | None:
         """Poll until the exit status is known, at most ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
@@ -298,6 +312,10 @@ class Unplaced:
     def kill(self) -> None:
         """Let it go."""
         self._code = EXIT_LOST
+
+    def terminate(self) -> None:
+        """Let it go: nothing runs."""
+        self.kill()
 
     def wait(self, timeout: float) -> int | None:
         """Nothing to wait for."""

@@ -1,0 +1,352 @@
+"""A group of workers launched the way ``torchrun`` launches them: restart-based.
+
+:class:`TorchrunGroup` runs a script written for torchrun unchanged: each worker gets the
+environment torchrun's agent gives (:mod:`tidal.launch.torchrun_env`) and forms its
+process group itself with ``init_process_group()``. The launcher cannot change such a
+group while it runs, so, like torchrun's agent, it restarts it:
+
+* **resize**: a new set of slots stops every worker (SIGTERM, SIGKILL after
+  ``spec.stop_grace`` seconds), then starts them all again on the new slots, with
+  ``TORCHELASTIC_RESTART_COUNT`` one higher and a new store; the script resumes from its
+  own checkpoint;
+* **failure**: a worker that exits non-zero breaks the incarnation: the others are stopped
+  the same way and nothing restarts until the group is assigned its slots again (the
+  caller asks :func:`~tidal.policy.restart.decide_restart`, within the restart budget);
+* **success**: every worker of the incarnation returned 0.
+
+It offers what :class:`~tidal.launch.group.WorkerGroup` offers its drivers (``tidal run``
+and :class:`~tidal.launch.driver.GroupDriver`): ``assign``, ``poll``, ``stop``, the job's
+:class:`~tidal.runtime.rendezvous.RendezvousHost` (for ``tidal resize`` and the report
+queue), and one :class:`~tidal.runtime.rendezvous.Generation` per incarnation (numbered by
+its restart count) for status and logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import IO
+
+import torch.distributed as dist
+
+from tidal.launch.group import GroupEvent, Outcome
+from tidal.launch.process import LocalSpawner, Spawner
+from tidal.launch.torchrun_env import TorchrunWorld, torchrun_env
+from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_output
+from tidal.runtime.rendezvous import Generation, RendezvousHost
+
+__all__ = ["TorchrunGroup"]
+
+log = logging.getLogger("tidal.launch")
+
+
+class TorchrunGroup:
+    """Run one job's torchrun-style workers; see the module docstring. Call :meth:`poll`
+    regularly."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        *,
+        on_output: Callable[[str, str], None] | None = None,
+        on_event: Callable[[GroupEvent], None] | None = None,
+        on_failure: Callable[[Worker], None] | None = None,
+        spawner: Spawner | None = None,
+        store_host: str = "127.0.0.1",
+        first_worker_id: int = 0,
+    ) -> None:
+        """The same arguments as :class:`~tidal.launch.group.WorkerGroup`'s."""
+        self.spec = spec
+        self.spawner: Spawner = spawner or LocalSpawner()
+        self.store_host = store_host
+        self.host = RendezvousHost(store_host)
+        self.workers: dict[str, Worker] = {}
+        self.generation: Generation | None = None
+        self.desired: list[str] = []
+        self.outcome: Outcome | None = None
+        self._on_output = on_output
+        self._on_event = on_event
+        self._on_failure = on_failure
+        self._next_id = first_worker_id
+        #: The incarnation's store (``MASTER_ADDR:MASTER_PORT``); a new one per restart.
+        self._store: dist.TCPStore | None = None
+        #: Restarts of the group so far (``TORCHELASTIC_RESTART_COUNT`` of the next start
+        #: is this plus one once a first incarnation ran).
+        self.restart_count = -1
+        #: When the stop of the incarnation began (SIGTERM sent), while it is stopping.
+        self._stopping_since: float | None = None
+        self._stop_reason = ""
+        #: A worker of the incarnation failed: no restart until the next :meth:`assign`.
+        self._broken = False
+        #: When the first worker of the incarnation returned 0.
+        self._finishing_since: float | None = None
+        self._started_at = 0.0
+        self._log_files: list[IO[str]] = []
+
+    # -- what callers ask -------------------------------------------------------------
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """Worker ids of the current incarnation, in rank order."""
+        return self.generation.members if self.generation else ()
+
+    @property
+    def world_size(self) -> int:
+        """Workers in the current incarnation."""
+        return len(self.members)
+
+    def member_slots(self) -> list[str]:
+        """Slots of the current incarnation's workers, in rank order."""
+        return [self.workers[m].slot for m in self.members]
+
+    def start(self, slots: Sequence[str]) -> None:
+        """Start one worker per slot."""
+        self.assign(slots)
+
+    def assign(self, slots: Sequence[str]) -> None:
+        """Make the job run on exactly ``slots``. A set different from the running one
+        restarts every worker; after a failure, any assignment (the same slots included)
+        starts the group again. No slots stops the workers and waits."""
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"slots: each slot at most once, got {list(slots)}")
+        self.desired = list(slots)
+        self._broken = False
+
+    def poll_interval(self) -> float:
+        """Short while a restart is in flight, longer once settled."""
+        return 0.01 if not self.settled() else 0.05
+
+    def settled(self) -> bool:
+        """Whether the incarnation runs exactly on the assigned slots."""
+        return (
+            self._stopping_since is None
+            and not self._broken
+            and sorted(self._live_slots()) == sorted(self.desired)
+        )
+
+    def progress(self) -> dict[str, object] | None:
+        """Nothing: a torchrun script does not report its step to tidal."""
+        return self.host.progress()
+
+    # -- the state machine ------------------------------------------------------------
+
+    def poll(self) -> Outcome | None:
+        """Reap exits, carry a stop forward, start the next incarnation when due. Returns
+        the outcome once the job has ended."""
+        if self.outcome is not None:
+            return self.outcome
+        self._reap()
+        if self.outcome is None and self._stopping_since is not None:
+            self._advance_stop()
+        if self.outcome is None and self._stopping_since is None:
+            self._reconcile()
+        return self.outcome
+
+    def _live(self) -> list[Worker]:
+        return [
+            self.workers[m] for m in self.members if self.workers[m].phase is not WorkerPhase.EXITED
+        ]
+
+    def _live_slots(self) -> list[str]:
+        return [w.slot for w in self._live()]
+
+    def _reap(self) -> None:
+        members = set(self.members)
+        broken_before = self._broken
+        failed: list[Worker] = []
+        for worker in list(self.workers.values()):
+            if worker.phase is WorkerPhase.EXITED:
+                continue
+            code = worker.process.poll()
+            if code is None:
+                continue
+            worker.phase, worker.exit_code = WorkerPhase.EXITED, code
+            if worker.killed:
+                self._emit("released", f"{worker.id} stopped (status {code})")
+            elif code == 0:
+                if self._finishing_since is None:
+                    self._finishing_since = time.monotonic()
+                self._emit("finished", f"{worker.id} on slot {worker.slot} finished")
+            elif broken_before or worker.id not in members:
+                # The incarnation already failed: its other workers' exits (a peer's
+                # lost connection) follow from that failure and are not failures.
+                worker.killed = True
+                self._emit("released", f"{worker.id} left with status {code}")
+            else:
+                worker.failed = True
+                failed.append(worker)
+                self._emit("failed", f"{worker.id} on slot {worker.slot} exited with status {code}")
+        if failed:
+            self._broken = True
+            self._finishing_since = None
+            for worker in failed:
+                if self._on_failure is not None:
+                    self._on_failure(worker)
+            if self._live():
+                self._begin_stop(f"{failed[0].id} failed")
+            return
+        if self.members and not self._live() and self._finishing_since is not None:
+            # Every worker returned 0 (or, its peers done, was stopped after the bound).
+            self.outcome = Outcome.SUCCEEDED
+            self._emit("finished", f"all {self.world_size} workers finished")
+            self._close_incarnation()
+            return
+        if self._finishing_since is not None and self._live():
+            overdue = time.monotonic() - self._finishing_since > 3 * self.spec.timeout + 30
+            if overdue:
+                for worker in self._live():
+                    log.warning("worker=%s still running after its peers finished", worker.id)
+                    worker.killed = True
+                    worker.process.kill()
+
+    def _reconcile(self) -> None:
+        if self._broken or self._finishing_since is not None:
+            return
+        live = self._live_slots()
+        if live and sorted(live) == sorted(self.desired):
+            return
+        if live:
+            self._begin_stop(f"resize to {len(self.desired)} workers")
+            return
+        if self.desired:
+            self._start_incarnation()
+
+    def _begin_stop(self, reason: str) -> None:
+        """SIGTERM every live worker of the incarnation; :meth:`_advance_stop` follows."""
+        live = self._live()
+        for worker in live:
+            worker.killed = True
+            worker.phase = WorkerPhase.LEAVING
+            worker.process.terminate()
+        self._stopping_since, self._stop_reason = time.monotonic(), reason
+        self._emit(
+            "stopping",
+            f"{reason}: stopping {len(live)} workers (SIGTERM, SIGKILL after "
+            f"{self.spec.stop_grace:g}s); the group restarts from the script's checkpoint",
+        )
+
+    def _advance_stop(self) -> None:
+        assert self._stopping_since is not None
+        live = self._live()
+        if not live:
+            stall = time.monotonic() - self._stopping_since
+            self._stopping_since = None
+            self._emit("stopped", f"{self._stop_reason}: every worker stopped", stall=stall)
+            self._close_incarnation()
+            return
+        if time.monotonic() - self._stopping_since > self.spec.stop_grace:
+            for worker in live:
+                if worker.phase is not WorkerPhase.EXITED:
+                    log.warning("worker=%s did not stop in time: killing", worker.id)
+                    worker.process.kill()
+
+    def _close_incarnation(self) -> None:
+        """What the incarnation's workers left behind (``setsid`` children), and its store."""
+        for m in self.members:
+            self.workers[m].process.kill()
+        self._store = None
+
+    def _start_incarnation(self) -> None:
+        self.restart_count += 1
+        self._store = dist.TCPStore(
+            self.store_host,
+            0,  # bind-0: the port is free, and held by this store while the group runs
+            is_master=True,
+            timeout=timedelta(seconds=max(30.0, self.spec.timeout)),
+            wait_for_workers=False,
+            use_libuv=True,
+        )
+        world = TorchrunWorld(
+            run_id=self.spec.run_id,
+            master_addr=self.store_host,
+            master_port=int(self._store.port),
+            restart_count=self.restart_count,
+            max_restarts=self.spec.max_restarts,
+            role=self.spec.role,
+            gpus=self.spec.gpus,
+        )
+        inherited = {**os.environ, **self.spec.env}
+        base = {**self.spec.env, "PYTHONUNBUFFERED": "1"}
+        members = [
+            self._spawn(slot, {**base, **variables})
+            for slot, variables in torchrun_env(self.desired, world, inherited)
+        ]
+        reason = "start" if self.restart_count == 0 else "restart"
+        self.generation = Generation(self.restart_count, tuple(members), reason=reason)
+        self._started_at = time.monotonic()
+        ranks = " ".join(
+            f"{rank}={m}(pid {self.workers[m].process.pid})" for rank, m in enumerate(members)
+        )
+        self._emit(
+            "generation",
+            f"generation {self.restart_count} ({reason}, TORCHELASTIC_RESTART_COUNT="
+            f"{self.restart_count}): {len(members)} workers: {ranks}",
+        )
+
+    # -- processes ----------------------------------------------------------------------
+
+    def _spawn(self, slot: str, env: dict[str, str]) -> str:
+        worker_id = f"w{self._next_id}"
+        self._next_id += 1
+        process = self.spawner.spawn(
+            worker_id=worker_id,
+            slot=slot,
+            argv=self.spec.argv,
+            env=env,
+            cwd=self.spec.cwd,
+            on_line=worker_output(self.spec.log_dir, worker_id, self._on_output, self._log_files),
+        )
+        # No readiness signal from a torchrun script: it is a member once started.
+        self.workers[worker_id] = Worker(worker_id, slot, process, phase=WorkerPhase.MEMBER)
+        self._emit("started", f"{worker_id} started on slot {slot} (pid {process.pid})")
+        return worker_id
+
+    def _kill_all(self) -> None:
+        for worker in self.workers.values():
+            if worker.phase is not WorkerPhase.EXITED:
+                worker.killed = True
+            worker.process.kill()
+            worker.process.wait(timeout=10)
+            if worker.exit_code is None:
+                worker.exit_code = worker.process.returncode
+            worker.phase = WorkerPhase.EXITED
+        self._store = None
+
+    def fail(self, reason: str) -> None:
+        """End the group as failed (the restart budget is spent): kill every worker."""
+        if self.outcome is None:
+            self._emit("failed", reason)
+            self.outcome = Outcome.FAILED
+            self._kill_all()
+
+    def stop(self, grace: float = 30.0) -> None:
+        """SIGTERM every worker, wait up to ``grace`` seconds, kill what is left; closes
+        the logs."""
+        live = [w for w in self.workers.values() if w.phase is not WorkerPhase.EXITED]
+        for worker in live:
+            worker.killed = True
+            worker.process.terminate()
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(w.process.poll() is None for w in live):
+            time.sleep(0.02)
+        self._kill_all()
+        if self.outcome is None:
+            self.outcome = Outcome.STOPPED
+        for worker in self.workers.values():
+            worker.process.drain(timeout=5)
+        for sink in self._log_files:
+            sink.close()
+
+    def _emit(self, kind: str, message: str, *, stall: float | None = None) -> None:
+        event = GroupEvent(
+            kind,
+            message,
+            generation=self.generation.number if self.generation else None,
+            stall=stall,
+        )
+        log.info("run=%s %s: %s", self.spec.run_id, kind, message)
+        if self._on_event is not None:
+            self._on_event(event)
