@@ -21,9 +21,7 @@ __all__ = [
 ]
 
 #: Launchers no part of this server starts yet.
-UNAVAILABLE_LAUNCHERS: frozenset[Launcher] = frozenset(
-    {Launcher.TF, Launcher.MPI, Launcher.PS}
-)
+UNAVAILABLE_LAUNCHERS: frozenset[Launcher] = frozenset({Launcher.TF, Launcher.MPI, Launcher.PS})
 #: Restart policies the controller does not apply yet: it restarts failed replicas within
 #: the restart budget (``OnFailure``) and nothing else.
 UNAVAILABLE_RESTART_POLICIES: frozenset[RestartKind] = frozenset(
