@@ -164,6 +164,8 @@ class LocalBackend:
         config_path.write_text(json.dumps(asdict(config)))
         agent_log = self.state_dir / f"{config.job_id}.agent.log"
         tree = f"{config.job_id}-{secrets.token_hex(8)}"
+        # A killed agent leaves its record: waiting for the new one's must not find it.
+        record_path(self.state_dir, config.job_id).unlink(missing_ok=True)
         fd = os.open(agent_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with open(fd, "ab") as sink:
             process = subprocess.Popen(
