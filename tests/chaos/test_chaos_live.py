@@ -34,9 +34,9 @@ from tests.chaos.harness import ChaosServer, Prober, SeenProcesses, marked_proce
 pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("TIDAL_CHAOS_SEED", "1207"))
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "chaos_digits.py"
 TERMINAL = ("succeeded", "failed", "cancelled")
-#: Steps per epoch of the example: 80% of the 1,797 digits in batches of 64.
+#: Steps per epoch of the script: 80% of the 1,797 digits in batches of 64.
 STEPS_PER_EPOCH = math.ceil((1797 - math.ceil(1797 * 0.2)) / 64)
 
 
@@ -51,12 +51,12 @@ class JobPlan:
 
 
 JOBS = (
-    JobPlan("wide", workers=2, max_restarts=3, epochs=8),
-    JobPlan("solo", workers=1, max_restarts=2, epochs=8),
-    JobPlan("fragile", workers=1, max_restarts=1, epochs=8),
+    JobPlan("wide", workers=2, max_restarts=3, epochs=30),
+    JobPlan("solo", workers=1, max_restarts=2, epochs=30),
+    JobPlan("fragile", workers=1, max_restarts=1, epochs=30),
 )
 #: The faults of one run; the seed draws their order and their targets.
-FAULTS = ("server", "server", "agent", "worker", "worker", "worker", "freeze")
+FAULTS = ("server", "agent", "worker", "server", "worker", "freeze")
 
 
 def _spec(plan: JobPlan, root: Path) -> dict[str, Any]:
@@ -64,11 +64,11 @@ def _spec(plan: JobPlan, root: Path) -> dict[str, Any]:
         "name": plan.name,
         "command": [
             "python",
-            str(EXAMPLE),
+            str(SCRIPT),
             "--epochs",
             str(plan.epochs),
-            "--step-delay",
-            "0.05",
+            "--hold",
+            str(root / "hold"),
             "--result",
             str(root / f"{plan.name}.json"),
         ],
@@ -115,7 +115,9 @@ class Run:
         return pid
 
     def submit(self) -> None:
-        """Submit the run's jobs, remembering each one's stored spec."""
+        """Submit the run's jobs (slowed down until :meth:`release`), remembering each
+        one's stored spec."""
+        (self.root / "hold").touch()
         with self.server.api() as api:
             for plan in JOBS:
                 response = api.post("/jobs", json=_spec(plan, self.root))
@@ -123,6 +125,11 @@ class Run:
                 job = response.json()
                 self.jobs[job["id"]] = plan
                 self.specs[job["id"]] = self.job(job["id"])["spec"]
+
+    def release(self) -> None:
+        """Let the jobs train at full speed: the faults are over."""
+        (self.root / "hold").unlink()
+        self.note("jobs released")
 
     def steady(self, job_id: str, timeout: float = 90) -> list[int] | None:
         """Wait until the job runs all its workers; their pids, or ``None`` if it ended."""
@@ -250,6 +257,7 @@ def test_jobs_survive_seeded_faults(run: Run, request: pytest.FixtureRequest) ->
         with Prober(run.server, lambda: list(run.jobs)).running() as prober:
             for kind in faults:
                 run.fault(kind)
+            run.release()
             for job_id in run.jobs:
                 until(lambda j=job_id: run.job(j)["state"] in TERMINAL, 180, f"{job_id} to end")
         run.note("every job ended")
