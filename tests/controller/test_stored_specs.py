@@ -98,3 +98,18 @@ def test_relax_reads_values_as_earlier_rules_did() -> None:
 def test_a_spec_no_rules_ever_accepted_is_still_refused() -> None:
     with pytest.raises(ValueError, match="name"):
         load_stored_spec({"name": "Bad Name!", "command": ["x"]})
+
+
+def test_a_spec_no_release_accepted_stops_only_its_own_job(served: Served) -> None:
+    """A row edited into a spec nothing can read: the loop leaves that job alone (it can
+    still be cancelled) and goes on with the others."""
+    headers = {"Authorization": f"Bearer {served.token}"}
+    with httpx.Client(base_url=served.url, headers=headers, timeout=30) as http:
+        broken = _store_as_earlier_release(served, {"name": "Bad Name!", "command": ["x"]})
+        fine = http.post("/jobs", json={"name": "fine", "command": ["x"]}).json()["id"]
+        served.controller.tick()
+        assert http.get(f"/jobs/{fine}").json()["state"] == "running"
+        assert http.get(f"/jobs/{broken}").json()["state"] == "queued"
+        assert http.post(f"/jobs/{broken}/cancel").status_code == 202
+        served.controller.tick()
+        assert http.get(f"/jobs/{broken}").json()["state"] == "cancelled"
