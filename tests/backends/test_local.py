@@ -3,11 +3,18 @@ conformance suite, re-attaching to its agents included."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.backends.conformance import BackendConformance, Harness
+from tidal.backends.base import JobLaunch, WorkerState
 from tidal.backends.local import LocalBackend
 
 pytestmark = pytest.mark.slow
@@ -25,3 +32,78 @@ class TestLocalConformance(BackendConformance):
         )
         yield made
         made.close()
+
+
+def test_a_job_that_ended_while_no_controller_watched_is_reported_ended(
+    tmp_path: Path,
+) -> None:
+    """The controller was down while the job's workers finished: the next backend on the
+    data dir reports the job finished (once), not gone, so it is not run again."""
+    data = tmp_path / "data"
+    first = LocalBackend(data)
+    first.start(
+        JobLaunch(
+            job_id="quick",
+            argv=(sys.executable, "-c", "pass"),
+            log_dir=tmp_path / "logs",
+            checkpoint_dir=tmp_path / "ckpt",
+            gpu=False,
+        ),
+        [("local", 0)],
+    )
+    # No poll: this backend is the controller that was SIGKILLed.
+    final = data / "agents" / "quick.final.json"
+    deadline = time.monotonic() + 120
+    while not (final.exists() and not (data / "agents" / "quick.agent.json").exists()):
+        assert time.monotonic() < deadline, "the agent did not end"
+        time.sleep(0.05)
+    again = LocalBackend(data)
+    try:
+        status = again.poll().get("quick")
+        assert status is not None, "the ended job was taken for lost"
+        assert status.finished and not status.failed
+        assert [w.state for w in status.workers] == [WorkerState.EXITED]
+        assert "quick" not in again.poll(), "reported once"
+    finally:
+        again.close()
+        first.close()
+
+
+def test_an_agent_killed_mid_job_is_replaced_at_once(tmp_path: Path) -> None:
+    """A SIGKILLed agent leaves its record behind: the new agent is connected to, not the
+    dead one's store (which once stalled the restart, and the controller's tick, for
+    attempts of 10 s each before it failed)."""
+    data = tmp_path / "data"
+    backend = LocalBackend(data)
+    record = data / "agents" / "killed.agent.json"
+    try:
+        backend.start(
+            JobLaunch(
+                job_id="killed",
+                argv=(sys.executable, "-c", "import time; time.sleep(600)"),
+                log_dir=tmp_path / "logs",
+                checkpoint_dir=tmp_path / "ckpt",
+                gpu=False,
+            ),
+            [("local", 0)],
+        )
+        dead_pid = int(json.loads(record.read_text())["pid"])
+        os.kill(dead_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while (status := backend.poll().get("killed")) is None or status.reason != "agent died":
+            assert time.monotonic() < deadline, f"the agent's death was not noticed: {status}"
+            time.sleep(0.05)
+        started = time.monotonic()
+        backend.assign("killed", [("local", 0)])
+        assert time.monotonic() - started < 9, "the restart waited on the dead agent's store"
+        assert int(json.loads(record.read_text())["pid"]) != dead_pid
+        deadline = time.monotonic() + 60
+        live = (WorkerState.STARTING, WorkerState.RUNNING)
+        while True:
+            status = backend.poll()["killed"]
+            if any(w.worker_id == 1 and w.state in live for w in status.workers):
+                break
+            assert time.monotonic() < deadline, f"no new worker: {status}"
+            time.sleep(0.05)
+    finally:
+        backend.close()

@@ -125,3 +125,32 @@ def test_a_corrupt_row_is_marked_not_fatal(
             assert "stored record cannot be read" in broken["reason"]
         assert {j["state"] for j in jobs if j["id"] != ids[1]} == {"queued"}
     assert [j.id for j in served.client().list()] == ids
+
+
+@pytest.mark.parametrize(
+    "corruption",
+    [
+        "UPDATE jobs SET spec = '{not json' WHERE id = :id",
+        "UPDATE jobs SET state = 'bogus' WHERE id = :id",
+    ],
+)
+def test_a_corrupt_row_answers_a_clear_error_for_that_job(
+    served: Served, http: httpx.Client, corruption: str
+) -> None:
+    ids = submit(http, 2)
+    with served.store.engine.begin() as conn:
+        conn.execute(text(corruption), {"id": ids[1]})
+    for ref in (ids[1], "j1"):  # by id and by name
+        response = http.get(f"/jobs/{ref}")
+        assert response.status_code == 409, response.text
+        body = response.json()
+        assert body["job"] == ids[1]
+        assert body["state"] == "unreadable"
+        assert "stored record cannot be read" in body["detail"]
+    assert http.post(f"/jobs/{ids[1]}/cancel").status_code == 409
+    assert http.get(f"/jobs/{ids[0]}").status_code == 200
+    # The loop goes on with the readable jobs (it lists them every tick).
+    served.controller.tick()
+    assert http.post(f"/jobs/{ids[0]}/cancel").status_code == 202
+    served.controller.tick()
+    assert http.get(f"/jobs/{ids[0]}").json()["state"] == "cancelled"

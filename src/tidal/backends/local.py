@@ -85,6 +85,9 @@ class LocalBackend:
         self.timeout = timeout
         self._agents: dict[str, _Agent] = {}
         self._log_dirs: dict[str, Path] = {}
+        #: Jobs whose agent ended (succeeded or failed) while no backend watched it:
+        #: reported once, by the first poll, so the controller records how they ended.
+        self._ended: dict[str, JobStatus] = {}
         self._reattach()
 
     def _reattach(self) -> None:
@@ -111,6 +114,23 @@ class LocalBackend:
             if log_dir is not None:
                 self._log_dirs[job_id] = log_dir
             log.info("re-attached to job=%s agent pid=%d", job_id, agent.pid)
+        self._find_ended()
+
+    def _find_ended(self) -> None:
+        """Agents that ended their job while no backend watched (the controller was
+        down): their final status, so the job is recorded as it ended instead of being
+        taken for lost and run again. A stopped one is left out: its job was released
+        (it resumes from its checkpoint when started again)."""
+        for final in sorted(self.state_dir.glob("*.final.json")):
+            try:
+                status = AgentStatus.from_json(final.read_text())
+                ended = status.job_status()
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                continue  # unreadable: the job is taken for lost, as before
+            if status.job_id in self._agents or status.outcome not in ("succeeded", "failed"):
+                continue
+            self._ended[status.job_id] = ended
+            log.info("job=%s ended (%s) while no controller watched", status.job_id, status.outcome)
 
     @property
     def job_ids(self) -> list[str]:
@@ -147,6 +167,8 @@ class LocalBackend:
         config_path.write_text(json.dumps(asdict(config)))
         agent_log = self.state_dir / f"{config.job_id}.agent.log"
         tree = f"{config.job_id}-{secrets.token_hex(8)}"
+        # A killed agent leaves its record: waiting for the new one's must not find it.
+        record_path(self.state_dir, config.job_id).unlink(missing_ok=True)
         fd = os.open(agent_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with open(fd, "ab") as sink:
             process = subprocess.Popen(
@@ -238,6 +260,8 @@ class LocalBackend:
         """Every job's workers as their agents last reported them."""
         statuses: dict[str, JobStatus] = {}
         reports: dict[str, tuple[tuple[MetricPoint, ...], dict[str, Any] | None]] = {}
+        statuses.update(self._ended)
+        self._ended.clear()
         for job_id, agent in list(self._agents.items()):
             if agent.died is not None:
                 statuses[job_id] = agent.died

@@ -6,9 +6,11 @@ from fastapi import Depends, FastAPI
 
 import tidal
 from tidal.controller.api import PROTECTED_ROUTERS, PUBLIC_ROUTERS
+from tidal.controller.api.deps import unreadable_job_response
 from tidal.controller.auth import BearerAuth
 from tidal.controller.limits import install_request_guards
 from tidal.controller.loop import Controller
+from tidal.controller.store import UnreadableJobError
 from tidal.dashboard import mount_dashboard
 
 __all__ = ["create_app"]
@@ -28,5 +30,6 @@ def create_app(controller: Controller, token: str) -> FastAPI:
     for router in PROTECTED_ROUTERS:
         app.include_router(router, dependencies=[Depends(auth)])
     mount_dashboard(app, auth)
+    app.add_exception_handler(UnreadableJobError, unreadable_job_response)
     install_request_guards(app)
     return app

@@ -35,6 +35,7 @@ class LoopEffects:
         # Jobs never change after submission (but for their priority, which the record
         # holds): parsing each one once keeps ticks cheap.
         self._models: dict[str, Job] = {}
+        self._unloadable: set[str] = set()
 
     def model(self, job: JobRecord) -> Job:
         """The job model of ``job``."""
@@ -42,6 +43,19 @@ class LoopEffects:
         if found is None:
             found = self._models[job.id] = job.job
         return found
+
+    def loadable(self, job: JobRecord) -> bool:
+        """Whether ``job``'s model can be built from its stored spec; one that cannot (a
+        spec no release would have accepted: the row was edited) is logged once and left
+        alone, so it does not stop the loop for every other job."""
+        try:
+            self.model(job)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            if job.id not in self._unloadable:
+                self._unloadable.add(job.id)
+                log.warning("job %s: stored spec cannot be read, left alone: %s", job.id, exc)
+            return False
+        return True
 
     def forget_models(self, keep: Collection[str]) -> None:
         """Drop the parsed models of jobs not in ``keep`` (they ended)."""

@@ -23,7 +23,16 @@ from tidal.controller.records import JobRecord
 from tidal.controller.tables import JobRow
 from tidal.model import JobState
 
-__all__ = ["Cursor", "CursorError", "JobPage", "UnreadableJob", "read_page"]
+__all__ = [
+    "Cursor",
+    "CursorError",
+    "JobPage",
+    "UnreadableJob",
+    "UnreadableJobError",
+    "job_heads",
+    "read_page",
+    "read_records",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +81,14 @@ class UnreadableJob:
     error: str
 
 
+class UnreadableJobError(LookupError):
+    """The job exists but its stored row cannot be read (see :class:`UnreadableJob`)."""
+
+    def __init__(self, job: UnreadableJob) -> None:
+        super().__init__(f"job {job.id}: stored record cannot be read: {job.error}")
+        self.job = job
+
+
 @dataclass(frozen=True)
 class JobPage:
     """One page of jobs and the cursor of the next page (``None`` on the last one)."""
@@ -84,7 +101,7 @@ class JobPage:
         return [j for j in self.jobs if isinstance(j, JobRecord)]
 
 
-def _heads(
+def job_heads(
     states: Sequence[JobState] | None, name: str | None, after: Cursor | None
 ) -> Select[str, str, float]:
     """The matching jobs' id, name and submission time, in submission order: plain
@@ -116,7 +133,7 @@ def _read_one(session: Session, head: tuple[str, str, float]) -> JobRecord | Unr
         return UnreadableJob(job_id, name, submitted_at, f"{type(exc).__name__}: {exc}")
 
 
-def _read(
+def read_records(
     session: Session, heads: Sequence[tuple[str, str, float]]
 ) -> list[JobRecord | UnreadableJob]:
     """The records of ``heads``, in their order: in one query, or row by row when one
@@ -139,17 +156,17 @@ def read_page(
     after: Cursor | None,
 ) -> JobPage:
     """Up to ``limit`` matching jobs after ``after`` and the cursor of the next page."""
-    query = _heads(states, name, after)
+    query = job_heads(states, name, after)
     found: list[JobRecord | UnreadableJob] = []
     if not labels:
         heads = [(i, n, at) for i, n, at in session.execute(query.limit(limit + 1))]
-        found = _read(session, heads)
+        found = read_records(session, heads)
     else:
         # Label filters run here, not in SQL (JSON querying differs between databases),
         # on chunks of candidates until the page is full.
         heads = [(i, n, at) for i, n, at in session.execute(query)]
         for start in range(0, len(heads), limit + 1):
-            chunk = _read(session, heads[start : start + limit + 1])
+            chunk = read_records(session, heads[start : start + limit + 1])
             found += [
                 j
                 for j in chunk

@@ -134,6 +134,8 @@ class Controller:
             jobs = []
             for job in active:
                 job = apply_pending(self.effects, job, pending.get(job.id, ()), now)
+                if not job.cancel_requested and not self.effects.loadable(job):
+                    continue  # a cancel needs no model: such a job can still be cancelled
                 observed = observe(
                     self.effects, self.cluster, job, statuses.get(job.id), now, elapsed
                 )

@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from tidal.backends.base import WorkerState
+from tidal.controller.stored_specs import load_stored_spec
 from tidal.controller.tables import JobRow, slots_of
 from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM, Job, JobState, job_from_spec
 from tidal.policy.api import Slot
@@ -62,8 +63,9 @@ class JobRecord:
 
     @cached_property
     def spec(self) -> JobSpec:
-        """The job's spec (validated when it was submitted, so parsing cannot fail)."""
-        return JobSpec.model_validate(self.spec_data)
+        """The job's spec, read as stored: one that earlier, more lenient rules accepted
+        still loads (:func:`~tidal.controller.stored_specs.load_stored_spec`)."""
+        return load_stored_spec(self.spec_data)
 
     @cached_property
     def job(self) -> Job:

@@ -24,7 +24,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from tidal.backends.base import WorkerState, WorkerStatus
-from tidal.controller.job_pages import Cursor, JobPage, read_page
+from tidal.controller.job_pages import (
+    Cursor,
+    JobPage,
+    UnreadableJob,
+    UnreadableJobError,
+    job_heads,
+    read_page,
+    read_records,
+)
 from tidal.controller.records import (
     AllocationRecord,
     Event,
@@ -60,6 +68,7 @@ __all__ = [
     "MetricRecord",
     "Store",
     "StoreError",
+    "UnreadableJobError",
     "WorkerRecord",
 ]
 
@@ -206,23 +215,37 @@ class Store:
         return record
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        """The job with this id, if any."""
+        """The job with this id, if any; :class:`UnreadableJobError` if its stored row
+        cannot be read."""
         with self._transaction() as s:
-            row = s.get(JobRow, job_id)
-            return JobRecord.of_row(row) if row else None
+            head = s.execute(
+                select(JobRow.id, JobRow.name, JobRow.submitted_at).where(JobRow.id == job_id)
+            ).first()
+            return self._record(s, head)
 
     def resolve(self, ref: str) -> JobRecord | None:
-        """A job by id, or else the most recently submitted job with that name."""
+        """A job by id, or else the most recently submitted job with that name;
+        :class:`UnreadableJobError` if its stored row cannot be read."""
+        heads = select(JobRow.id, JobRow.name, JobRow.submitted_at)
         with self._transaction() as s:
-            row = s.get(JobRow, ref)
-            if row is None:
-                row = s.scalars(
-                    select(JobRow)
-                    .where(JobRow.name == ref)
+            head = s.execute(heads.where(JobRow.id == ref)).first()
+            if head is None:
+                head = s.execute(
+                    heads.where(JobRow.name == ref)
                     .order_by(JobRow.submitted_at.desc(), JobRow.id.desc())
                     .limit(1)
                 ).first()
-            return JobRecord.of_row(row) if row else None
+            return self._record(s, head)
+
+    @staticmethod
+    def _record(session: Session, head: Any) -> JobRecord | None:
+        """The record of the job ``head`` (id, name, submission time) names, if any."""
+        if head is None:
+            return None
+        (found,) = read_records(session, [(head[0], head[1], head[2])])
+        if isinstance(found, UnreadableJob):
+            raise UnreadableJobError(found)
+        return found
 
     def list_jobs(
         self,
@@ -231,17 +254,17 @@ class Store:
         labels: Mapping[str, str] | None = None,
         limit: int | None = None,
     ) -> list[JobRecord]:
-        """Jobs in submission order, filtered by state, name and labels (all must match)."""
-        query = select(JobRow).order_by(JobRow.submitted_at, JobRow.id)
-        if states:
-            query = query.where(JobRow.state.in_([st.value for st in states]))
-        if name is not None:
-            query = query.where(JobRow.name == name)
+        """Jobs in submission order, filtered by state, name and labels (all must match).
+
+        A job whose stored row cannot be read is left out (and logged): one bad row must
+        not stop the controller loop, which lists the active jobs every tick; the API's
+        listing shows it as unreadable (:meth:`job_page`)."""
+        query = job_heads(states, name, None)
         if limit is not None and not labels:
             query = query.limit(limit)
         with self._transaction() as s:
-            rows = s.scalars(query).all()
-            jobs = [JobRecord.of_row(r) for r in rows]
+            heads = [(i, n, at) for i, n, at in s.execute(query)]
+            jobs = [j for j in read_records(s, heads) if isinstance(j, JobRecord)]
         if labels:
             # Label filters run here, not in SQL: JSON querying differs between databases.
             jobs = [j for j in jobs if all(j.labels.get(k) == v for k, v in labels.items())]
@@ -261,11 +284,14 @@ class Store:
             return read_page(s, states, name, labels or {}, limit, after)
 
     def count_by_state(self) -> dict[JobState, int]:
-        """How many jobs are in each state (every state present, possibly 0)."""
+        """How many jobs are in each state (every state present, possibly 0); rows whose
+        state is not one this release knows (unreadable) are not counted."""
         counts = dict.fromkeys(JobState, 0)
+        known = {st.value: st for st in JobState}
         with self._transaction() as s:
             for state, n in s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)):
-                counts[JobState(state)] = int(n)
+                if state in known:
+                    counts[known[state]] = int(n)
         return counts
 
     def update_job(

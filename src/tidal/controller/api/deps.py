@@ -5,11 +5,19 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
+from fastapi.responses import JSONResponse
 
 from tidal.controller.loop import Controller
-from tidal.controller.store import JobRecord, Store
+from tidal.controller.store import JobRecord, Store, UnreadableJobError
 
-__all__ = ["UNPROCESSABLE", "ControllerDep", "StoreDep", "invalid", "job_or_404"]
+__all__ = [
+    "UNPROCESSABLE",
+    "ControllerDep",
+    "StoreDep",
+    "invalid",
+    "job_or_404",
+    "unreadable_job_response",
+]
 
 #: Spelled out: the status constant's name differs between Starlette versions.
 UNPROCESSABLE = 422
@@ -41,4 +49,14 @@ def invalid(path: str, message: str, where: str = "body") -> HTTPException:
     return HTTPException(
         status_code=UNPROCESSABLE,
         detail=[{"loc": [where, path], "path": path, "msg": message, "type": "value_error"}],
+    )
+
+
+async def unreadable_job_response(_request: Request, exc: Exception) -> JSONResponse:
+    """A route named a job whose stored row cannot be read: 409 saying so, with the
+    decoding error (the listing shows the same job as ``unreadable``)."""
+    assert isinstance(exc, UnreadableJobError)
+    return JSONResponse(
+        status_code=status.HTTP_409_CONFLICT,
+        content={"detail": str(exc), "job": exc.job.id, "state": "unreadable"},
     )

@@ -1,0 +1,288 @@
+"""Chaos against a real ``tidal server`` with the local backend and real digits jobs:
+SIGKILLs of the server (started again on the same data dir), of a job's agent and of
+workers, and workers frozen with SIGSTOP for a few seconds, in an order drawn from a seed.
+
+Throughout: no answer is a 5xx. After each server restart every stored job is there,
+unchanged. At the end: each job's restarts are exactly the kills it took (no runaway
+respawn: its workers and log files are bounded by them), it ended as those kills decide
+(finished with a correct result within its restart budget, failed naming the limit past
+it), and no process of the run is left.
+
+The seed is printed with any failure; ``TIDAL_CHAOS_SEED=N`` replays a run's faults.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import secrets
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos.harness import ChaosServer, Prober, SeenProcesses, marked_processes, until
+
+pytestmark = pytest.mark.slow
+
+SEED = int(os.environ.get("TIDAL_CHAOS_SEED", "1207"))
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "chaos_digits.py"
+TERMINAL = ("succeeded", "failed", "cancelled")
+#: Steps per epoch of the script: 80% of the 1,797 digits in batches of 64.
+STEPS_PER_EPOCH = math.ceil((1797 - math.ceil(1797 * 0.2)) / 64)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A job the run submits: its size, its restart budget and how long it trains."""
+
+    name: str
+    workers: int
+    max_restarts: int
+    epochs: int
+
+
+JOBS = (
+    JobPlan("wide", workers=2, max_restarts=3, epochs=30),
+    JobPlan("solo", workers=1, max_restarts=2, epochs=30),
+    JobPlan("fragile", workers=1, max_restarts=1, epochs=30),
+)
+#: The faults of one run; the seed draws their order and their targets.
+FAULTS = ("server", "agent", "worker", "server", "worker", "freeze")
+
+
+def _spec(plan: JobPlan, root: Path) -> dict[str, Any]:
+    return {
+        "name": plan.name,
+        "command": [
+            "python",
+            str(SCRIPT),
+            "--epochs",
+            str(plan.epochs),
+            "--hold",
+            str(root / "hold"),
+            "--result",
+            str(root / f"{plan.name}.json"),
+        ],
+        "workers": plan.workers,
+        "restart": {"max_restarts": plan.max_restarts},
+        "checkpoint_dir": str(root / f"ckpt-{plan.name}"),
+        "checkpoint_every_steps": 5,
+        "env": {"OMP_NUM_THREADS": "1"},
+    }
+
+
+class Run:
+    """One chaos run: the server, the jobs it submitted, what was done to them."""
+
+    def __init__(self, root: Path, seed: int) -> None:
+        self.root = root
+        self.rng = random.Random(seed)
+        self.server = ChaosServer(root, secrets.token_hex(8), slots=4)
+        self.seen = SeenProcesses()
+        self.jobs: dict[str, JobPlan] = {}
+        self.specs: dict[str, Any] = {}
+        self.kills: Counter[str] = Counter()
+        self.log: list[str] = []
+        self.began = time.monotonic()
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """The job's detail view (the server must answer it)."""
+        with self.server.api() as api:
+            response = api.get(f"/jobs/{job_id}")
+        assert response.status_code == 200, response.text
+        view: dict[str, Any] = response.json()
+        for worker in view["worker_list"]:
+            self.seen.add(worker["pid"], f"{job_id} worker {worker['worker_id']}")
+        return view
+
+    def agent_pid(self, job_id: str) -> int | None:
+        """The pid in the job's agent record, if it has one."""
+        record = self.server.data / "agents" / f"{job_id}.agent.json"
+        try:
+            pid = int(json.loads(record.read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            return None
+        self.seen.add(pid, f"{job_id} agent")
+        return pid
+
+    def submit(self) -> None:
+        """Submit the run's jobs (slowed down until :meth:`release`), remembering each
+        one's stored spec."""
+        (self.root / "hold").touch()
+        with self.server.api() as api:
+            for plan in JOBS:
+                response = api.post("/jobs", json=_spec(plan, self.root))
+                assert response.status_code == 201, response.text
+                job = response.json()
+                self.jobs[job["id"]] = plan
+                self.specs[job["id"]] = self.job(job["id"])["spec"]
+
+    def release(self) -> None:
+        """Let the jobs train at full speed: the faults are over."""
+        (self.root / "hold").unlink()
+        self.note("jobs released")
+
+    def steady(self, job_id: str, timeout: float = 90) -> list[int] | None:
+        """Wait until the job runs all its workers; their pids, or ``None`` if it ended."""
+
+        def check() -> list[int] | bool | None:
+            view = self.job(job_id)
+            if view["state"] in TERMINAL:
+                return [-1]
+            pids = [w["pid"] for w in view["worker_list"] if w["state"] == "running"]
+            if view["state"] == "running" and len(pids) == self.jobs[job_id].workers:
+                return [p for p in pids if p]
+            return None
+
+        pids: list[int] = until(check, timeout, f"{job_id} to run all its workers")
+        return None if pids == [-1] else pids
+
+    def stored_jobs_intact(self) -> None:
+        """Every submitted job is listed, readable, with the spec it was submitted with."""
+        with self.server.api() as api:
+            response = api.get("/jobs", params={"view": "full", "limit": 1000})
+        assert response.status_code == 200, response.text
+        listed = {j["id"]: j for j in response.json()}
+        assert sorted(listed) == sorted(self.jobs)
+        for job_id, view in listed.items():
+            assert view["state"] != "unreadable", view
+            assert view["spec"] == self.specs[job_id], job_id
+
+    def targets(self) -> list[str]:
+        """Jobs still going, in a stable order (the seed picks among them)."""
+        return sorted(j for j in self.jobs if self.job(j)["state"] not in TERMINAL)
+
+    def note(self, what: str) -> None:
+        """Record what was done, with the run's clock."""
+        self.log.append(f"{time.monotonic() - self.began:.0f}s {what}")
+
+    def fault(self, kind: str) -> None:
+        """Inject one fault and wait until the system has taken it in."""
+        if kind == "server":
+            for job_id in self.jobs:
+                self.agent_pid(job_id)
+            self.server.kill()
+            self.note("server killed")
+            self.server.start()
+            self.stored_jobs_intact()
+            self.note("server back, every job intact")
+            return
+        candidates = self.targets()
+        if not candidates:
+            self.note(f"{kind}: no job left to hit")
+            return
+        job_id = self.rng.choice(candidates)
+        pids = self.steady(job_id)
+        if pids is None:
+            self.note(f"{kind}: {job_id} ended first")
+            return
+        if kind == "agent":
+            pid = self.agent_pid(job_id)
+            assert pid is not None, f"{job_id} has no agent record"
+            os.kill(pid, signal.SIGKILL)
+        elif kind == "worker":
+            os.kill(self.rng.choice(sorted(pids)), signal.SIGKILL)
+        else:
+            pid = self.rng.choice(sorted(pids))
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(self.rng.uniform(1.0, 3.0))  # the fault itself: a frozen worker
+            os.kill(pid, signal.SIGCONT)
+            self.note(f"froze a worker of {job_id}")
+            return
+        self.kills[job_id] += 1
+        self.note(f"{kind} of {job_id} killed (kill {self.kills[job_id]})")
+        expected = self.kills[job_id]
+        until(
+            lambda: (
+                self.job(job_id)["restarts"] >= expected or self.job(job_id)["state"] in TERMINAL
+            ),
+            60,
+            f"{job_id} to count the kill",
+        )
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[Run]:
+    chaos = Run(tmp_path, SEED)
+    chaos.server.start()
+    try:
+        yield chaos
+    finally:
+        chaos.server.stop()
+        # Whatever a failed run left is ended by the marks the run gave it.
+        for pid in marked_processes(chaos.server.token):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _check_job(run: Run, job_id: str, view: dict[str, Any]) -> None:
+    plan = run.jobs[job_id]
+    kills = run.kills[job_id]
+    with run.server.api() as api:
+        events = api.get(f"/jobs/{job_id}/events").json()
+    kinds = Counter(e["kind"] for e in events)
+    # No runaway respawn: restarts are the kills, in the view and in the events alike.
+    assert view["restarts"] == kills, (view["restarts"], kills, view["reason"])
+    assert kinds["worker_failed"] + kinds["failed"] * (kills > plan.max_restarts) == kills
+    worker_ids = {w["worker_id"] for w in view["worker_list"]}
+    bound = plan.workers * (1 + kills + kinds["lost"])
+    assert len(worker_ids) <= bound, (worker_ids, bound)
+    logs = list((run.server.data / "jobs" / job_id / "logs").glob("worker-*.log"))
+    assert len(logs) <= bound, (len(logs), bound)
+    assert [w for w in view["worker_list"] if w["state"] in ("starting", "running")] == []
+    if kills <= plan.max_restarts:
+        assert view["state"] == "succeeded", view["reason"]
+        result = json.loads((run.root / f"{plan.name}.json").read_text())
+        assert result["steps"] == plan.epochs * STEPS_PER_EPOCH, result
+        assert result["accuracy"] > 0.9, result
+    else:
+        assert view["state"] == "failed", view["reason"]
+        assert "restart limit" in view["reason"], view["reason"]
+
+
+def test_jobs_survive_seeded_faults(run: Run, request: pytest.FixtureRequest) -> None:
+    started = time.monotonic()
+    try:
+        run.submit()
+        faults = run.rng.sample(FAULTS, len(FAULTS))
+        with Prober(run.server, lambda: list(run.jobs)).running() as prober:
+            for kind in faults:
+                run.fault(kind)
+            run.release()
+            for job_id in run.jobs:
+                until(lambda j=job_id: run.job(j)["state"] in TERMINAL, 180, f"{job_id} to end")
+        run.note("every job ended")
+        views = {job_id: run.job(job_id) for job_id in run.jobs}
+        run.stored_jobs_intact()
+        assert prober.bad == [], prober.bad
+        assert prober.answered > 0
+        log_text = run.server.log.read_text()
+        assert "unhandled error" not in log_text, log_text[-3000:]  # what a 500 logs
+        assert sum(run.kills.values()) >= 3, run.log  # the run did hit its jobs
+        for job_id, view in views.items():
+            _check_job(run, job_id, view)
+        run.server.stop()
+        until(
+            lambda: not marked_processes(run.server.token) and not run.seen.alive(),
+            60,
+            "the run's processes to end",
+        )
+    except BaseException as exc:
+        exc.add_note(
+            f"chaos seed {SEED} (replay: TIDAL_CHAOS_SEED={SEED}); faults: {run.log}; "
+            f"left: {run.seen.alive()} marked {marked_processes(run.server.token)}"
+        )
+        raise
+    print(
+        f"\nchaos seed {SEED}: {len(run.log)} faults in {time.monotonic() - started:.0f} s: "
+        f"{run.log}; {prober.answered} probes answered"
+    )
