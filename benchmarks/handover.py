@@ -10,7 +10,9 @@ it back (→ 2 / 2), so one slot moves from one job to the other.
 * **first step**: the first step line the receiving job's new worker wrote (each line is
   stamped with ``time.time()`` once its optimizer update is done);
 * **handover** = first step − decision; **cold start** = the new worker's process start
-  (from /proc) → its first step, in the same trial; **spawn** = decision → process start.
+  (from /proc) → its first step, in the same trial; **spawn** = decision → process start;
+  **slot free** = decision → the next ``rescale`` event (the grow, which the controller
+  decides once the released worker's process has exited and its slot is free).
 
 With ``--warm-pool N`` each job keeps N warm interpreters (``TIDAL_WARM_POOL``): the new
 worker's process then started before the decision, so its "cold start" is the pool's age,
@@ -99,6 +101,7 @@ def main() -> None:
     os.environ.update(env())
     process = start_server(base, *args.server_arg, slots=4)
     rows: list[tuple[float, float, float]] = []
+    frees: list[float] = []
     try:
         with Client(data_dir=base / "data", timeout=30) as client:
             outs = {n: base / n for n in ("a", "b")}
@@ -128,14 +131,18 @@ def main() -> None:
                     for e in client.events(limit=1000)
                     if e.id > last_event and e.kind == "rescale"
                 ]
-                decision = min(e.time for e in events)
+                times = sorted(e.time for e in events)
+                decision = times[0]
+                free = times[1] - decision if len(times) > 1 else float("nan")
+                frees.append(free)
                 handover = line["time"] - decision
                 cold = line["time"] - line["started"]
                 spawn = line["started"] - decision
                 rows.append((handover, cold, spawn))
                 print(
                     f"trial {trial}: {ids[gaining]} gains a slot: handover {handover:.2f}s "
-                    f"(decision → process start {spawn:.2f}s, cold start {cold:.2f}s)",
+                    f"(slot free {free:.2f}s, decision → process start {spawn:.2f}s, "
+                    f"cold start {cold:.2f}s)",
                     flush=True,
                 )
     finally:
@@ -144,7 +151,8 @@ def main() -> None:
     handovers, colds, spawns = zip(*rows, strict=True)
     print(
         f"handover decision → first step: p50 {statistics.median(handovers):.2f}s "
-        f"max {max(handovers):.2f}s | decision → process start p50 "
+        f"max {max(handovers):.2f}s | slot free p50 {statistics.median(frees):.2f}s "
+        f"max {max(frees):.2f}s | decision → process start p50 "
         f"{statistics.median(spawns):.2f}s | cold start (process start → first step) p50 "
         f"{statistics.median(colds):.2f}s max {max(colds):.2f}s | {len(rows)} trials | "
         f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"

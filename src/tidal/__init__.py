@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         ElasticDataParallel,
         FitResult,
         PeerLost,
+        PerSampleDropout,
         RuntimeConfig,
         State,
         Trainer,
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
         current,
         init,
         log_metrics,
+        per_sample_dropout,
+        sample_rand_like,
     )
 
 __version__ = "0.1.0"
@@ -49,6 +52,7 @@ __all__ = [
     "ElasticDataParallel",
     "FitResult",
     "PeerLost",
+    "PerSampleDropout",
     "RuntimeConfig",
     "State",
     "Trainer",
@@ -58,6 +62,8 @@ __all__ = [
     "current",
     "init",
     "log_metrics",
+    "per_sample_dropout",
+    "sample_rand_like",
 ]
 
 #: The names above that :mod:`tidal.runtime` provides.

@@ -1,9 +1,10 @@
-"""BatchNorm over the global batch: the result does not depend on the number of workers.
+"""BatchNorm and dropout that do not depend on the number of workers.
 
-The same BatchNorm model is trained alone and under ``tidal run`` (3 workers with uneven
-shares of a batch of 64, then 2 after a resize). With ``sync_batchnorm=True`` the loss of
-every step and the final parameters and running statistics equal the alone run's; without
-it, already the first step's loss differs (which shows the comparison can fail).
+The same BatchNorm model (then with dropout too) is trained alone and under ``tidal run``
+(3 workers with uneven shares of a batch of 64, then 2 after a resize). With
+``sync_batchnorm=True`` (and ``per_sample_rng=True`` for dropout) the loss of every step and
+the final parameters and running statistics equal the alone run's; without the option,
+already the first step's loss differs (which shows the comparison can fail).
 """
 
 from __future__ import annotations
@@ -39,17 +40,24 @@ def global_losses(out: Path) -> dict[int, float]:
     }
 
 
-@pytest.fixture(scope="module")
-def alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("batchnorm-alone")
+def _run_alone(tmp_path_factory: pytest.TempPathFactory, *script_args: str) -> Path:
+    out = tmp_path_factory.mktemp("alone")
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out)],
+        [sys.executable, str(SCRIPT), "--out", str(out), *script_args],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
     return out
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _run_alone(tmp_path_factory)
+
+
+DROPOUT = ("--dropout", "0.3")
 
 
 @pytest.fixture
@@ -63,6 +71,7 @@ def launches() -> Iterator[list[Launch]]:
 def _launch(
     tmp_path: Path, launcher_args: list[str], *, sync: bool, script_args: tuple[str, ...] = ()
 ) -> tuple[Launch, Path]:
+    """``tidal run`` of the script (``sync``: with ``--sync-batchnorm``)."""
     out = tmp_path / "out"
     out.mkdir()
     script = [str(SCRIPT), "--out", str(out), *(["--sync-batchnorm"] if sync else []), *script_args]
@@ -70,14 +79,16 @@ def _launch(
     return launch, out
 
 
-def test_sync_batchnorm_matches_one_worker_across_a_rescale(
-    launches: list[Launch], tmp_path: Path, alone: Path
+def _assert_rescaled_run_matches(
+    launches: list[Launch], tmp_path: Path, alone: Path, script_args: tuple[str, ...] = ()
 ) -> None:
+    """3 workers, then 2 after a resize: every step's loss and the final state as alone."""
     launch, out = _launch(
         tmp_path,
         ["--workers", "1:3", "--initial", "3", "--resize-at", "4:2"],
         sync=True,
-        script_args=("--hold-at", "4"),  # the resize lands before the 8 steps are over
+        # The resize lands before the 8 steps are over.
+        script_args=("--hold-at", "4", *script_args),
     )
     launches.append(launch)
     assert launch.finish(timeout=180) == 0, launch.output()
@@ -94,10 +105,35 @@ def test_sync_batchnorm_matches_one_worker_across_a_rescale(
     assert max_relative_difference(out / "final.pt", alone / "final.pt") < TOLERANCE
 
 
+def test_sync_batchnorm_matches_one_worker_across_a_rescale(
+    launches: list[Launch], tmp_path: Path, alone: Path
+) -> None:
+    _assert_rescaled_run_matches(launches, tmp_path, alone)
+
+
 def test_plain_batchnorm_depends_on_the_number_of_workers(
     launches: list[Launch], tmp_path: Path, alone: Path
 ) -> None:
     launch, out = _launch(tmp_path, ["--workers", "3:3"], sync=False)
+    launches.append(launch)
+    assert launch.finish(timeout=180) == 0, launch.output()
+    first, reference = global_losses(out)[1], global_losses(alone)[1]
+    assert abs(first - reference) > 1e-4 * abs(reference), (first, reference)
+
+
+def test_per_sample_dropout_matches_one_worker_across_a_rescale(
+    launches: list[Launch], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    options = (*DROPOUT, "--sync-batchnorm", "--per-sample-rng")
+    alone = _run_alone(tmp_path_factory, *options)
+    _assert_rescaled_run_matches(launches, tmp_path, alone, (*DROPOUT, "--per-sample-rng"))
+
+
+def test_plain_dropout_depends_on_the_number_of_workers(
+    launches: list[Launch], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    alone = _run_alone(tmp_path_factory, *DROPOUT, "--sync-batchnorm")
+    launch, out = _launch(tmp_path, ["--workers", "3:3"], sync=True, script_args=DROPOUT)
     launches.append(launch)
     assert launch.finish(timeout=180) == 0, launch.output()
     first, reference = global_losses(out)[1], global_losses(alone)[1]

@@ -1,7 +1,8 @@
 """Training script of the worker-count independence tests: an MLP with BatchNorm.
 
 Digits, float64, SGD; ``--sync-batchnorm`` asks ``ElasticDataParallel`` for global-batch
-statistics. Every rank appends one JSON line per step to ``OUT/steps-<worker>.jsonl`` with
+statistics, ``--dropout P`` adds a dropout layer and ``--per-sample-rng`` makes its masks
+follow the samples. Every rank appends one JSON line per step to ``OUT/steps-<worker>.jsonl`` with
 its local loss and share of the batch (the global loss is their share-weighted sum); rank 0
 saves the final parameters and running statistics to ``OUT/final.pt``.
 """
@@ -38,6 +39,8 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--sync-batchnorm", action="store_true")
+    parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument("--per-sample-rng", action="store_true")
     parser.add_argument(
         "--hold-at",
         type=int,
@@ -51,10 +54,13 @@ def main() -> None:
     x, y = load_digits(return_X_y=True)
     data = TensorDataset(torch.tensor(x / 16.0, dtype=torch.float64), torch.tensor(y))
     torch.manual_seed(0)
-    module = nn.Sequential(
-        nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10)
-    ).double()
-    model = tidal.ElasticDataParallel(module, sync_batchnorm=args.sync_batchnorm)
+    layers: list[nn.Module] = [nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU()]
+    if args.dropout:
+        layers.append(nn.Dropout(args.dropout))
+    module = nn.Sequential(*layers, nn.Linear(32, 10)).double()
+    model = tidal.ElasticDataParallel(
+        module, sync_batchnorm=args.sync_batchnorm, per_sample_rng=args.per_sample_rng
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loader = tidal.ElasticDataLoader(data, batch_size=64, seed=5)
     state = tidal.State(model=model, optimizer=optimizer, loader=loader)

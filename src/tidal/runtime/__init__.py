@@ -6,6 +6,7 @@ from tidal.runtime.context import PeerLost, WorkerContext, current, init
 from tidal.runtime.data import ElasticDataLoader
 from tidal.runtime.parallel import ElasticDataParallel
 from tidal.runtime.report import log_metrics
+from tidal.runtime.sample_rng import PerSampleDropout, per_sample_dropout, sample_rand_like
 from tidal.runtime.state import State
 from tidal.runtime.trainer import FitResult, Trainer
 
@@ -16,6 +17,7 @@ __all__ = [
     "ElasticDataParallel",
     "FitResult",
     "PeerLost",
+    "PerSampleDropout",
     "RuntimeConfig",
     "State",
     "Trainer",
@@ -24,4 +26,6 @@ __all__ = [
     "current",
     "init",
     "log_metrics",
+    "per_sample_dropout",
+    "sample_rand_like",
 ]

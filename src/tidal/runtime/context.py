@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -30,6 +30,9 @@ from tidal.runtime.rendezvous import (
     RendezvousTimeout,
     connect_store,
 )
+
+if TYPE_CHECKING:
+    from tidal.runtime.sample_rng import SampleSpan
 
 log = logging.getLogger("tidal.runtime")
 
@@ -76,6 +79,9 @@ class WorkerContext:
         #: The job's :class:`~tidal.runtime.parallel.ElasticDataParallel`, once built: the
         #: loader tells it each step's batch share (typed loosely: parallel imports us).
         self.parallel: Any = None
+        #: Where the samples of the batch being computed sit in the job's data (set by
+        #: the loader; per-sample dropout draws from it).
+        self.sample_span: SampleSpan | None = None
         #: Progress, kept current by :class:`tidal.State` for the watcher's reports.
         self.step = 0
         self.epoch = 0

@@ -17,6 +17,7 @@ from torch.utils.data import Dataset, TensorDataset, default_collate
 
 from tidal.runtime.adaptive import AdaptiveBatch
 from tidal.runtime.context import WorkerContext, current
+from tidal.runtime.sample_rng import SampleSpan, new_span
 
 
 def shard_bounds(batch: int, world: int, rank: int) -> tuple[int, int]:
@@ -145,6 +146,8 @@ class ElasticDataLoader:
         self.position += size
         self.last_indices = indices.tolist()
         self._last_span = (self.epoch, start, start + size)
+        # Where this rank's samples sit in the job's data: the key of per-sample dropout.
+        self._context.sample_span = new_span(self.seed, self.epoch, start + lo, hi - lo)
         if self._context.parallel is not None:
             self._context.parallel.set_batch_share(hi - lo, size)
         if self.adaptive is not None:
@@ -170,8 +173,13 @@ class ElasticDataLoader:
             yield batch
             return
         sizes = split_micro_batches(size, self.micro_batch_size)
+        whole: SampleSpan | None = self._context.sample_span
         offset = 0
         for i, piece in enumerate(sizes):
+            if whole is not None and whole.count == size:
+                self._context.sample_span = new_span(
+                    whole.seed, whole.epoch, whole.start + offset, piece
+                )
             with parallel.micro_batch(piece / size, sync=i == len(sizes) - 1):
                 yield _slice(batch, offset, offset + piece)
             offset += piece

@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tidal.runtime.adaptive import GradientRecorder
 from tidal.runtime.batchnorm import GlobalBatchNorm, convert_batchnorm
 from tidal.runtime.context import WorkerContext, current
+from tidal.runtime.sample_rng import per_sample_dropout
 
 # Buffers are synchronised at membership changes only (the state broadcast). torch 2.13
 # names the switch `forward_sync_buffers`; earlier releases call it `broadcast_buffers`.
@@ -87,17 +88,26 @@ class ElasticDataParallel(nn.Module):
     Use it like DDP: call it, then ``loss.backward()``. ``state_dict()`` is the wrapped
     module's, without DDP's ``module.`` prefix, so checkpoints load into a plain model.
     With ``sync_batchnorm=True`` every BatchNorm layer normalises with the statistics of
-    the global batch (see :mod:`tidal.runtime.batchnorm`), so the result does not depend
-    on the number of workers.
+    the global batch (see :mod:`tidal.runtime.batchnorm`); with ``per_sample_rng=True``
+    every dropout layer draws each sample's mask from the sample's position in the job's
+    data (see :mod:`tidal.runtime.sample_rng`). With both, the result does not depend on
+    the number of workers.
     """
 
     def __init__(
-        self, module: nn.Module, *, sync_batchnorm: bool = False, **ddp_options: Any
+        self,
+        module: nn.Module,
+        *,
+        sync_batchnorm: bool = False,
+        per_sample_rng: bool = False,
+        **ddp_options: Any,
     ) -> None:
         super().__init__()
         self._context = current()
         if sync_batchnorm:
             module = convert_batchnorm(module, self._context)
+        if per_sample_rng:
+            module = per_sample_dropout(module)
         self.module = module
         self._batchnorms = [m for m in module.modules() if isinstance(m, GlobalBatchNorm)]
         # Gradients as views of DDP's buckets: with a comm hook, DDP copies each gradient

@@ -17,10 +17,9 @@ import contextlib
 import copy
 import logging
 import random
-import sys
 import time
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 import torch
@@ -28,9 +27,9 @@ import torch.distributed as dist
 
 from tidal.runtime import checkpoint, rollback
 from tidal.runtime.adaptive import AdaptiveBatch
-from tidal.runtime.api import EXIT_RELEASED
 from tidal.runtime.context import PeerLost, WorkerContext, current
 from tidal.runtime.data import ElasticDataLoader
+from tidal.runtime.leaving import exit_released
 from tidal.runtime.parallel import ElasticDataParallel
 from tidal.runtime.rendezvous import Generation
 from tidal.runtime.rollback import StepSnapshot
@@ -221,7 +220,7 @@ class State:
         self._enter(context.join(after=number - 1, newcomer=False))
         self.last_rescale_stall = time.perf_counter() - stalled_from
 
-    def _leave(self, generation: Generation) -> None:
+    def _leave(self, generation: Generation) -> NoReturn:
         if not generation.members and self.context.rank == 0:
             self.save_checkpoint()  # released down to zero workers: resume from here later
         log.info(
@@ -231,8 +230,8 @@ class State:
             generation.number,
         )
         self._detach()
-        self.context.close()
-        sys.exit(EXIT_RELEASED)
+        self.context.close()  # every broken group released before the process ends
+        exit_released()
 
     def _detach(self) -> None:
         self._flag = None
