@@ -32,12 +32,9 @@ from tidal.spec_fields import (
     MAX_ARGS,
     MAX_CHECKPOINT_SECONDS,
     MAX_CHECKPOINT_STEPS,
-    MAX_ENV,
     MAX_RESTARTS,
-    NAME_RE,
     Arg,
     Count,
-    EnvValue,
     GroupText,
     Labels,
     PathText,
@@ -48,11 +45,12 @@ from tidal.spec_fields import (
 )
 from tidal.spec_roles import (
     MAX_ROLES,
+    Env,
+    Name,
     ResourcesSpec,
     RoleSpec,
     SpecSection,
     WorkersSpec,
-    env_key_problem,
     roles_problems,
     split_command,
     workers_problems,
@@ -110,12 +108,12 @@ class RestartSpec(SpecSection):
 class JobSpec(SpecSection):
     """A training job as submitted: the command and how elastic it may be."""
 
-    name: Annotated[str, Strict()]
+    name: Name
     #: The program each worker runs; a string is split like a shell would (no expansion).
     #: Required unless the spec lists ``roles``.
     command: list[Arg] | None = Field(default=None, min_length=1, max_length=MAX_ARGS)
     working_dir: PathText | None = None
-    env: dict[str, EnvValue] = Field(default_factory=dict, max_length=MAX_ENV)
+    env: Env = Field(default_factory=dict)
     workers: WorkersSpec = Field(default_factory=WorkersSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     #: Higher is more important.
@@ -138,28 +136,10 @@ class JobSpec(SpecSection):
     #: environment for an unmodified script; every resize restarts all workers).
     launcher: Literal["tidal", "torchrun"] = "tidal"
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not NAME_RE.fullmatch(value):
-            raise ValueError(
-                "must be 1-63 of a-z 0-9 _ . - starting with a letter or digit "
-                f"(got {shown(value)})"
-            )
-        return value
-
     @field_validator("command", mode="before")
     @classmethod
     def _command(cls, value: Any) -> Any:
         return split_command(value)
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        problem = env_key_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
 
     @model_serializer(mode="wrap")
     def _stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

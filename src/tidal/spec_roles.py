@@ -20,7 +20,15 @@ import shlex
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
 from tidal.spec_fields import (
     ENV_RE,
@@ -48,7 +56,9 @@ __all__ = [
     "MAX_GPUS_PER_REPLICA",
     "MAX_ROLES",
     "RESTART_POLICIES",
+    "Env",
     "LauncherName",
+    "Name",
     "ResourcesSpec",
     "RestartPolicyName",
     "RoleResourcesSpec",
@@ -102,6 +112,27 @@ def env_key_problem(env: dict[str, str]) -> str | None:
         "not valid variable names (A-Z a-z 0-9 _, not starting with a digit, "
         f"at most {MAX_ENV_KEY} characters): {', '.join(bad)}"
     )
+
+
+def _check_name(value: str) -> str:
+    if not NAME_RE.fullmatch(value):
+        raise ValueError(
+            f"must be 1-63 of a-z 0-9 _ . - starting with a letter or digit (got {shown(value)})"
+        )
+    return value
+
+
+def _check_env(value: dict[str, str]) -> dict[str, str]:
+    problem = env_key_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+#: A job's or a role's name: it becomes part of ids, folder and log names.
+Name = Annotated[str, Strict(), AfterValidator(_check_name)]
+#: Variables added to a process's environment.
+Env = Annotated[dict[str, EnvValue], Field(max_length=MAX_ENV), AfterValidator(_check_env)]
 
 
 class SpecSection(BaseModel):
@@ -204,9 +235,9 @@ class RoleRestartSpec(SpecSection):
 class RoleSpec(SpecSection):
     """One role of a job: what its replicas run and how many of them run."""
 
-    name: Annotated[str, Strict()]
+    name: Name
     command: list[Arg] = Field(min_length=1, max_length=MAX_ARGS)
-    env: dict[str, EnvValue] = Field(default_factory=dict, max_length=MAX_ENV)
+    env: Env = Field(default_factory=dict)
     #: Defaults to the job's ``working_dir``.
     working_dir: PathText | None = None
     #: Per replica; ``gpus`` may be more than 1 here (a server may not run that yet).
@@ -219,28 +250,10 @@ class RoleSpec(SpecSection):
     #: says, every role does (all replicas of all roles must succeed).
     ends_job: Annotated[bool, Strict()] | None = None
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not NAME_RE.fullmatch(value):
-            raise ValueError(
-                "must be 1-63 of a-z 0-9 _ . - starting with a letter or digit "
-                f"(got {shown(value)})"
-            )
-        return value
-
     @field_validator("command", mode="before")
     @classmethod
     def _command(cls, value: Any) -> Any:
         return split_command(value)
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        problem = env_key_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
 
     @field_validator("restart", mode="before")
     @classmethod
