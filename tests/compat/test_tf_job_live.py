@@ -1,8 +1,10 @@
 """A real TensorFlow job, written as a TFJob manifest, trained by a real ``tidal server``.
 
-The script (``examples/tf_digits.py``) knows nothing of tidal: it reads ``TF_CONFIG`` and
-trains with ``MultiWorkerMirroredStrategy``. The ``tf`` launcher must give every replica
-the same cluster and its own task, so the two processes form one TensorFlow cluster.
+The script (``examples/tf_digits.py``) knows nothing of tidal: it reads ``TF_CONFIG`` and,
+with Chief, PS and Worker replicas, trains with ``ParameterServerStrategy``: the parameter
+server and the workers serve until stopped, the chief drives the training. The ``tf``
+launcher must give every replica the same cluster and its own task, and the job must end
+when the chief does (TFJob's success policy), stopping the others.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
 def _manifest(out: Path) -> dict[str, object]:
-    def replica(args: list[str]) -> dict[str, object]:
+    def replica(args: list[str], replicas: int = 1) -> dict[str, object]:
         return {
-            "replicas": 1,
+            "replicas": replicas,
             "restartPolicy": "OnFailure",
             "template": {
                 "spec": {
@@ -48,13 +50,19 @@ def _manifest(out: Path) -> dict[str, object]:
         "apiVersion": "kubeflow.org/v1",
         "kind": "TFJob",
         "metadata": {"name": "tf-digits"},
-        "spec": {"tfReplicaSpecs": {"Chief": replica(args), "Worker": replica(args)}},
+        "spec": {
+            "tfReplicaSpecs": {
+                "Chief": replica(args),
+                "PS": replica([]),
+                "Worker": replica([], replicas=2),
+            }
+        },
     }
 
 
 def test_an_unmodified_tensorflow_job_trains_across_its_tf_config(tmp_path: Path) -> None:
     out = tmp_path / "summary.json"
-    process = start_server(tmp_path, slots=2)
+    process = start_server(tmp_path, slots=4)
     try:
         with Client(data_dir=tmp_path / "data", timeout=30) as client:
             job = client.submit(_manifest(out)).id
@@ -65,13 +73,18 @@ def test_an_unmodified_tensorflow_job_trains_across_its_tf_config(tmp_path: Path
         stop_server(process)
     assert view.state == "succeeded", (view.state, view.reason, logs)
     summary = json.loads(out.read_text())
-    # One cluster of two tasks: the chief wrote it, and the strategy saw both replicas.
+    # One cluster of four tasks, each at its own address; the chief trained on both workers.
     assert summary["task"] == "chief:0"
+    assert summary["strategy"] == "parameter-server"
     assert summary["replicas"] == 2
     cluster = summary["cluster"]
-    assert sorted(cluster) == ["chief", "worker"]
-    assert len(cluster["chief"]) == len(cluster["worker"]) == 1
-    assert len({*cluster["chief"], *cluster["worker"]}) == 2, cluster
+    assert {role: len(tasks) for role, tasks in cluster.items()} == {
+        "chief": 1,
+        "ps": 1,
+        "worker": 2,
+    }
+    addresses = [a for tasks in cluster.values() for a in tasks]
+    assert len(set(addresses)) == 4, cluster
     assert summary["accuracy"] > 0.9, summary
     losses = summary["loss"]
     assert losses[-1] < losses[0] / 5, losses
