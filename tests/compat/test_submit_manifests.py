@@ -84,6 +84,35 @@ def test_an_accepted_manifest_answers_with_its_warnings(
     assert len(served.store.list_jobs()) == 1, "validating submits nothing"
 
 
+def test_a_manifest_whose_node_selector_matches_no_host_waits_saying_why(
+    served: Served,
+) -> None:
+    manifest = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "needs-t4"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": 2,
+                    "template": {
+                        "spec": {
+                            "nodeSelector": {"nvidia": "t4"},
+                            "containers": [{"name": "pytorch", "command": ["python", "train.py"]}],
+                        }
+                    },
+                }
+            }
+        },
+    }
+    client = served.client()
+    job = client.submit(manifest)
+    served.controller.tick()
+    view = client.get(job.id)
+    assert (view.state, view.reason) == ("queued", "queued: no host has label nvidia=t4")
+    assert served.backend.calls == []
+
+
 def _tidal(
     data: Path, verb: str, *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:

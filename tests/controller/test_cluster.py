@@ -32,6 +32,14 @@ def test_policy_view_and_placement() -> None:
     assert cluster.can_place("a100", {"ib": "yes"}, 4)
     assert not cluster.can_place("a100", {}, 5)
     assert not cluster.can_place(None, {"ib": "no"}, 1)
+    # Why not, named as the user wrote the target.
+    assert cluster.shortfall("a100", {"ib": "yes"}, 4) is None
+    assert cluster.shortfall("v100", {}, 1) == "no host is in group v100"
+    assert cluster.shortfall(None, {"ib": "yes", "nvidia": "t4"}, 1) == (
+        "no host has label nvidia=t4"
+    )
+    assert cluster.shortfall(None, {"ib": "no"}, 1) == "no host has label ib=no"
+    assert cluster.shortfall("a100", {}, 5) == "needs 5 slot(s); the hosts that match have 4"
     assert cluster.has_slot(("b", 1)) and not cluster.has_slot(("b", 2))
     with pytest.raises(ValueError, match="unique"):
         ClusterModel(hosts=(ClusterHost("a", 1), ClusterHost("a", 1)))

@@ -69,6 +69,22 @@ class ClusterModel:
         """Whether enough matching slots exist at all for ``workers`` workers."""
         return sum(h.slots for h in self.hosts if h.matches(group, labels)) >= workers
 
+    def shortfall(self, group: str | None, labels: Mapping[str, str], workers: int) -> str | None:
+        """Why ``workers`` workers targeting ``group`` and ``labels`` can never be placed
+        on this cluster (``None`` when they can): the first missing thing, named as the
+        user wrote it (``no host has label nvidia=t4``)."""
+        if self.can_place(group, labels, workers):
+            return None
+        hosts = [h for h in self.hosts if group is None or h.group == group]
+        if not hosts:
+            return f"no host is in group {group}"
+        for key, value in sorted(labels.items()):
+            hosts = [h for h in hosts if h.labels.get(key) == value]
+            if not hosts:
+                return f"no host has label {key}={value}"
+        matching = sum(h.slots for h in hosts)
+        return f"needs {workers} slot(s); the hosts that match have {matching}"
+
     def to_policy(self) -> Cluster:
         """The plain view a policy sees."""
         return Cluster(

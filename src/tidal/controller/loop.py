@@ -222,13 +222,11 @@ class Controller:
     def _placeable(self, job: JobRecord, now: float) -> bool:
         model = self.effects.model(job)
         placement, least = model.placement, model.role.replicas.min
-        if self.cluster.can_place(placement.group, placement.labels, least):
+        shortfall = self.cluster.shortfall(placement.group, placement.labels, least)
+        if shortfall is None:
             return True
         if job.state is JobState.QUEUED:
-            reason = (
-                f"needs {least} slot(s) matching group={placement.group} "
-                f"labels={dict(placement.labels)}; the cluster has fewer"
-            )
+            reason = f"queued: {shortfall}"
             if job.reason != reason:
                 self.store.update_job(
                     job.id, now, reason=reason, event=Event("unplaceable", reason)
