@@ -235,6 +235,7 @@ def test_the_cli_against_a_live_server(tmp_path: Path) -> None:
         (["--workers", "1:3", "--max-workers", "4"], "--workers"),
         (["--workers", "5", "--min-workers", "1", "--max-workers", "4"], "--workers"),
         (["--min-workers", "4", "--max-workers", "2"], "--min-workers"),
+        (["--runtime", "torch.yaml"], "--runtime"),
     ],
 )
 def test_arena_flags_that_do_not_fit_name_the_flag(
@@ -243,3 +244,18 @@ def test_arena_flags_that_do_not_fit_name_the_flag(
     result = _tidal(tmp_path / "data", "submit", "--name", "x", *flags, "--", "python", "t.py")
     assert result.returncode == 2
     assert hint in result.stderr
+
+
+def test_a_trainjob_with_a_runtime_file_through_the_cli(tmp_path: Path) -> None:
+    # A runtime that is not the one the TrainJob names is refused before any server is
+    # asked; the refusal names the field and the runtimes given.
+    other = tmp_path / "mpi.yaml"
+    other.write_text(
+        "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\n"
+        "metadata: {name: mpi-distributed}\nspec: {template: {spec: {replicatedJobs: []}}}\n"
+    )
+    result = _tidal(
+        tmp_path / "data", "submit", str(HERE / "trainjob.yaml"), "--runtime", str(other)
+    )
+    assert result.returncode == 2
+    assert "spec.runtimeRef.name" in result.stderr and "mpi-distributed" in result.stderr

@@ -284,3 +284,79 @@ def test_replicas_asking_one_label_with_two_values_are_refused() -> None:
             "tidal places a whole job by one set of host labels",
         )
     ]
+
+
+def test_trainjob_takes_its_runtime_from_a_local_file() -> None:
+    # The runtime's node container and mlPolicy are the defaults; the inline trainer's
+    # command and args replace the runtime's, its env is merged in by name.
+    spec, warnings = load_file(HERE / "trainjob.yaml", [HERE / "torch-distributed-runtime.yaml"])
+    (node,) = job_from_spec(spec).roles
+    job = job_from_spec(spec)
+    assert node.launcher is Launcher.TORCHRUN
+    assert node.command == ("torchrun", "/workspace/mnist.py", "--epochs", "3")
+    assert (node.replicas.min, node.replicas.max) == (3, 3), "the trainer's numNodes wins"
+    assert (node.resources.gpus, node.resources.cpus) == (1, 4.0)
+    assert dict(node.env) == {"NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": "1"}
+    assert dict(job.placement.labels) == {"nvidia": "t4", "pool": "train"}
+    paths = {p for p, _ in warnings}
+    node_path = "runtimes.torch-distributed.spec.template.spec.replicatedJobs[1]"
+    assert f"{node_path}.template.spec.template.spec.containers[0].image" in paths
+    assert "runtimes.torch-distributed.spec.template.spec.replicatedJobs[0]" in paths
+
+
+def test_a_trainjob_with_only_a_runtime_reference_runs_the_runtime() -> None:
+    from tidal.compat.runtime import runtimes_by_name
+
+    runtime_file = HERE / "torch-distributed-runtime.yaml"
+    import yaml
+
+    runtimes = runtimes_by_name([(str(runtime_file), yaml.safe_load(runtime_file.read_text()))])
+    manifest = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "bare"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}},
+    }
+    spec, _ = translate_manifest(manifest, runtimes=runtimes)
+    (node,) = job_from_spec(spec).roles
+    assert node.command == ("torchrun", "/workspace/train.py")
+    assert (node.replicas.min, node.resources.cpus) == (2, 2.0)
+    assert dict(node.env) == {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "1"}
+
+
+def test_runtime_files_that_do_not_fit_name_the_file_and_field(tmp_path: Path) -> None:
+    from tidal.spec import SpecError
+
+    other = tmp_path / "other.yaml"
+    other.write_text(
+        "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\n"
+        "metadata: {name: mpi-distributed}\nspec: {template: {spec: {replicatedJobs: []}}}\n"
+    )
+    with pytest.raises(SpecError) as info:
+        load_file(HERE / "trainjob.yaml", [other])
+    assert info.value.problems == [
+        (
+            "spec.runtimeRef.name",
+            "runtime 'torch-distributed' is not among those given (mpi-distributed)",
+        )
+    ]
+    with pytest.raises(SpecError) as info:
+        load_file(HERE / "trainjob.yaml", [HERE / "tfjob-ps.yaml"])
+    ((path, message),) = info.value.problems
+    assert path == "runtime" and "kind: expected ClusterTrainingRuntime" in message
+    assert str(HERE / "tfjob-ps.yaml") in message
+    with pytest.raises(SpecError) as info:
+        load_file(HERE / "tfjob-ps.yaml", [other])
+    assert info.value.problems == [("runtime", "only a TrainJob names a training runtime")]
+    broken = tmp_path / "torch.yaml"
+    broken.write_text(
+        "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainingRuntime\n"
+        "metadata: {name: torch-distributed}\n"
+        "spec: {mlPolicy: {numNodes: 0}, template: {spec: {replicatedJobs: [{name: x}]}}}\n"
+    )
+    with pytest.raises(SpecError) as info:
+        load_file(HERE / "trainjob.yaml", [broken])
+    assert [p for p, _ in info.value.problems] == [
+        "runtimes.torch-distributed.spec.mlPolicy.numNodes",
+        "runtimes.torch-distributed.spec.template.spec.replicatedJobs",
+    ]

@@ -11,11 +11,11 @@ anything else is a tidal spec. Translation is pure: it returns the spec and the 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tidal.compat import kubeflow, trainjob
+from tidal.compat import kubeflow, runtime, trainjob
 from tidal.compat.kube import Draft
 from tidal.documents import SPEC_LIMITS, DocumentError, load_yaml
 from tidal.spec import JobSpec, SpecError, parse_spec
@@ -70,17 +70,23 @@ def _manifest_path(path: str, draft: Draft) -> str:
 
 
 def translate_manifest(
-    data: Mapping[str, Any], source: str | None = None
+    data: Mapping[str, Any],
+    source: str | None = None,
+    runtimes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[JobSpec, list[tuple[str, str]]]:
     """The spec a TFJob, PyTorchJob or TrainJob manifest describes, and its warnings.
 
-    Raises :class:`SpecError` naming each field path at fault; stores nothing.
+    ``runtimes``: training runtime manifests by name, for a TrainJob's ``runtimeRef``
+    (:mod:`.runtime`). Raises :class:`SpecError` naming each field path at fault; stores
+    nothing.
     """
     problems = _kind_problems(data)
     if problems:
         raise SpecError(problems, source)
-    reader = trainjob.read_trainjob if data["kind"] == "TrainJob" else kubeflow.read_kubeflow_job
-    draft = reader(data)
+    if data["kind"] == "TrainJob":
+        draft = trainjob.read_trainjob(data, runtimes)
+    else:
+        draft = kubeflow.read_kubeflow_job(data)
     if draft.problems:
         raise SpecError(draft.problems, source)
     try:
@@ -100,16 +106,35 @@ def spec_from_document(
     return parse_spec(data, source), []
 
 
-def load_file(path: str | Path) -> tuple[JobSpec, list[tuple[str, str]]]:
-    """A spec or manifest from a YAML (or JSON) file, with the translation's warnings;
-    a missing, unreadable or refused file is a :class:`SpecError` naming the file."""
-    p = Path(path)
+def _read_document(path: Path) -> Any:
     try:
-        text = p.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([("", f"cannot read: {exc}")], str(p)) from None
+        raise SpecError([("", f"cannot read: {exc}")], str(path)) from None
     try:
-        data = load_yaml(text, SPEC_LIMITS)
+        return load_yaml(text, SPEC_LIMITS)
     except DocumentError as exc:
-        raise SpecError(exc.problems, str(p)) from None
-    return spec_from_document(data, str(p))
+        raise SpecError(exc.problems, str(path)) from None
+
+
+def load_file(
+    path: str | Path, runtime_files: Sequence[str | Path] = ()
+) -> tuple[JobSpec, list[tuple[str, str]]]:
+    """A spec or manifest from a YAML (or JSON) file, with the translation's warnings;
+    a missing, unreadable or refused file is a :class:`SpecError` naming the file.
+
+    ``runtime_files``: Kubeflow Trainer runtime manifests a TrainJob may name.
+    """
+    p = Path(path)
+    data = _read_document(p)
+    if not runtime_files:
+        return spec_from_document(data, str(p))
+    if not (is_manifest(data) and data.get("kind") == "TrainJob"):
+        raise SpecError([("runtime", "only a TrainJob names a training runtime")], str(p))
+    try:
+        runtimes = runtime.runtimes_by_name(
+            (str(f), _read_document(Path(f))) for f in runtime_files
+        )
+    except ValueError as exc:
+        raise SpecError([("runtime", str(exc))], str(p)) from None
+    return translate_manifest(data, str(p), runtimes)

@@ -25,6 +25,7 @@ __all__ = [
     "mapping",
     "merge_labels",
     "node_selector",
+    "pod_container",
     "pod_template_role",
     "warn_unknown",
 ]
@@ -232,6 +233,15 @@ def pod_template_role(
 ) -> dict[str, Any] | None:
     """A role from a pod template: its container named ``container_name`` (or its only
     one); the pod's ``nodeSelector`` goes into ``labels``. ``None`` when it has problems."""
+    found = pod_container(draft, template, path, container_name, labels)
+    return None if found is None else container_role(draft, *found)
+
+
+def pod_container(
+    draft: Draft, template: Any, path: str, container_name: str, labels: dict[str, str]
+) -> tuple[dict[str, Any], str] | None:
+    """A pod template's container named ``container_name`` (or its first), as written, with
+    its path; the pod's ``nodeSelector`` goes into ``labels``. ``None`` when it has none."""
     pod = mapping(draft, template, path, required=True)
     warn_unknown(draft, pod, path, {"spec", "metadata"})
     if pod.get("metadata"):
@@ -258,4 +268,4 @@ def pod_template_role(
                 f"ignored: tidal runs one process per replica (container {name!r} not run)",
             )
     container = mapping(draft, containers[index], f"{where}[{index}]", required=True)
-    return container_role(draft, container, f"{where}[{index}]")
+    return container, f"{where}[{index}]"

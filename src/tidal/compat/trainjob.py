@@ -2,9 +2,12 @@
 
 A TrainJob names a training runtime (``spec.runtimeRef``) and overrides its trainer inline
 (``spec.trainer``: command, args, env, numNodes, numProcPerNode, resourcesPerNode). tidal
-has no runtime objects: the runtime's name picks the launcher (``torch-*`` → ``torchrun``,
-``mpi-*`` and ``deepspeed-*`` → ``mpi``) and the trainer's settings must be given inline.
-The job becomes one role, ``node``, as Trainer names the replicated job it runs.
+has no runtime objects: either the runtime's manifest is given as a local file
+(:mod:`.runtime`; its ``node`` container and ``mlPolicy`` are the defaults the inline
+trainer overrides, as Trainer merges them), or the runtime's name picks the launcher
+(``torch-*`` → ``torchrun``, ``mpi-*`` and ``deepspeed-*`` → ``mpi``) and the trainer's
+settings must all be given inline. The job becomes one role, ``node``, as Trainer names
+the replicated job it runs.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from tidal.compat.kube import (
     node_selector,
     warn_unknown,
 )
+from tidal.compat.runtime import Runtime, read_runtime
 from tidal.spec_fields import shown
 
 __all__ = ["API_VERSIONS", "NODE_ROLE", "RUNTIME_LAUNCHERS", "read_trainjob"]
@@ -32,14 +36,28 @@ RUNTIME_LAUNCHERS = (("torch", "torchrun"), ("mpi", "mpi"), ("deepspeed", "mpi")
 _TRAINER_FIELDS = {"command", "args", "env", "numNodes", "numProcPerNode", "resourcesPerNode"}
 
 
-def _launcher(draft: Draft, spec: Mapping[str, Any]) -> str | None:
+def _runtime(
+    draft: Draft, spec: Mapping[str, Any], runtimes: Mapping[str, Mapping[str, Any]]
+) -> tuple[str | None, Runtime | None]:
+    """The launcher, and the runtime's defaults when its manifest was given."""
     ref = mapping(draft, spec.get("runtimeRef"), "spec.runtimeRef", required=True)
     warn_unknown(draft, ref, "spec.runtimeRef", {"name", "kind", "apiGroup"})
     name = ref.get("name")
     if not isinstance(name, str):
         if ref:
             draft.fail("spec.runtimeRef.name", f"required: the runtime's name (got {shown(name)})")
-        return None
+        return None, None
+    if name in runtimes:
+        runtime = read_runtime(draft, runtimes[name])
+        return runtime.launcher or _launcher_by_name(draft, name), runtime
+    if runtimes:
+        given = ", ".join(sorted(runtimes))
+        draft.fail("spec.runtimeRef.name", f"runtime {name!r} is not among those given ({given})")
+        return None, None
+    return _launcher_by_name(draft, name), None
+
+
+def _launcher_by_name(draft: Draft, name: str) -> str | None:
     for prefix, launcher in RUNTIME_LAUNCHERS:
         if name.startswith(prefix):
             return launcher
@@ -63,8 +81,32 @@ def _overrides(draft: Draft, value: Any, labels: dict[str, str]) -> None:
         merge_labels(draft, labels, selector, f"{path}.nodeSelector")
 
 
-def read_trainjob(manifest: Mapping[str, Any]) -> Draft:
-    """A TrainJob as a draft spec (see :class:`tidal.compat.kube.Draft`)."""
+def _container(trainer: Mapping[str, Any], runtime: Runtime | None) -> tuple[dict[str, Any], str]:
+    """The node's container: the runtime's, with the trainer's fields over it (command and
+    args each replace the runtime's, env is merged by name, resourcesPerNode replaces)."""
+    given = {k: v for k, v in trainer.items() if k in ("command", "args", "env")} | (
+        {"resources": trainer["resourcesPerNode"]} if "resourcesPerNode" in trainer else {}
+    )
+    if runtime is None or not runtime.container:
+        return given, "spec.trainer"
+    merged = {k: v for k, v in runtime.container.items() if k != "name"}
+    env = merged.get("env")
+    if isinstance(env, list) and isinstance(given.get("env"), list):
+        names = {e.get("name") for e in given["env"] if isinstance(e, Mapping)}
+        given["env"] = [
+            e for e in env if not (isinstance(e, Mapping) and e.get("name") in names)
+        ] + given["env"]
+    merged.update(given)
+    # Errors are named where the command came from.
+    path = "spec.trainer" if {"command", "args"} & set(given) else runtime.container_path
+    return merged, path
+
+
+def read_trainjob(
+    manifest: Mapping[str, Any], runtimes: Mapping[str, Mapping[str, Any]] | None = None
+) -> Draft:
+    """A TrainJob as a draft spec (see :class:`tidal.compat.kube.Draft`); ``runtimes``:
+    runtime manifests by name (:func:`tidal.compat.runtime.runtimes_by_name`)."""
     draft = Draft()
     meta = mapping(draft, manifest.get("metadata"), "metadata", required=True)
     warn_unknown(draft, meta, "metadata", {"name", "labels", "namespace"})
@@ -79,18 +121,17 @@ def read_trainjob(manifest: Mapping[str, Any]) -> Draft:
         draft.data["labels"] = mapping(draft, meta["labels"], "metadata.labels")
     spec = mapping(draft, manifest.get("spec"), "spec", required=True)
     warn_unknown(draft, spec, "spec", {"runtimeRef", "trainer", "podSpecOverrides", "labels"})
-    launcher = _launcher(draft, spec)
-    labels: dict[str, str] = {}
+    launcher, runtime = _runtime(draft, spec, runtimes or {})
+    labels: dict[str, str] = dict(runtime.labels) if runtime is not None else {}
     _overrides(draft, spec.get("podSpecOverrides"), labels)
-    trainer = mapping(draft, spec.get("trainer"), "spec.trainer", required=True)
+    trainer = mapping(draft, spec.get("trainer"), "spec.trainer", required=runtime is None)
     warn_unknown(draft, trainer, "spec.trainer", _TRAINER_FIELDS | {"image"})
     if "image" in trainer:
         draft.warn("spec.trainer.image", "ignored: tidal runs the command on its hosts")
-    container = {k: v for k, v in trainer.items() if k in ("command", "args", "env")} | (
-        {"resources": trainer["resourcesPerNode"]} if "resourcesPerNode" in trainer else {}
-    )
-    role = container_role(draft, container, "spec.trainer") if trainer else None
-    nodes = count(draft, trainer.get("numNodes"), "spec.trainer.numNodes", 1, 1)
+    container, container_path = _container(trainer, runtime)
+    role = container_role(draft, container, container_path) if container or trainer else None
+    default_nodes = runtime.nodes if runtime is not None and runtime.nodes else 1
+    nodes = count(draft, trainer.get("numNodes"), "spec.trainer.numNodes", default_nodes, 1)
     per_node = trainer.get("numProcPerNode")
     if per_node is not None:
         if isinstance(per_node, str) and per_node.isascii() and per_node.isdigit():

@@ -116,6 +116,10 @@ def submit(
     launcher: Annotated[
         str | None, typer.Option(help="tidal, or torchrun (restart-based resize).")
     ] = None,
+    runtime: Annotated[
+        list[str] | None,
+        typer.Option(help="A Kubeflow training runtime file a TrainJob names; repeatable."),
+    ] = None,
 ) -> None:
     """Submit a job from a spec file or Kubeflow manifest, or from options and a command."""
     from tidal.compat import load_file
@@ -129,10 +133,14 @@ def submit(
                 raise typer.BadParameter(
                     "give one spec file, or --name and the command after --", param_hint="ARGS"
                 )
-            spec, warnings = load_file(args[0])
+            spec, warnings = load_file(args[0], runtime or ())
             _warn(warnings)
             base = spec.model_dump(mode="json", exclude_defaults=True)
         else:
+            if runtime:
+                raise typer.BadParameter(
+                    "a runtime goes with a TrainJob file", param_hint="--runtime"
+                )
             if not args:
                 raise typer.BadParameter("give the command to run after --", param_hint="ARGS")
             base = {"name": name, "command": list(args)}
