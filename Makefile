@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser postgres demo demo-run test test-quick lint typecheck clean
+.PHONY: setup browser postgres mpi demo demo-run test test-quick lint typecheck clean
 
 setup: $(STAMP)
 
@@ -46,7 +46,12 @@ browser:
 postgres:
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql)
 
-test: lint typecheck browser postgres
+# The MPI launcher's test runs a real mpirun over the host list it is given: Debian's
+# Open MPI, installed here when missing.
+mpi:
+	command -v mpirun >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openmpi-bin)
+
+test: lint typecheck browser postgres mpi
 	$(VENV)/bin/pytest -q
 
 clean:
