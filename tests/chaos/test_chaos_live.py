@@ -356,6 +356,8 @@ def _check_job(run: Run, job_id: str, view: dict[str, Any]) -> None:
         assert "restart limit" in view["reason"], view["reason"]
 
 
+# A long run takes its time: about ten seconds a kill on a loaded machine, then training.
+@pytest.mark.timeout(300 + 40 * LONG_KILLS)
 def test_jobs_survive_seeded_faults(run: Run, request: pytest.FixtureRequest) -> None:
     started = time.monotonic()
     try:
