@@ -1,6 +1,8 @@
 """Chaos against a real ``tidal server`` with the local backend and real digits jobs:
 SIGKILLs of the server (started again on the same data dir), of a job's agent and of
-workers, and workers frozen with SIGSTOP for a few seconds, in an order drawn from a seed.
+workers, while the jobs train and while one is rescaling (a scale asked through the API,
+the kill fired as soon as the API shows the rescale under way), and workers frozen with
+SIGSTOP for a few seconds, in an order drawn from a seed.
 
 Throughout: no answer is a 5xx. After each server restart every stored job is there,
 unchanged. At the end: each job's restarts are exactly the kills it took (no runaway
@@ -9,6 +11,7 @@ respawn: its workers and log files are bounded by them), it ended as those kills
 it), and no process of the run is left.
 
 The seed is printed with any failure; ``TIDAL_CHAOS_SEED=N`` replays a run's faults.
+``TIDAL_CHAOS_KILLS=N`` makes a long run of at least N kills (the default run has 8).
 """
 
 from __future__ import annotations
@@ -40,23 +43,54 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 STEPS_PER_EPOCH = math.ceil((1797 - math.ceil(1797 * 0.2)) / 64)
 
 
+#: A long run: at least this many kills (``TIDAL_CHAOS_KILLS``); 0 for the default run.
+LONG_KILLS = int(os.environ.get("TIDAL_CHAOS_KILLS", "0"))
+
+
 @dataclass(frozen=True)
 class JobPlan:
-    """A job the run submits: its size, its restart budget and how long it trains."""
+    """A job the run submits: its size, its restart budget and how long it trains. A job
+    with ``min_workers`` is elastic (``min_workers:workers``): the run rescales it."""
 
     name: str
     workers: int
     max_restarts: int
     epochs: int
+    min_workers: int | None = None
 
 
-JOBS = (
-    JobPlan("wide", workers=2, max_restarts=3, epochs=30),
-    JobPlan("solo", workers=1, max_restarts=2, epochs=30),
-    JobPlan("fragile", workers=1, max_restarts=1, epochs=30),
-)
-#: The faults of one run; the seed draws their order and their targets.
-FAULTS = ("server", "agent", "worker", "server", "worker", "freeze")
+def _plans(kills: int) -> tuple[JobPlan, ...]:
+    """The run's jobs. A long run gives the jobs it means to keep a budget for every kill
+    and epochs to train through all of them (the hold slows each step); ``fragile`` keeps
+    its small budget, so a job failing past its limit is part of every run."""
+    budget, epochs = (kills, 30 * max(1, kills // 6)) if kills else (5, 30)
+    return (
+        JobPlan("wide", workers=2, max_restarts=budget, epochs=epochs, min_workers=1),
+        JobPlan("solo", workers=1, max_restarts=max(2, budget // 2), epochs=epochs),
+        JobPlan("fragile", workers=1, max_restarts=1, epochs=epochs),
+    )
+
+
+JOBS = _plans(LONG_KILLS)
+#: Faults that kill a process, in training and in a rescale of an elastic job.
+KILLS = ("server", "agent", "worker", "rescale-server", "rescale-agent", "rescale-worker")
+#: The faults of the default run (8 kills); the seed draws their order and their targets.
+FAULTS = (*KILLS, "server", "worker", "freeze")
+
+
+def _faults(rng: random.Random, kills: int) -> list[str]:
+    """The faults of one run in order: the default ones, or for a long run ``kills``
+    kills (every kind at least once, the rest drawn) with a freeze after every sixth."""
+    if not kills:
+        return rng.sample(FAULTS, len(FAULTS))
+    drawn = [*KILLS, *(rng.choice(KILLS) for _ in range(max(0, kills - len(KILLS))))]
+    rng.shuffle(drawn)
+    faults: list[str] = []
+    for k, kind in enumerate(drawn, 1):
+        faults.append(kind)
+        if k % 6 == 0:
+            faults.append("freeze")
+    return faults
 
 
 def _spec(plan: JobPlan, root: Path) -> dict[str, Any]:
@@ -72,7 +106,11 @@ def _spec(plan: JobPlan, root: Path) -> dict[str, Any]:
             "--result",
             str(root / f"{plan.name}.json"),
         ],
-        "workers": plan.workers,
+        "workers": (
+            plan.workers
+            if plan.min_workers is None
+            else {"min": plan.min_workers, "max": plan.workers, "initial": plan.workers}
+        ),
         "restart": {"max_restarts": plan.max_restarts},
         "checkpoint_dir": str(root / f"ckpt-{plan.name}"),
         "checkpoint_every_steps": 5,
@@ -90,7 +128,13 @@ class Run:
         self.seen = SeenProcesses()
         self.jobs: dict[str, JobPlan] = {}
         self.specs: dict[str, Any] = {}
+        #: Kills each job's restart count must take in (agents, workers).
         self.kills: Counter[str] = Counter()
+        #: Every kill fired, by kind.
+        self.fired: Counter[str] = Counter()
+        #: The size each job was last asked for, and the workers its scale-ups added.
+        self.size: dict[str, int] = {}
+        self.grown: Counter[str] = Counter()
         self.log: list[str] = []
         self.began = time.monotonic()
 
@@ -124,6 +168,7 @@ class Run:
                 assert response.status_code == 201, response.text
                 job = response.json()
                 self.jobs[job["id"]] = plan
+                self.size[job["id"]] = plan.workers
                 self.specs[job["id"]] = self.job(job["id"])["spec"]
 
     def release(self) -> None:
@@ -139,7 +184,7 @@ class Run:
             if view["state"] in TERMINAL:
                 return [-1]
             pids = [w["pid"] for w in view["worker_list"] if w["state"] == "running"]
-            if view["state"] == "running" and len(pids) == self.jobs[job_id].workers:
+            if view["state"] == "running" and len(pids) == self.size[job_id]:
                 return [p for p in pids if p]
             return None
 
@@ -165,41 +210,22 @@ class Run:
         """Record what was done, with the run's clock."""
         self.log.append(f"{time.monotonic() - self.began:.0f}s {what}")
 
-    def fault(self, kind: str) -> None:
-        """Inject one fault and wait until the system has taken it in."""
-        if kind == "server":
-            for job_id in self.jobs:
-                self.agent_pid(job_id)
-            self.server.kill()
-            self.note("server killed")
-            self.server.start()
-            self.stored_jobs_intact()
-            self.note("server back, every job intact")
-            return
-        candidates = self.targets()
-        if not candidates:
-            self.note(f"{kind}: no job left to hit")
-            return
-        job_id = self.rng.choice(candidates)
-        pids = self.steady(job_id)
-        if pids is None:
-            self.note(f"{kind}: {job_id} ended first")
-            return
-        if kind == "agent":
-            pid = self.agent_pid(job_id)
-            assert pid is not None, f"{job_id} has no agent record"
-            os.kill(pid, signal.SIGKILL)
-        elif kind == "worker":
-            os.kill(self.rng.choice(sorted(pids)), signal.SIGKILL)
-        else:
-            pid = self.rng.choice(sorted(pids))
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(self.rng.uniform(1.0, 3.0))  # the fault itself: a frozen worker
-            os.kill(pid, signal.SIGCONT)
-            self.note(f"froze a worker of {job_id}")
-            return
+    def kill_server(self, kind: str, when: str = "") -> None:
+        """SIGKILL the server, start it again and check that every job is intact."""
+        for job_id in self.jobs:
+            self.agent_pid(job_id)
+        self.server.kill()
+        self.fired[kind] += 1
+        self.note(f"server killed{when}")
+        self.server.start()
+        self.stored_jobs_intact()
+        self.note("server back, every job intact")
+
+    def counted(self, job_id: str, kind: str, what: str) -> None:
+        """A kill the job's restart count takes in: wait until it has."""
         self.kills[job_id] += 1
-        self.note(f"{kind} of {job_id} killed (kill {self.kills[job_id]})")
+        self.fired[kind] += 1
+        self.note(f"{what} killed ({job_id}'s kill {self.kills[job_id]})")
         expected = self.kills[job_id]
         until(
             lambda: (
@@ -208,6 +234,92 @@ class Run:
             60,
             f"{job_id} to count the kill",
         )
+
+    def fault(self, kind: str) -> None:
+        """Inject one fault and wait until the system has taken it in."""
+        if kind == "server":
+            self.kill_server(kind)
+            return
+        rescale = kind.startswith("rescale-")
+        candidates = [
+            j for j in self.targets() if not rescale or self.jobs[j].min_workers is not None
+        ]
+        if not candidates:
+            self.note(f"{kind}: no job left to hit")
+            return
+        job_id = self.rng.choice(candidates)
+        pids = self.steady(job_id)
+        if pids is None:
+            self.note(f"{kind}: {job_id} ended first")
+            return
+        if rescale:
+            self.rescale_fault(job_id, kind)
+        elif kind == "agent":
+            pid = self.agent_pid(job_id)
+            assert pid is not None, f"{job_id} has no agent record"
+            os.kill(pid, signal.SIGKILL)
+            self.counted(job_id, kind, f"agent of {job_id}")
+        elif kind == "worker":
+            os.kill(self.rng.choice(sorted(pids)), signal.SIGKILL)
+            self.counted(job_id, kind, f"worker of {job_id}")
+        else:
+            pid = self.rng.choice(sorted(pids))
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(self.rng.uniform(1.0, 3.0))  # the fault itself: a frozen worker
+            os.kill(pid, signal.SIGCONT)
+            self.note(f"froze a worker of {job_id}")
+
+    def rescale_fault(self, job_id: str, kind: str) -> None:
+        """Scale the elastic job to its other size through the API, fire the kill as soon
+        as the API shows the rescale under way, then wait until the job runs at that size."""
+        plan = self.jobs[job_id]
+        assert plan.min_workers is not None
+        before = self.job(job_id)["reallocations"]
+        size = plan.min_workers if self.size[job_id] == plan.workers else plan.workers
+        with self.server.api() as api:
+            response = api.post(f"/jobs/{job_id}/scale", json={"workers": size})
+        assert response.status_code == 200, response.text
+        self.grown[job_id] += max(0, size - self.size[job_id])
+        self.size[job_id] = size
+
+        def under_way() -> dict[str, Any] | None:
+            view = self.job(job_id)
+            moved = view["state"] == "rescaling" or view["reallocations"] > before
+            return view if moved or view["state"] in TERMINAL else None
+
+        view: dict[str, Any] = until(under_way, 30, f"{job_id} to rescale to {size}", every=0.02)
+        if view["state"] not in TERMINAL:
+            # Into the rescale by a drawn offset, so kills land in its phases (the agent
+            # told, newcomers starting, the generation forming, the state handed over).
+            time.sleep(self.rng.choice((0.0, 0.0, 0.3, 1.0)))
+            view = self.job(job_id)
+        if view["state"] in TERMINAL:
+            self.note(f"{kind}: {job_id} ended first")
+            return
+        when = f"{job_id} rescaling to {size} ({view['state']})"
+        if kind == "rescale-server":
+            self.kill_server(kind, f" while {when}")
+        elif kind == "rescale-agent":
+            pid = self.agent_pid(job_id)
+            assert pid is not None, f"{job_id} has no agent record"
+            os.kill(pid, signal.SIGKILL)
+            self.counted(job_id, kind, f"agent while {when}")
+        else:
+            # A worker on a slot the job keeps (a survivor or a newcomer): its death is a
+            # failure. A leaver's is not (it was leaving), so it is not aimed at here.
+            kept = {(host, slot) for host, slot in view["slots"]}
+            pids = [
+                w["pid"]
+                for w in view["worker_list"]
+                if w["pid"]
+                and w["state"] in ("starting", "running")
+                and (w["host"], w["slot"]) in kept
+            ]
+            assert pids, view
+            os.kill(self.rng.choice(sorted(pids)), signal.SIGKILL)
+            self.counted(job_id, kind, f"worker while {when}")
+        if self.steady(job_id) is not None:
+            self.note(f"{job_id} runs {size} worker(s)")
 
 
 @pytest.fixture
@@ -234,7 +346,7 @@ def _check_job(run: Run, job_id: str, view: dict[str, Any]) -> None:
     assert view["restarts"] == kills, (view["restarts"], kills, view["reason"])
     assert kinds["worker_failed"] + kinds["failed"] * (kills > plan.max_restarts) == kills
     worker_ids = {w["worker_id"] for w in view["worker_list"]}
-    bound = plan.workers * (1 + kills + kinds["lost"])
+    bound = plan.workers * (1 + kills + kinds["lost"]) + run.grown[job_id]
     assert len(worker_ids) <= bound, (worker_ids, bound)
     logs = list((run.server.data / "jobs" / job_id / "logs").glob("worker-*.log"))
     assert len(logs) <= bound, (len(logs), bound)
@@ -249,17 +361,20 @@ def _check_job(run: Run, job_id: str, view: dict[str, Any]) -> None:
         assert "restart limit" in view["reason"], view["reason"]
 
 
+# A bound, not a wait: 10-40 s a kill on a loaded machine (the most at a load average of
+# 16 on 2 cores), then training to the end.
+@pytest.mark.timeout(120 + 40 * max(LONG_KILLS, 8))
 def test_jobs_survive_seeded_faults(run: Run, request: pytest.FixtureRequest) -> None:
     started = time.monotonic()
     try:
         run.submit()
-        faults = run.rng.sample(FAULTS, len(FAULTS))
+        faults = _faults(run.rng, LONG_KILLS)
         with Prober(run.server, lambda: list(run.jobs)).running() as prober:
             for kind in faults:
                 run.fault(kind)
             run.release()
             for job_id in run.jobs:
-                until(lambda j=job_id: run.job(j)["state"] in TERMINAL, 180, f"{job_id} to end")
+                until(lambda j=job_id: run.job(j)["state"] in TERMINAL, 300, f"{job_id} to end")
         run.note("every job ended")
         views = {job_id: run.job(job_id) for job_id in run.jobs}
         run.stored_jobs_intact()
@@ -268,6 +383,9 @@ def test_jobs_survive_seeded_faults(run: Run, request: pytest.FixtureRequest) ->
         log_text = run.server.log.read_text()
         assert "unhandled error" not in log_text, log_text[-3000:]  # what a 500 logs
         assert sum(run.kills.values()) >= 3, run.log  # the run did hit its jobs
+        # Kills landed in rescales too, and a long run made as many as it was asked for.
+        assert sum(run.fired[k] for k in KILLS if k.startswith("rescale-")) >= 2, run.log
+        assert sum(run.fired.values()) >= LONG_KILLS, (run.fired, run.log)
         for job_id, view in views.items():
             _check_job(run, job_id, view)
         run.server.stop()
@@ -283,6 +401,6 @@ def test_jobs_survive_seeded_faults(run: Run, request: pytest.FixtureRequest) ->
         )
         raise
     print(
-        f"\nchaos seed {SEED}: {len(run.log)} faults in {time.monotonic() - started:.0f} s: "
+        f"\nchaos seed {SEED}: kills {dict(run.fired)} in {time.monotonic() - started:.0f} s: "
         f"{run.log}; {prober.answered} probes answered"
     )

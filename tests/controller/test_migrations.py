@@ -108,6 +108,8 @@ def assert_record_holds_row(job: JobRecord, row: dict[str, Any]) -> None:
             assert job.state is JobState(stored)
         elif column == "cancel_requested":
             assert job.cancel_requested is bool(stored)
+        elif column == "change":
+            assert stored == 0  # the listing's change number: not part of the record
         else:
             assert getattr(job, column) == stored, column
 
@@ -147,14 +149,15 @@ def copy_release_into(release: Path, url: str, version: int) -> None:
 
 def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A release's rows as the revisions after the baseline leave them: 0003 names the
-    allocation counter ``reallocations`` and gives every job the single admin as owner."""
+    allocation counter ``reallocations`` and gives every job the single admin as owner;
+    0005 numbers no change of a stored job (``change`` 0)."""
     if table != "jobs":
         return rows
     revised = []
     for row in rows:
         row = dict(row)
         row["reallocations"] = row.pop("generation")
-        revised.append({**row, "owner": "admin", "team": "default"})
+        revised.append({**row, "owner": "admin", "team": "default", "change": 0})
     return revised
 
 

@@ -2,8 +2,10 @@
 
 Jobs are listed in submission order (``submitted_at``, then ``id``); a page ends with a
 cursor naming its last job, and the next page starts just after it, so jobs submitted
-meanwhile never shift a page. A row whose stored data cannot be read becomes an
-:class:`UnreadableJob` in its place instead of failing the whole page.
+meanwhile never shift a page. Or only the jobs changed after a change number (``since``),
+in the order of their latest change: what a client that polls asks for. A row whose
+stored data cannot be read becomes an :class:`UnreadableJob` in its place instead of
+failing the whole page.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Select, and_, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from tidal.controller.records import JobRecord
@@ -95,6 +97,8 @@ class JobPage:
 
     jobs: list[JobRecord | UnreadableJob]
     next: Cursor | None
+    #: What to send as ``since`` to get only the jobs changed after this page was read.
+    change: int = 0
 
     def readable(self) -> list[JobRecord]:
         """The page's jobs that could be read."""
@@ -102,13 +106,19 @@ class JobPage:
 
 
 def job_heads(
-    states: Sequence[JobState] | None, name: str | None, after: Cursor | None
+    states: Sequence[JobState] | None,
+    name: str | None,
+    after: Cursor | None,
+    since: int | None = None,
 ) -> Select[str, str, float]:
-    """The matching jobs' id, name and submission time, in submission order: plain
-    columns, readable even where a job's JSON columns are not."""
-    query = select(JobRow.id, JobRow.name, JobRow.submitted_at).order_by(
-        JobRow.submitted_at, JobRow.id
-    )
+    """The matching jobs' id, name and submission time, in submission order (or, with
+    ``since``, the jobs changed after that change number, in the order of their latest
+    change): plain columns, readable even where a job's JSON columns are not."""
+    query = select(JobRow.id, JobRow.name, JobRow.submitted_at)
+    if since is None:
+        query = query.order_by(JobRow.submitted_at, JobRow.id)
+    else:
+        query = query.where(JobRow.change > since).order_by(JobRow.change, JobRow.id)
     if states:
         query = query.where(JobRow.state.in_([st.value for st in states]))
     if name is not None:
@@ -154,17 +164,24 @@ def read_page(
     labels: Mapping[str, str],
     limit: int,
     after: Cursor | None,
+    since: int | None = None,
 ) -> JobPage:
-    """Up to ``limit`` matching jobs after ``after`` and the cursor of the next page."""
-    query = job_heads(states, name, after)
+    """Up to ``limit`` matching jobs after ``after`` (or changed after ``since``) and the
+    cursors of the next page and of the next ``since``."""
+    # Read before the page: a job that changes meanwhile is numbered higher, so the next
+    # ``since`` lists it again rather than never.
+    latest = int(session.scalar(select(func.coalesce(func.max(JobRow.change), 0))) or 0)
+    query = job_heads(states, name, after, since).add_columns(JobRow.change)
+    if not labels:
+        query = query.limit(limit + 1)
+    rows = [(i, n, at, change) for i, n, at, change in session.execute(query)]
+    heads = [(i, n, at) for i, n, at, _ in rows]
     found: list[JobRecord | UnreadableJob] = []
     if not labels:
-        heads = [(i, n, at) for i, n, at in session.execute(query.limit(limit + 1))]
         found = read_records(session, heads)
     else:
         # Label filters run here, not in SQL (JSON querying differs between databases),
         # on chunks of candidates until the page is full.
-        heads = [(i, n, at) for i, n, at in session.execute(query)]
         for start in range(0, len(heads), limit + 1):
             chunk = read_records(session, heads[start : start + limit + 1])
             found += [
@@ -176,5 +193,11 @@ def read_page(
                 break
     page, more = found[:limit], len(found) > limit
     last = page[-1] if page else None
+    if since is not None:
+        if more and last is not None:
+            # More changed jobs follow the last one: the next ask starts after its change
+            # as this page read it (not as it may be now, which could skip some).
+            latest = next(int(change) for i, _, _, change in rows if i == last.id)
+        return JobPage(page, None, latest)
     cursor = Cursor(last.submitted_at, last.id) if more and last is not None else None
-    return JobPage(page, cursor)
+    return JobPage(page, cursor, latest)

@@ -19,7 +19,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, delete, event, func, select
+from sqlalchemy import Engine, create_engine, delete, event, func, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -112,6 +112,26 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+#: PostgreSQL advisory lock held while a change is numbered, so numbers follow commits.
+_CHANGE_LOCK_KEY = 0x7469_6461_6C01
+
+
+def _number_change(session: Session, job_id: str) -> None:
+    """Give the job's latest change the store's next change number (``jobs.change``).
+
+    Called after the transaction's first write: SQLite holds its one write lock from there
+    to the commit (PostgreSQL takes an advisory lock), so numbers are given in commit
+    order and a reader that saw change N has seen every change numbered below it."""
+    session.flush()
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CHANGE_LOCK_KEY})
+    following = select(func.coalesce(func.max(JobRow.change), 0) + 1).scalar_subquery()
+    session.execute(
+        update(JobRow).where(JobRow.id == job_id).values(change=following),
+        execution_options={"synchronize_session": False},
+    )
 
 
 class Store:
@@ -210,6 +230,7 @@ class Store:
             s.add(row)
             s.flush()
             s.add(EventRow(job_id=job_id, time=now, kind="submitted", message="", data={}))
+            _number_change(s, job_id)
             record = JobRecord.of_row(row)
         self._requested()
         return record
@@ -277,11 +298,13 @@ class Store:
         labels: Mapping[str, str] | None = None,
         limit: int = 100,
         after: Cursor | None = None,
+        since: int | None = None,
     ) -> JobPage:
-        """A page of jobs in submission order after ``after``, filtered like
-        :meth:`list_jobs`; a row that cannot be read is marked, not raised."""
+        """A page of jobs in submission order after ``after`` (or, with ``since``, the
+        jobs changed after that change number, in the order of their latest change),
+        filtered like :meth:`list_jobs`; a row that cannot be read is marked, not raised."""
         with self._transaction() as s:
-            return read_page(s, states, name, labels or {}, limit, after)
+            return read_page(s, states, name, labels or {}, limit, after, since)
 
     def count_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, possibly 0); rows whose
@@ -352,7 +375,9 @@ class Store:
                 )
             row.updated_at = now
             s.flush()
-            return JobRecord.of_row(row)
+            record = JobRecord.of_row(row)
+            _number_change(s, job_id)
+            return record
 
     # -- requests -------------------------------------------------------------------------
 
@@ -392,6 +417,7 @@ class Store:
                 )
             s.flush()
             pending = PendingRequest(id=row.id, job_id=job_id, time=now, request=request)
+            _number_change(s, job_id)
         self._requested()
         return pending
 
@@ -574,6 +600,7 @@ class Store:
                 s.add(GoodputRow(job_id=job_id, time=now, report=dict(report)))
             else:
                 row.time, row.report = now, dict(report)
+            _number_change(s, job_id)
 
     def goodput(self, job_ids: Sequence[str] | None = None) -> dict[str, GoodputRecord]:
         """The newest goodput report of each job that sent one (of ``job_ids`` if given)."""

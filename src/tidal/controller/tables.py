@@ -43,6 +43,7 @@ class JobRow(TableBase):
         Index("ix_jobs_submitted_at_id", "submitted_at", "id"),
         Index("ix_jobs_state_submitted_at", "state", "submitted_at", "id"),
         Index("ix_jobs_name_submitted_at", "name", "submitted_at", "id"),
+        Index("ix_jobs_change_id", "change", "id"),
     )
     id: Mapped[str] = mapped_column(String(80), primary_key=True)
     name: Mapped[str] = mapped_column(String(63), index=True)
@@ -74,6 +75,8 @@ class JobRow(TableBase):
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     updated_at: Mapped[float] = mapped_column(Float)
+    #: The store's change number of the job's latest change (``GET /jobs?since=``).
+    change: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class WorkerRow(TableBase):

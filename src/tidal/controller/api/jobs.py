@@ -150,19 +150,31 @@ def list_jobs(
         str | None, Query(max_length=1000, description="the previous page's next cursor")
     ] = None,
     view: Annotated[ListView, Query(description="summary: without the spec")] = "summary",
+    since: Annotated[
+        int | None,
+        Query(ge=0, le=2**62, description="only the jobs changed after this X-Change-Cursor"),
+    ] = None,
 ) -> Response:
     """A page of jobs in submission order, filtered by state (repeatable), name and labels.
 
     The next page's cursor is in the ``X-Next-Cursor`` header (and a ``Link: rel=next``),
     absent on the last page. The answer carries an ETag: sent back in ``If-None-Match``,
     an unchanged page answers 304 with no body.
+
+    Every answer carries ``X-Change-Cursor``; sent back as ``since``, the answer lists only
+    the jobs changed after it (in the order of their latest change, with a new cursor), so
+    a client that polls reads what changed and not every job again.
     """
     labels = _parse_labels(label or [])
     try:
         cursor = Cursor.decode(after) if after is not None else None
     except CursorError as exc:
         raise invalid("after", str(exc), where="query") from None
-    page = store.job_page(states=state, name=name, labels=labels, limit=limit, after=cursor)
+    if since is not None and cursor is not None:
+        raise invalid("since", "cannot be combined with after (got both)", where="query")
+    page = store.job_page(
+        states=state, name=name, labels=labels, limit=limit, after=cursor, since=since
+    )
     ids = [j.id for j in page.readable()]
     reports = store.goodput(ids)
     pending = store.pending_requests(ids)
@@ -179,6 +191,7 @@ def list_jobs(
     headers = {"ETag": f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'}
     # Browsers revalidate with the ETag on every poll (and get 304 while nothing changed).
     headers["Cache-Control"] = "no-cache, private"
+    headers["X-Change-Cursor"] = str(page.change)
     if page.next is not None:
         token = page.next.encode()
         headers["X-Next-Cursor"] = token

@@ -65,24 +65,51 @@ export async function stream(path, onText, signal) {
   }
 }
 
-/** Every job (summary view), page by page. The server answers each page with an ETag and
- *  `Cache-Control: no-cache`, so the browser revalidates with If-None-Match on each poll
- *  and an unchanged page comes back as a body-less 304 (served here from its cache). */
-export async function jobs() {
-  const all = [];
-  let after = null;
-  for (;;) {
-    const query = `/jobs?limit=1000${after ? `&after=${encodeURIComponent(after)}` : ""}`;
-    const response = await request(query);
-    if (response.status === 401) {
-      location.href = "/login";
-      throw new ApiError(401, "not logged in");
-    }
-    if (!response.ok) throw new ApiError(response.status, response.statusText);
-    all.push(...(await response.json()));
-    after = response.headers.get("X-Next-Cursor");
-    if (!after) return all;
+/** What the list read so far: each job by id, and the change cursor to ask from next. */
+const known = { jobs: new Map(), since: null };
+
+/** One `GET /jobs` page, or the login page when the session is over. */
+async function jobPage(query) {
+  const response = await request(query);
+  if (response.status === 401) {
+    location.href = "/login";
+    throw new ApiError(401, "not logged in");
   }
+  if (!response.ok) throw new ApiError(response.status, response.statusText);
+  return { list: await response.json(), headers: response.headers };
+}
+
+/** Every job (summary view), in submission order. The first call reads every page
+ *  (`X-Next-Cursor`); later ones ask only for the jobs changed since the previous call
+ *  (`since` = its `X-Change-Cursor`), so each poll costs what changed, not every job. */
+export async function jobs() {
+  const limit = 1000;
+  if (known.since === null) {
+    const found = new Map();
+    let after = null;
+    let since = null;
+    for (;;) {
+      const query = `/jobs?limit=${limit}${after ? `&after=${encodeURIComponent(after)}` : ""}`;
+      const { list, headers } = await jobPage(query);
+      for (const job of list) found.set(job.id, job);
+      // The first page's cursor was read before any page: a change after it is seen next time.
+      if (since === null) since = headers.get("X-Change-Cursor");
+      after = headers.get("X-Next-Cursor");
+      if (!after) break;
+    }
+    known.jobs = found;
+    known.since = since;
+  } else {
+    for (;;) {
+      const { list, headers } = await jobPage(`/jobs?limit=${limit}&since=${known.since}`);
+      for (const job of list) known.jobs.set(job.id, job);
+      known.since = headers.get("X-Change-Cursor");
+      if (list.length < limit) break; // a full page: more changed jobs follow
+    }
+  }
+  return [...known.jobs.values()].sort(
+    (a, b) => a.submitted_at - b.submitted_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
+  );
 }
 export const progress = () => api("/progress");
 export const job = (id) => api(`/jobs/${encodeURIComponent(id)}`);
