@@ -210,6 +210,8 @@ class DiscoveredHost:
     group: str | None = None
     #: Node labels jobs may target (``target.labels``).
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: The IP address its workers are reached at, if the backend knows it.
+    address: str | None = None
 
 
 @runtime_checkable

@@ -148,7 +148,8 @@ class RayBackend:
                 for k, v in (node.get("Labels") or {}).items()
                 if not str(k).startswith("ray.io/")
             }
-            hosts.append(DiscoveredHost(name, count, gpu=gpu, labels=labels))
+            address = str(node["NodeManagerAddress"])
+            hosts.append(DiscoveredHost(name, count, gpu=gpu, labels=labels, address=address))
             nodes[name] = _Node(str(node["NodeID"]), resource)
         with self._lock:
             self._hosts, self._nodes = hosts, nodes

@@ -16,7 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import TypeAdapter
 
-from tidal.controller.api.deps import StoreDep, invalid, job_or_404
+from tidal.controller.api.deps import ControllerDep, StoreDep, invalid, job_or_404
 from tidal.controller.api.spec_body import (
     SPEC_BODY,
     read_spec,
@@ -189,9 +189,12 @@ def list_jobs(
 
 
 @router.get("/jobs/{ref}", response_model=JobDetail)
-def get_job(ref: str, store: StoreDep) -> JobDetail:
-    """A job by id (or the latest job with that name), with its workers."""
+def get_job(ref: str, controller: ControllerDep) -> JobDetail:
+    """A job by id (or the latest job with that name), with its workers and the IP
+    address of each worker's host."""
+    store = controller.store
     job = job_or_404(store, ref)
+    addresses = {h.name: h.address for h in controller.cluster.hosts}
     workers = [
         WorkerView(
             worker_id=w.worker_id,
@@ -200,6 +203,7 @@ def get_job(ref: str, store: StoreDep) -> JobDetail:
             pid=w.pid,
             state=w.state.value,
             exit_code=w.exit_code,
+            ip_address=addresses.get(w.slot[0]),
         )
         for w in store.workers(job.id)
     ]
