@@ -101,7 +101,7 @@ def test_unknown_ids_are_named_and_bad_arguments_store_nothing(served: Served) -
             client.stop_workers([ids[0], f"{job_id}/5"])
         with pytest.raises(WorkerArgumentError, match=r"^ids\[0\]: "):
             client.await_workers(["nope"])
-        with pytest.raises(WorkerArgumentError, match="^timeout_seconds: "):
+        with pytest.raises(WorkerArgumentError, match=r"^timeout_seconds: "):
             client.await_workers(ids, timeout_seconds=-1)
         before = _stored(served)
         for kwargs in (
@@ -128,9 +128,9 @@ def test_the_cluster_spec_is_valid_but_for_what_this_server_cannot_run(served: S
         assert all("is not available on this server yet" in p["msg"] for p in check["problems"])
         assert check["valid"] == (not check["problems"])
         before = _stored(served)
-        with pytest.raises(WorkerArgumentError, match="^n_ps: a parameter-server job needs"):
+        with pytest.raises(WorkerArgumentError, match=r"^n_ps: a parameter-server job needs"):
             client.run_cluster(2, 0, worker_script="examples/ps_digits.py")
-        with pytest.raises(WorkerArgumentError, match="^worker_script: required"):
+        with pytest.raises(WorkerArgumentError, match=r"^worker_script: required"):
             client.run_cluster(2, 1)
         assert _stored(served) == before
 
