@@ -9,6 +9,7 @@ import pytest
 
 from tests.controller.conftest import Served
 from tidal.client import Conflict, InvalidRequest, NotFound, WorkerArgumentError
+from tidal.controller.cli import controller_app, run_app
 from tidal.controller.cluster import ClusterModel
 from tidal.ps.job_spec import cluster_job_spec
 
@@ -142,3 +143,39 @@ def test_a_wait_polls_with_backoff_and_returns_once_settled(served: Served) -> N
         started = time.monotonic()
         client.await_workers(ids, timeout_seconds=30)
         assert time.monotonic() - started < 2.0
+
+
+def test_cli_marks_failures_and_names_bad_arguments(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = ["--url", served.url, "--token", served.token]
+    assert run_app(controller_app, ["workers", "launch", "2", "--command", "true", *where]) == 0
+    ids = capsys.readouterr().out.split()
+    job_id = ids[0].split("/")[0]
+    _tick(served)
+    served.backend.fail_worker(job_id, 0, exit_code=3)
+    _tick(served)
+    code = run_app(controller_app, ["workers", "await", *ids, "--timeout", "5", *where])
+    out, _ = capsys.readouterr()
+    assert code == 1
+    assert f"{ids[0]}" in out and "failed (failure)" in out
+    before = _stored(served)
+    for argv, named in (
+        (["workers", "launch", "0", "--command", "true"], "n: "),
+        (["workers", "launch", "1"], "script/command: "),
+        (["workers", "launch", "1", "--command", "true", "--script", "a.py"], "script/command: "),
+        (["workers", "launch", "1", "--command", "true", "--cpus", "-1"], "cpu: "),
+        (["workers", "launch", "1", "--command", "true", "--memory", "-1"], "memory: "),
+        (["workers", "launch", "1", "--command", "true", "--gpus", "2"], "gpus: "),
+        (["workers", "launch", "1", "--command", "true", "--env", "novalue"], "--env"),
+        (["workers", "await", "bad-id"], "ids[0]: "),
+        (["workers", "await", ids[0], "--timeout", "-1"], "--timeout"),
+        (["workers", "stop", "nope/0"], "ids[0]: no job 'nope'"),
+        (["workers", "stop", ids[0], f"{job_id}/9"], "ids[1]: "),
+    ):
+        code = run_app(controller_app, [*argv, *where])
+        out, err = capsys.readouterr()
+        assert code in (1, 2), (argv, out, err)
+        assert out == ""
+        assert len(err.strip().splitlines()) == 1 and named in err, (argv, err)
+    assert _stored(served) == before
