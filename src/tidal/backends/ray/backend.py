@@ -29,7 +29,14 @@ from typing import Any
 
 import ray
 
-from tidal.backends.base import DiscoveredHost, JobLaunch, JobStatus, read_reports, worker_logs
+from tidal.backends.base import (
+    ONE_GROUP,
+    DiscoveredHost,
+    JobLaunch,
+    JobStatus,
+    read_reports,
+    worker_logs,
+)
 from tidal.backends.ray.worker import RaySpawner
 from tidal.launch.driver import GroupDriver, slot_name
 from tidal.launch.worker import WorkerSpec
@@ -84,6 +91,10 @@ class _Job:
 
 class RayBackend:
     """Runs every job's workers as actors on a Ray cluster; see the module docstring."""
+
+    #: One group per job (``tidal`` or ``torchrun``): several roles, and the ``tf``,
+    #: ``mpi`` and ``ps`` launchers, are refused at submit (422 naming the field).
+    capabilities = replace(ONE_GROUP, name="the Ray backend")
 
     def __init__(
         self,

@@ -43,6 +43,7 @@ from tidal.controller.schema import (
     WorkerView,
 )
 from tidal.controller.store import Event, JobRecord, Store
+from tidal.controller.support import Capabilities, capabilities_of
 from tidal.model import ACTIVE_STATES, JobState, JobStateError
 from tidal.spec import SpecError, locate_problems
 
@@ -66,6 +67,11 @@ def _parse_labels(raw: Sequence[str]) -> dict[str, str]:
             raise invalid("label", f"expected KEY=VALUE (got {item!r})", where="query")
         labels[key] = value
     return labels
+
+
+def _can(request: Request) -> Capabilities:
+    """What the server's backend runs."""
+    return capabilities_of(request.app.state.controller.backend)
 
 
 def _current(store: Store, job: JobRecord) -> JobView:
@@ -96,7 +102,9 @@ def _holding(job: JobRecord) -> None:
 async def submit(request: Request, store: StoreDep) -> Response:
     """Submit a job from a spec: JSON, or YAML text with ``Content-Type: application/yaml``."""
     try:
-        spec, warnings = await off_loop(request, read_spec, *await spec_text(request))
+        spec, warnings = await off_loop(
+            request, read_spec, *await spec_text(request), _can(request)
+        )
     except SpecError as exc:
         return spec_problem_response(exc)
     job = await run_in_threadpool(store.add_job, spec)
@@ -112,7 +120,7 @@ async def validate(request: Request) -> SpecCheck:
     YAML, the line it names (what the dashboard's submit page shows next to the text)."""
     text, is_yaml = await spec_text(request)
     try:
-        _, warnings = await off_loop(request, read_spec, text, is_yaml)
+        _, warnings = await off_loop(request, read_spec, text, is_yaml, _can(request))
     except SpecError as exc:
         lines = None
         if is_yaml:
