@@ -209,7 +209,9 @@ class WorkerVerbs:
 
         Returns its cluster spec: ``{"job", "mode", "ps": [ids], "workers": [ids],
         "addresses": {id: ip}, "failures": [ids]}`` (ids as :meth:`await_workers` takes
-        them; a process not running in time is in ``failures``).
+        them; a process not running in time is in ``failures``). The job succeeds when
+        every worker exited 0; its servers are then stopped (they show ``released``), so
+        wait for ``cluster["workers"]`` to complete, not for the servers.
         """
         from tidal.ps.job_spec import PS_ROLE, cluster_job_spec
 
@@ -234,7 +236,12 @@ class WorkerVerbs:
         ids = [str(WorkerRef(job.id, i)) for i in range(n_ps + n_workers)]
         state = self.await_workers(ids, timeout_seconds=limit)
         roles = {w.worker_id: getattr(w, "role", None) for w in self.get(job.id).worker_list}
-        servers = [i for i in ids if roles.get(int(i.rsplit("/", 1)[1])) == PS_ROLE]
+        if any(roles.values()):
+            servers = [i for i in ids if roles.get(int(i.rsplit("/", 1)[1])) == PS_ROLE]
+        else:
+            # The server does not say which role a worker is in: at a job's first start
+            # its roles take worker ids in the order the spec lists them, ps first.
+            servers = ids[:n_ps]
         return {
             "job": job.id,
             "mode": mode,
