@@ -28,6 +28,20 @@ def _logs(data: Path, job_id: str) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in logs)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is gone for our purposes: its parent (the agent) has not reaped it yet.
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return False
+
+
 def _role(name: str, mode: str, out: Path, replicas: int, **extra: object) -> dict[str, object]:
     return {
         "name": name,
@@ -129,14 +143,17 @@ def test_a_parameter_server_job_trains_digits_and_its_servers_stop(tmp_path: Pat
             )
             until(lambda: client.get(job.id).state in TERMINAL, 240, "the ps job")
             detail = client.get(job.id)
-            workers = client.workers(job.id) if hasattr(client, "workers") else None
+            pids = [w.pid for w in detail.worker_list if w.pid is not None]
+            # The server was stopped once the workers finished: no process of the job runs.
+            until(lambda: not any(_alive(pid) for pid in pids), 30, "the job's processes to end")
     finally:
         stop_server(process)
     assert detail.state == "succeeded", (detail.reason, _logs(data, job.id))
     results = [json.loads(p.read_text()) for p in sorted(out.glob("worker-*.json"))]
     assert [r["worker"] for r in results] == ["worker-0", "worker-1"]
     assert all(r["accuracy"] >= THRESHOLD for r in results), results
-    del workers
-    # The server was stopped once the workers finished: nothing of the job runs.
-    text = _logs(data, job.id)
-    assert os.path.isdir(data / "jobs" / job.id / "ps-addresses"), text
+    # Worker ids are unique across roles: one server and two workers.
+    assert sorted(w.worker_id for w in detail.worker_list) == [0, 1, 2], detail.worker_list
+    # Nothing is shown running; the server left on the job's SIGTERM.
+    assert {w.state for w in detail.worker_list} <= {"exited", "released"}, detail.worker_list
+    assert (data / "jobs" / job.id / "ps-addresses" / "ps-0.addr").exists()
