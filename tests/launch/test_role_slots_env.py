@@ -20,7 +20,7 @@ def test_fixed_roles_take_their_counts_and_the_elastic_role_the_rest() -> None:
     split = assign_roles([CHIEF, PS, WORKER], SLOTS[:5])
     assert split == {"chief": ["h:0"], "ps": ["h:1", "h:2"], "worker": ["h:3", "h:4"]}
     # The elastic role stops at its max.
-    assert assign_roles([CHIEF, PS, WORKER], SLOTS + ["h:6", "h:7"])["worker"] == [
+    assert assign_roles([CHIEF, PS, WORKER], [*SLOTS, "h:6", "h:7"])["worker"] == [
         "h:3",
         "h:4",
         "h:5",

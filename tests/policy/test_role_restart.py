@@ -40,7 +40,7 @@ def test_exit_verdicts(policy: str, code: int | None, ends_job: bool, expected: 
 
 
 def test_an_unknown_policy_is_an_error() -> None:
-    with pytest.raises(ValueError, match="restart.policy"):
+    with pytest.raises(ValueError, match=r"restart\.policy"):
         exit_verdict("Sometimes", 1, ends_job=True)
 
 
