@@ -56,6 +56,8 @@ def _cli(*args: str) -> str:
         _cli("run", "--help"),
         _cli("resize", "--help"),
         _cli("sim", "--help"),
+        _cli("workers", "launch", "--help"),
+        "from tidal.client import Client; import tidal.workers, tidal.ps.job_spec",
     ],
     ids=[
         "tidal",
@@ -68,6 +70,8 @@ def _cli(*args: str) -> str:
         "run--help",
         "resize--help",
         "sim--help",
+        "workers-launch--help",
+        "worker-verbs-and-ps-spec",
     ],
 )
 def test_stays_light(body: str) -> None:

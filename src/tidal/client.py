@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from tidal.client_workers import WorkerVerbs
 from tidal.controller.discovery import default_data_dir, read_server_info, read_token
 from tidal.controller.schema import (
     AllocationView,
@@ -29,6 +30,7 @@ from tidal.controller.schema import (
     Submitted,
 )
 from tidal.spec import JobSpec
+from tidal.workers import WorkerArgumentError
 
 __all__ = [
     "TERMINAL_STATES",
@@ -39,6 +41,7 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "ServerUnavailable",
+    "WorkerArgumentError",
 ]
 
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
@@ -94,11 +97,13 @@ def _problems(detail: Any) -> builtins.list[tuple[str, str]]:
     return out
 
 
-class Client:
+class Client(WorkerVerbs):
     """A connection to a tidal server.
 
     ``url`` and ``token`` default to ``$TIDAL_URL`` / ``$TIDAL_TOKEN``, then to what the
-    server wrote into ``data_dir`` (default ``$TIDAL_DATA_DIR`` or ``~/.tidal``).
+    server wrote into ``data_dir`` (default ``$TIDAL_DATA_DIR`` or ``~/.tidal``). The
+    worker verbs (``launch_workers``, ``await_workers``, ``stop_workers``,
+    ``run_cluster``) are :class:`~tidal.client_workers.WorkerVerbs`.
     """
 
     def __init__(

@@ -265,6 +265,24 @@ class Job:
         """The role that scales: the elastic one, else the first (a one-role job's only)."""
         return next((r for r in self.roles if r.replicas.elastic), self.roles[0])
 
+    @property
+    def fixed_slots(self) -> int:
+        """Slots the job's fixed roles hold, all together (placed as a gang)."""
+        elastic = self.role if self.role.replicas.elastic else None
+        return sum(r.replicas.max for r in self.roles if r is not elastic)
+
+    @property
+    def slot_range(self) -> Replicas:
+        """How many slots the whole job holds: every fixed role's replicas plus the
+        elastic role's range (a one-role job: that role's replicas)."""
+        if len(self.roles) == 1:
+            return self.roles[0].replicas
+        fixed, elastic = self.fixed_slots, self.role
+        if not elastic.replicas.elastic:
+            return Replicas(min=fixed, max=fixed, initial=fixed)
+        r = elastic.replicas
+        return Replicas(min=fixed + r.min, max=fixed + r.max, initial=fixed + r.initial)
+
     def role_named(self, name: str) -> Role:
         """The role called ``name``; ``KeyError`` when the job has none."""
         for role in self.roles:
@@ -273,7 +291,22 @@ class Job:
         raise KeyError(name)
 
 
-def _role_from_spec(role: RoleSpec, spec: JobSpec, any_ends_job: bool) -> Role:
+#: Kubeflow's default successPolicy: the first of these roles a job has ends it.
+_LEAD_ROLES = ("chief", "master")
+
+
+def _default_enders(names: list[str]) -> set[str]:
+    """The roles that end a job whose spec marks none: the chief's (or master's) success,
+    else every worker's (Kubeflow's default), else every role's (roles of other names)."""
+    lead = next((n for n in _LEAD_ROLES if n in names), None)
+    if lead is not None:
+        return {lead}
+    if WORKER_ROLE in names:
+        return {WORKER_ROLE}
+    return set(names)
+
+
+def _role_from_spec(role: RoleSpec, spec: JobSpec, ends_job: bool) -> Role:
     replicas = role.replicas
     return Role(
         name=role.name,
@@ -295,8 +328,7 @@ def _role_from_spec(role: RoleSpec, spec: JobSpec, any_ends_job: bool) -> Role:
             policy=RestartKind(role.restart.policy),
         ),
         launcher=Launcher(role.launcher),
-        # When no role says, the job succeeds once every role has.
-        ends_job=bool(role.ends_job) if any_ends_job else True,
+        ends_job=ends_job,
     )
 
 
@@ -325,8 +357,11 @@ def job_from_spec(
     if spec.roles is None:
         roles: tuple[Role, ...] = (_worker_from_spec(spec),)
     else:
-        any_ends_job = any(r.ends_job is not None for r in spec.roles)
-        roles = tuple(_role_from_spec(r, spec, any_ends_job) for r in spec.roles)
+        if any(r.ends_job is not None for r in spec.roles):
+            enders = {r.name for r in spec.roles if r.ends_job}
+        else:
+            enders = _default_enders([r.name for r in spec.roles])
+        roles = tuple(_role_from_spec(r, spec, r.name in enders) for r in spec.roles)
     return Job(
         id=job_id,
         name=spec.name,

@@ -247,7 +247,8 @@ class RoleSpec(SpecSection):
     restart: RoleRestartSpec = Field(default_factory=RoleRestartSpec)
     launcher: LauncherName = "tidal"
     #: Whether the job succeeds once every replica of this role exited 0. When no role
-    #: says, every role does (all replicas of all roles must succeed).
+    #: says, Kubeflow's default: the ``chief`` (or ``master``) role, else the ``worker``
+    #: role, else every role.
     ends_job: Annotated[bool, Strict()] | None = None
 
     @field_validator("command", mode="before")

@@ -14,8 +14,8 @@ import yaml
 
 from tests.controller.conftest import Served
 from tests.controller.live import start_server, stop_server, until
+from tidal.backends.base import ONE_GROUP
 from tidal.client import Client, InvalidRequest
-from tidal.controller import support
 from tidal.model import Launcher
 
 HERE = Path(__file__).parent / "manifests"
@@ -27,17 +27,18 @@ def _post_yaml(served: Served, text: str) -> httpx.Response:
     return httpx.post(f"{served.url}/jobs", content=text.encode(), headers=headers, timeout=5)
 
 
-def test_a_manifest_this_server_cannot_run_is_refused_naming_each_role(served: Served) -> None:
+def test_a_manifest_this_server_cannot_run_is_refused_naming_each_role(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A backend that runs one group per job (the Ray backend) refuses a multi-role job.
+    monkeypatch.setattr(served.backend, "capabilities", ONE_GROUP, raising=False)
     response = _post_yaml(served, (HERE / "tfjob-ps.yaml").read_text())
     assert response.status_code == 422
     problems = [(d["path"], d["msg"]) for d in response.json()["detail"]]
-    assert (
-        "roles.ps.launcher",
-        "the 'tf' launcher is not available on this server yet",
-    ) in problems
+    assert ("roles.ps.launcher", "the 'tf' launcher is not available on this server") in problems
     assert problems[0] == (
         "roles",
-        "a job with several roles (chief, ps, worker) is not available on this server yet",
+        "a job with several roles (chief, ps, worker) is not available on this server",
     )
     assert served.store.list_jobs() == []
 
@@ -56,11 +57,8 @@ def test_a_bad_manifest_names_its_field_path_and_stores_nothing(served: Served) 
 def test_an_accepted_manifest_answers_with_its_warnings(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A server with the torchrun launcher (the entry its part removes) accepts an elastic
-    # PyTorchJob; each field it cannot honour comes back as a warning.
-    monkeypatch.setattr(
-        support, "UNAVAILABLE_LAUNCHERS", support.UNAVAILABLE_LAUNCHERS - {Launcher.TORCHRUN}
-    )
+    # An elastic PyTorchJob is accepted; each field tidal cannot honour comes back as a
+    # warning.
     job = served.client().submit(HERE / "pytorchjob-elastic.yaml")
     assert (job.name, job.min_workers, job.max_workers) == ("elastic-imagenet", 2, 6)
     paths = {w.path for w in job.warnings}
@@ -131,9 +129,13 @@ def test_the_cli_against_a_live_server(tmp_path: Path) -> None:
     server = start_server(tmp_path, "--interval", "0.2", slots=4)
     data = tmp_path / "data"
     try:
-        refused = _tidal(data, "submit", str(HERE / "tfjob-ps.yaml"))
+        greedy = tmp_path / "greedy.yaml"
+        greedy.write_text(
+            (HERE / "tfjob-ps.yaml").read_text().replace("nvidia.com/gpu: 1", "nvidia.com/gpu: 2")
+        )
+        refused = _tidal(data, "submit", str(greedy))
         assert refused.returncode == 2, refused.stderr
-        assert "roles.chief.launcher: the 'tf' launcher is not available on this server yet" in (
+        assert "roles.worker.resources.gpus: 2 GPUs per replica is not available" in (
             refused.stderr
         )
         # The translation's warnings are printed before the server's answer.

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from tests.controller.conftest import Served
+from tidal.backends.base import ONE_GROUP
 from tidal.client import InvalidRequest
 from tidal.controller.support import unsupported
 from tidal.model import Launcher, RestartKind, job_from_spec
@@ -186,32 +187,23 @@ def test_unsupported_names_each_role_and_what_it_lacks() -> None:
     problems = unsupported(job_from_spec(parse_spec_yaml(TF_SPEC)))
     assert problems == [
         (
-            "roles",
-            "a job with several roles (chief, ps, worker) is not available on this server yet",
-        ),
-        ("roles.chief.launcher", "the 'tf' launcher is not available on this server yet"),
-        (
-            "roles.chief.restart.policy",
-            "restart policy 'Never' is not available on this server yet "
-            "(failed replicas restart within the budget: OnFailure)",
-        ),
-        ("roles.ps.launcher", "the 'tf' launcher is not available on this server yet"),
-        ("roles.worker.launcher", "the 'tf' launcher is not available on this server yet"),
-        (
-            "roles.worker.restart.policy",
-            "restart policy 'ExitCode' is not available on this server yet "
-            "(failed replicas restart within the budget: OnFailure)",
+            "roles.worker.replicas",
+            "a 'tf' role has a fixed count (TF_CONFIG lists every replica): got 1:4",
         ),
         (
             "roles.worker.resources.gpus",
-            "2 GPUs per replica is not available on this server yet (at most 1)",
+            "2 GPUs per replica is not available on the local backend yet (at most 1)",
         ),
     ]
     one = parse_spec({"name": "x", "roles": [{"name": "w", "command": "a", "replicas": "1:3"}]})
     assert unsupported(job_from_spec(one)) == []
 
 
-def test_the_api_refuses_a_job_it_cannot_run_and_stores_nothing(served: Served) -> None:
+def test_the_api_refuses_a_job_it_cannot_run_and_stores_nothing(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The backend says what it runs: one that runs one group per job refuses `ps`.
+    monkeypatch.setattr(served.backend, "capabilities", ONE_GROUP, raising=False)
     spec = {"name": "x", "roles": [{"name": "ps", "command": "python ps.py", "launcher": "ps"}]}
     headers = {"Authorization": f"Bearer {served.token}"}
     for path in ("/jobs", "/jobs/validate"):
@@ -219,7 +211,7 @@ def test_the_api_refuses_a_job_it_cannot_run_and_stores_nothing(served: Served) 
         body = response.json()
         problems = body["detail"] if path == "/jobs" else body["problems"]
         assert [(p["path"], p["msg"]) for p in problems] == [
-            ("roles.ps.launcher", "the 'ps' launcher is not available on this server yet")
+            ("roles.ps.launcher", "the 'ps' launcher is not available on this server")
         ]
     assert served.store.list_jobs() == []
     with pytest.raises(InvalidRequest):

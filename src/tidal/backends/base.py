@@ -19,17 +19,22 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from tidal.model import Launcher, RestartKind
 from tidal.policy.api import Slot
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "LOCAL",
+    "ONE_GROUP",
     "Backend",
+    "Capabilities",
     "DiscoveredHost",
     "HostDiscovery",
     "JobLaunch",
     "JobStatus",
     "MetricPoint",
+    "RoleLaunch",
     "WorkerState",
     "WorkerStatus",
     "read_reports",
@@ -63,6 +68,9 @@ class WorkerStatus:
     state: WorkerState
     pid: int | None = None
     exit_code: int | None = None
+    #: The role it is a replica of and its index there (one-role jobs: ``worker``).
+    role: str = "worker"
+    index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,23 @@ def worker_logs(log_dir: Path | None) -> dict[int, Path]:
 
 
 @dataclass(frozen=True)
+class RoleLaunch:
+    """One role of a multi-role job, as its agent runs it (JSON-able: plain fields)."""
+
+    name: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    working_dir: str | None = None
+    launcher: str = "tidal"
+    #: Replicas: fixed when ``min == max``; at most one role of a job is elastic.
+    min: int = 1
+    max: int = 1
+    #: Kubeflow's restart policy: Never, OnFailure, Always or ExitCode.
+    policy: str = "OnFailure"
+    ends_job: bool = True
+
+
+@dataclass(frozen=True)
 class JobLaunch:
     """Everything a backend needs to run one job's workers; built by the controller."""
 
@@ -154,6 +179,31 @@ class JobLaunch:
     launcher: str = "tidal"
     role: str = "worker"
     max_restarts: int = 3
+    #: Every role of a multi-role job (or of a one-role job whose launcher is ``tf``,
+    #: ``mpi`` or ``ps``); empty for a job run as one group (``argv`` ... ``role`` above).
+    roles: tuple[RoleLaunch, ...] = ()
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend runs."""
+
+    launchers: frozenset[Launcher] = frozenset(Launcher)
+    restart_policies: frozenset[RestartKind] = frozenset(RestartKind)
+    #: Whether a job may have more than one role (and ``tf``/``mpi``/``ps`` roles).
+    several_roles: bool = True
+    #: The backend's name, for the messages.
+    name: str = "this server"
+
+
+#: The local backend: every launcher and restart policy, several roles.
+LOCAL = Capabilities(name="the local backend")
+#: A backend that runs a job as one group: ``tidal`` or ``torchrun``, one role.
+ONE_GROUP = Capabilities(
+    launchers=frozenset({Launcher.TIDAL, Launcher.TORCHRUN}),
+    restart_policies=frozenset({RestartKind.ON_FAILURE, RestartKind.NEVER, RestartKind.EXIT_CODE}),
+    several_roles=False,
+)
 
 
 class Backend(Protocol):
@@ -210,6 +260,8 @@ class DiscoveredHost:
     group: str | None = None
     #: Node labels jobs may target (``target.labels``).
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: The IP address its workers are reached at, if the backend knows it.
+    address: str | None = None
 
 
 @runtime_checkable

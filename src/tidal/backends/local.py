@@ -158,6 +158,7 @@ class LocalBackend:
             launcher=launch.launcher,
             role=launch.role,
             max_restarts=launch.max_restarts,
+            roles=[asdict(r) for r in launch.roles],
         )
         self._spawn_agent(config, launch.log_dir)
 

@@ -26,7 +26,8 @@ def policy_request(
     the policy honours, so it starts there; from then on the policy sizes it within
     ``[min, max]`` as usual.
     """
-    replicas = job.role.replicas
+    # Several roles: one request for the whole job (fixed roles plus the elastic range).
+    replicas = job.slot_range
     target = record.target_workers
     if target is None and record.started_at is None and replicas.initial < replicas.max:
         target = replicas.initial
@@ -59,7 +60,7 @@ def allocation_problems(
         if len(set(slots)) != len(slots) or seen & set(slots):
             problems.append(f"{job_id}: a slot given twice")
         seen |= set(slots)
-        replicas = job.role.replicas
+        replicas = job.slot_range
         if slots and not replicas.min <= len(slots) <= replicas.max:
             problems.append(
                 f"{job_id}: {len(slots)} slot(s) outside [{replicas.min}, {replicas.max}]"

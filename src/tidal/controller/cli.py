@@ -508,6 +508,12 @@ def top(
         pass
 
 
+# `tidal workers launch | await | stop` (the SDK's worker verbs) live in their own module.
+from tidal.controller.workers_cli import workers_app  # noqa: E402
+
+controller_app.add_typer(workers_app, name="workers")
+
+
 # -- entry point ---------------------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from tidal.backends.base import DiscoveredHost
 from tidal.policy.api import Cluster, Host, Slot
 
-__all__ = ["ClusterHost", "ClusterModel", "describe_change", "detect_local"]
+__all__ = ["ClusterHost", "ClusterModel", "describe_change", "detect_local", "local_address"]
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,8 @@ class ClusterHost:
     gpu: bool = False
     group: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: The IP address workers on this host are reached at (``None``: not known).
+    address: str | None = None
 
     def matches(self, group: str | None, labels: Mapping[str, str]) -> bool:
         """Whether a job targeting ``group`` with node ``labels`` may run here."""
@@ -99,15 +101,30 @@ class ClusterModel:
         """The hosts a backend discovered (see :class:`~tidal.backends.base.HostDiscovery`)."""
         return cls(
             hosts=tuple(
-                ClusterHost(h.name, h.slots, gpu=h.gpu, group=h.group, labels=dict(h.labels))
+                ClusterHost(
+                    h.name,
+                    h.slots,
+                    gpu=h.gpu,
+                    group=h.group,
+                    labels=dict(h.labels),
+                    address=h.address,
+                )
                 for h in hosts
             )
         )
 
     @classmethod
-    def single(cls, slots: int, *, gpu: bool = False, name: str | None = None) -> ClusterModel:
+    def single(
+        cls,
+        slots: int,
+        *,
+        gpu: bool = False,
+        name: str | None = None,
+        address: str | None = None,
+    ) -> ClusterModel:
         """One host (this machine by default) with ``slots`` slots."""
-        return cls(hosts=(ClusterHost(name=name or socket.gethostname(), slots=slots, gpu=gpu),))
+        host = ClusterHost(name=name or socket.gethostname(), slots=slots, gpu=gpu, address=address)
+        return cls(hosts=(host,))
 
 
 def describe_change(old: ClusterModel, new: ClusterModel) -> str:
@@ -128,6 +145,22 @@ def _gpu_count() -> int:
     return int(torch.cuda.device_count())
 
 
+#: Listen addresses that mean "every interface" rather than one address.
+_WILDCARDS = ("", "0.0.0.0", "::", "[::]")
+
+
+def local_address(listen: str = "127.0.0.1") -> str:
+    """The IP address this machine's workers are reached at, for a server listening on
+    ``listen``: that address itself, or for a wildcard the address this host's name
+    resolves to (``127.0.0.1`` when it resolves to none)."""
+    if listen not in _WILDCARDS:
+        return listen.strip("[]")
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
 def detect_local(
     slots: int | None = None,
     *,
@@ -135,8 +168,9 @@ def detect_local(
     labels: Mapping[str, str] | None = None,
     name: str | None = None,
     gpu_count: int | None = None,
+    address: str | None = None,
 ) -> ClusterModel:
-    """This machine as a one-host cluster.
+    """This machine as a one-host cluster, reached at ``address``.
 
     ``slots`` given: that many virtual CPU slots (also on a GPU machine, for testing).
     Otherwise one slot per visible GPU, or one CPU slot per core when there is no GPU.
@@ -150,6 +184,11 @@ def detect_local(
         count, gpu = (gpus, True) if gpus > 0 else (os.cpu_count() or 1, False)
     log.info("cluster: %d %s slot(s) on this host", count, "GPU" if gpu else "CPU")
     host = ClusterHost(
-        name=name or socket.gethostname(), slots=count, gpu=gpu, group=group, labels=labels or {}
+        name=name or socket.gethostname(),
+        slots=count,
+        gpu=gpu,
+        group=group,
+        labels=labels or {},
+        address=address,
     )
     return ClusterModel(hosts=(host,))

@@ -15,6 +15,7 @@ from tidal.controller.effects import LoopEffects
 from tidal.controller.store import Event, JobRecord
 from tidal.model import JobState, Launcher
 from tidal.policy.restart import Fail, LostWorker, Noop, RestartView, decide_restart
+from tidal.policy.role_restart import ReplicaExit, RoleRule, sort_exits
 
 __all__ = ["end_workers", "fail", "on_failures"]
 
@@ -30,8 +31,18 @@ def on_failures(
     """Replace ``failed`` workers on the job's slots, or fail the job once its restart
     budget is spent (:func:`~tidal.policy.restart.decide_restart`); the job as it is now,
     or ``None`` once it is over."""
-    role = effects.model(job).role
+    model = effects.model(job)
+    role = model.role
     limit = role.restart.max_restarts
+    rules = {r.name: RoleRule(r.restart.policy.value, r.ends_job) for r in model.roles}
+    exits = [ReplicaExit(w.role, w.index, w.exit_code) for w in failed]
+    fatal, retry = sort_exits(rules, exits)
+    if fatal is not None:
+        effects.call(job.id, "stop", lambda: effects.backend.stop(job.id))
+        fail(effects, job, now, fatal)
+        return None
+    # Finished replicas and ones a role leaves down (Never, not needed) are no failures.
+    failed = [failed[i] for i in retry]
     # Only running workers hold the training state (a starting one has none yet).
     running = any(w.state is WorkerState.RUNNING for w in status.workers)
     view = RestartView(
@@ -39,9 +50,10 @@ def on_failures(
         restarts=job.restarts,
         group_gone=not running,
         # torchrun's way: a failure restarts every worker (the backend's group does it).
-        whole_group=role.launcher is Launcher.TORCHRUN,
+        whole_group=role.launcher is Launcher.TORCHRUN and len(model.roles) == 1,
     )
-    lost = [LostWorker(str(w.worker_id), w.slot[0], w.exit_code) for w in failed]
+    # An exit 0 to restart (policy Always) is a restart like any other here.
+    lost = [LostWorker(str(w.worker_id), w.slot[0], w.exit_code or None) for w in failed]
     decision = decide_restart(view, lost)
     if isinstance(decision, Noop):
         return job

@@ -6,10 +6,13 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from tidal.backends.base import Backend, JobLaunch, worker_logs
-from tidal.model import Job
+from tidal.backends.base import Backend, JobLaunch, RoleLaunch, worker_logs
+from tidal.model import Job, Launcher, Role
 
-__all__ = ["JobFiles", "build_launch"]
+__all__ = ["JobFiles", "build_launch", "role_launches"]
+
+#: Launchers whose one-role job still runs as a replica set (not one protocol group).
+_REPLICA_LAUNCHERS = frozenset({Launcher.TF, Launcher.MPI, Launcher.PS})
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,28 @@ class JobFiles:
         return found
 
 
+def _role_launch(role: Role, job_id: str) -> RoleLaunch:
+    return RoleLaunch(
+        name=role.name,
+        argv=role.command,
+        env={**role.env, "TIDAL_JOB_ID": job_id},
+        working_dir=role.working_dir,
+        launcher=role.launcher.value,
+        min=role.replicas.min,
+        max=role.replicas.max,
+        policy=role.restart.policy.value,
+        ends_job=role.ends_job,
+    )
+
+
+def role_launches(job: Job) -> tuple[RoleLaunch, ...]:
+    """The roles the backend runs one by one: every role of a multi-role job, or the one
+    role of a job whose launcher is ``tf``, ``mpi`` or ``ps``; empty for one group."""
+    if len(job.roles) == 1 and job.role.launcher not in _REPLICA_LAUNCHERS:
+        return ()
+    return tuple(_role_launch(r, job.id) for r in job.roles)
+
+
 def build_launch(job: Job, files: JobFiles, *, gpu: bool) -> JobLaunch:
     """What the backend needs to start ``job``'s workers; ``gpu``: the cluster's slots are
     accelerators."""
@@ -65,4 +90,5 @@ def build_launch(job: Job, files: JobFiles, *, gpu: bool) -> JobLaunch:
         launcher=role.launcher.value,
         role=role.name,
         max_restarts=role.restart.max_restarts,
+        roles=role_launches(job),
     )

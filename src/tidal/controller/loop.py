@@ -221,7 +221,7 @@ class Controller:
 
     def _placeable(self, job: JobRecord, now: float) -> bool:
         model = self.effects.model(job)
-        placement, least = model.placement, model.role.replicas.min
+        placement, least = model.placement, model.slot_range.min
         shortfall = self.cluster.shortfall(placement.group, placement.labels, least)
         if shortfall is None:
             return True

@@ -97,6 +97,8 @@ class WorkerView(BaseModel):
     pid: int | None
     state: str
     exit_code: int | None
+    #: The IP address of the worker's host, where the server knows it.
+    ip_address: str | None = None
 
 
 class RequestView(BaseModel):

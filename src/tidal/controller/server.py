@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from tidal.backends.base import HostDiscovery
 from tidal.controller.app import create_app
 from tidal.controller.auth import ensure_token
-from tidal.controller.cluster import ClusterModel, detect_local
+from tidal.controller.cluster import ClusterModel, detect_local, local_address
 from tidal.controller.discovery import ServerInfo, clear_server_info, write_server_info
 from tidal.controller.loop import Controller
 from tidal.controller.plugins import load_backend, load_policy
@@ -136,7 +136,12 @@ def run_server(config: ServerConfig, on_ready: Callable[[str], None] | None = No
 def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) -> None:
     # Everything that can be refused is checked before anything is written to the data dir.
     policy = load_policy(config.policy, config.policy_options)
-    cluster = detect_local(config.slots, group=config.group, labels=config.labels)
+    cluster = detect_local(
+        config.slots,
+        group=config.group,
+        labels=config.labels,
+        address=local_address(config.host),
+    )
     backend = load_backend(
         config.backend, data_dir=config.data_dir, gpus=cluster.gpu, **config.backend_options
     )

@@ -1,77 +1,111 @@
-"""What this server can run: the one place a job the spec allows, but no launcher or
-controller part here can run yet, is refused before anything is stored.
+"""What a server can run: the one place a job the spec allows, but this server's backend
+cannot run, is refused before anything is stored.
 
-A spec may describe more than a server runs (a ``tf`` chief beside ``ps`` replicas, a
-restart policy of ``Never``). Accepting such a job would leave it queued or failing for
-good, so ``POST /jobs`` (and ``/jobs/validate``) refuse it with a 422 naming the role and
-field. Each unavailable capability is one entry in the sets below: the part that adds it
-removes its entry, and nothing else changes.
+A spec may describe more than a backend runs (several roles on the Ray backend, more than
+one GPU per replica). Accepting such a job would leave it queued or failing for good, so
+``POST /jobs`` (and ``/jobs/validate``) refuse it with a 422 naming the role and field.
+A backend says what it runs with a :class:`Capabilities` (its ``capabilities``
+attribute); one that says nothing runs what :data:`LOCAL` lists (the local backend).
 """
 
 from __future__ import annotations
 
+from tidal.backends.base import LOCAL, ONE_GROUP, Capabilities
 from tidal.model import Job, Launcher, RestartKind, Role
 
 __all__ = [
+    "LOCAL",
     "MAX_GPUS_PER_REPLICA",
-    "UNAVAILABLE_FEATURES",
-    "UNAVAILABLE_LAUNCHERS",
-    "UNAVAILABLE_RESTART_POLICIES",
+    "ONE_GROUP",
+    "Capabilities",
+    "capabilities_of",
     "unsupported",
 ]
 
-#: Launchers no part of this server starts yet.
-UNAVAILABLE_LAUNCHERS: frozenset[Launcher] = frozenset({Launcher.TF, Launcher.MPI, Launcher.PS})
-#: Restart policies the controller does not apply yet: it restarts failed replicas within
-#: the restart budget (``OnFailure``) and nothing else.
-UNAVAILABLE_RESTART_POLICIES: frozenset[RestartKind] = frozenset(
-    {RestartKind.NEVER, RestartKind.ALWAYS, RestartKind.EXIT_CODE}
-)
-#: Job shapes the controller cannot run yet:
-#: ``several roles`` — more than one role in a job (gang placement of fixed roles);
-#: ``several gpus`` — more than one GPU per replica (a replica holds one slot).
-UNAVAILABLE_FEATURES: frozenset[str] = frozenset({"several roles", "several gpus"})
-#: GPUs one replica may hold while ``several gpus`` is unavailable.
+#: GPUs one replica may hold (a replica holds one slot).
 MAX_GPUS_PER_REPLICA = 1
+#: Launchers whose role forms one group with its own protocol; a job has at most one.
+_PROTOCOL = frozenset({Launcher.TIDAL, Launcher.TORCHRUN})
+#: Launchers whose replicas find each other at fixed addresses: their role is fixed.
+_FIXED_ONLY = frozenset({Launcher.TF})
 
-_NOT_YET = "is not available on this server yet"
+
+def capabilities_of(backend: object) -> Capabilities:
+    """What ``backend`` says it runs (:data:`LOCAL` when it says nothing)."""
+    found = getattr(backend, "capabilities", None)
+    return found if isinstance(found, Capabilities) else LOCAL
 
 
-def _role_problems(role: Role, named: bool) -> list[tuple[str, str]]:
+def _role_problems(role: Role, named: bool, can: Capabilities) -> list[tuple[str, str]]:
     # A one-role job written without `roles:` has no role names in its fields.
     where = f"roles.{role.name}." if named else ""
     problems: list[tuple[str, str]] = []
-    if role.launcher in UNAVAILABLE_LAUNCHERS:
-        problems.append((f"{where}launcher", f"the {role.launcher.value!r} launcher {_NOT_YET}"))
-    if role.restart.policy in UNAVAILABLE_RESTART_POLICIES:
+    if role.launcher not in can.launchers:
+        problems.append(
+            (
+                f"{where}launcher",
+                f"the {role.launcher.value!r} launcher is not available on {can.name}",
+            )
+        )
+    if role.restart.policy not in can.restart_policies:
         problems.append(
             (
                 f"{where}restart.policy",
-                f"restart policy {role.restart.policy.value!r} {_NOT_YET} "
-                "(failed replicas restart within the budget: OnFailure)",
+                f"restart policy {role.restart.policy.value!r} is not available on {can.name}",
             )
         )
-    if "several gpus" in UNAVAILABLE_FEATURES and role.resources.gpus > MAX_GPUS_PER_REPLICA:
+    elif role.restart.policy is RestartKind.ALWAYS and role.launcher in _PROTOCOL:
+        problems.append(
+            (
+                f"{where}restart.policy",
+                "restart policy 'Always' needs a tf, mpi or ps launcher: a "
+                f"{role.launcher.value!r} group ends when its training does",
+            )
+        )
+    if role.launcher in _FIXED_ONLY and role.replicas.elastic:
+        problems.append(
+            (
+                f"{where}replicas",
+                f"a {role.launcher.value!r} role has a fixed count (TF_CONFIG lists every "
+                f"replica): got {role.replicas.min}:{role.replicas.max}",
+            )
+        )
+    if role.resources.gpus > MAX_GPUS_PER_REPLICA:
         problems.append(
             (
                 f"{where}resources.gpus",
-                f"{role.resources.gpus} GPUs per replica {_NOT_YET} "
+                f"{role.resources.gpus} GPUs per replica is not available on {can.name} yet "
                 f"(at most {MAX_GPUS_PER_REPLICA})",
             )
         )
     return problems
 
 
-def unsupported(job: Job, *, named_roles: bool = True) -> list[tuple[str, str]]:
-    """Every ``(field path, message)`` this server cannot run in ``job``; empty if it can.
+def unsupported(
+    job: Job, *, named_roles: bool = True, capabilities: Capabilities = LOCAL
+) -> list[tuple[str, str]]:
+    """Every ``(field path, message)`` a backend of ``capabilities`` cannot run in
+    ``job``; empty if it can.
 
     ``named_roles``: whether the spec listed ``roles:`` (paths name the role:
     ``roles.ps.launcher``) or was one implicit worker (paths are top-level fields).
     """
+    can = capabilities
     problems: list[tuple[str, str]] = []
-    if "several roles" in UNAVAILABLE_FEATURES and len(job.roles) > 1:
+    if len(job.roles) > 1 and not can.several_roles:
         names = ", ".join(r.name for r in job.roles)
-        problems.append(("roles", f"a job with several roles ({names}) {_NOT_YET}"))
+        problems.append(
+            ("roles", f"a job with several roles ({names}) is not available on {can.name}")
+        )
+    protocol = [r.name for r in job.roles if r.launcher in _PROTOCOL]
+    if len(protocol) > 1:
+        problems.append(
+            (
+                "roles",
+                "at most one role may use the tidal or torchrun launcher "
+                f"(got {', '.join(protocol)})",
+            )
+        )
     for role in job.roles:
-        problems.extend(_role_problems(role, named_roles))
+        problems.extend(_role_problems(role, named_roles, can))
     return problems

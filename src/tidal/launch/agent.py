@@ -35,7 +35,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from tidal.backends.base import JobStatus, WorkerState, WorkerStatus
+from tidal.backends.base import JobStatus, RoleLaunch, WorkerState, WorkerStatus
 from tidal.launch.driver import GroupDriver, parse_slot, slot_name
 from tidal.launch.warm import WarmSpawner, warm_pool_size
 from tidal.launch.worker import WorkerSpec
@@ -64,6 +64,9 @@ class AgentWorker:
     state: str  # a WorkerState value: starting, running, released, exited, failed
     pid: int | None
     exit_code: int | None
+    #: The role it is a replica of, and its index (records of earlier releases: worker).
+    role: str = "worker"
+    index: int | None = None
 
 
 @dataclass
@@ -85,7 +88,11 @@ class AgentStatus:
         data = json.loads(raw)
         known = {f.name for f in fields(cls)}
         data = {k: v for k, v in data.items() if k in known}
-        data["workers"] = [AgentWorker(**w) for w in data.get("workers", [])]
+        worker_fields = {f.name for f in fields(AgentWorker)}
+        data["workers"] = [
+            AgentWorker(**{k: v for k, v in w.items() if k in worker_fields})
+            for w in data.get("workers", [])
+        ]
         return cls(**data)
 
     @classmethod
@@ -99,7 +106,9 @@ class AgentStatus:
         elif ended:
             outcome = "stopped"
         workers = [
-            AgentWorker(w.worker_id, slot_name(w.slot), w.state.value, w.pid, w.exit_code)
+            AgentWorker(
+                w.worker_id, slot_name(w.slot), w.state.value, w.pid, w.exit_code, w.role, w.index
+            )
             for w in status.workers
         ]
         return cls(status.job_id, status.generation, workers, assign_seq, outcome, status.reason)
@@ -113,6 +122,8 @@ class AgentStatus:
                 state=WorkerState(w.state),
                 pid=w.pid,
                 exit_code=w.exit_code,
+                role=w.role,
+                index=w.index,
             )
             for w in self.workers
         )
@@ -147,6 +158,16 @@ class AgentConfig:
     launcher: str = "tidal"
     role: str = "worker"
     max_restarts: int = 3
+    #: A multi-role job's roles (:class:`~tidal.backends.base.RoleLaunch` fields); empty:
+    #: one group of ``argv`` (every config of an earlier release).
+    roles: list[dict[str, Any]] = field(default_factory=list)
+
+    def role_launches(self) -> list[RoleLaunch]:
+        """:attr:`roles` as the driver takes them."""
+        return [
+            RoleLaunch(**{**r, "argv": tuple(r["argv"]), "env": dict(r.get("env", {}))})
+            for r in self.roles
+        ]
 
 
 def record_path(state_dir: Path, job_id: str) -> Path:
@@ -226,7 +247,12 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         warm = 0
     spawner = WarmSpawner(warm) if warm else None
     driver = GroupDriver(
-        config.job_id, spec, spawner=spawner, first_worker_id=config.first_worker_id
+        config.job_id,
+        spec,
+        spawner=spawner,
+        first_worker_id=config.first_worker_id,
+        roles=config.role_launches(),
+        work_dir=Path(config.log_dir).parent if config.log_dir else None,
     )
     control = StoreControl(driver.group.host.store)
     driver.group.start(config.slots)

@@ -18,12 +18,14 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
-from tidal.backends.base import JobStatus, WorkerState, WorkerStatus
+from tidal.backends.base import JobStatus, RoleLaunch, WorkerState, WorkerStatus
 from tidal.launch.group import GroupEvent, Outcome
-from tidal.launch.launchers import make_group
+from tidal.launch.launchers import Group, make_group
 from tidal.launch.process import Spawner
+from tidal.launch.role_groups import RoleGroups
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_number
 from tidal.policy.api import Slot
 from tidal.runtime.api import EXIT_RELEASED
@@ -89,18 +91,34 @@ class GroupDriver:
         store_host: str = "127.0.0.1",
         stop_grace: float = 30.0,
         first_worker_id: int = 0,
+        roles: Sequence[RoleLaunch] = (),
+        work_dir: Path | None = None,
     ) -> None:
         """``stop_grace``: how long released workers get to leave when the job stops
-        (rank 0 checkpoints first); ``first_worker_id``: see :class:`WorkerGroup`."""
+        (rank 0 checkpoints first); ``first_worker_id``: see :class:`WorkerGroup`;
+        ``roles``: a multi-role job's roles, run as :class:`RoleGroups` (launcher files
+        in ``work_dir``) instead of one group of ``spec``."""
         self.job_id = job_id
         self.stop_grace = stop_grace
-        self.group = make_group(
-            spec,
-            on_event=self._on_event,
-            spawner=spawner,
-            store_host=store_host,
-            first_worker_id=first_worker_id,
-        )
+        self.group: Group | RoleGroups
+        if roles:
+            self.group = RoleGroups(
+                spec,
+                roles,
+                on_event=self._on_event,
+                spawner=spawner,
+                store_host=store_host,
+                first_worker_id=first_worker_id,
+                work_dir=work_dir,
+            )
+        else:
+            self.group = make_group(
+                spec,
+                on_event=self._on_event,
+                spawner=spawner,
+                store_host=store_host,
+                first_worker_id=first_worker_id,
+            )
         self._reports = ReportQueue(self.group.host.store, REPORT_PREFIX)
         self._last_read = 0.0
         self._last_failure = ""
@@ -121,6 +139,8 @@ class GroupDriver:
                 state=worker_state(w),
                 pid=w.process.pid,
                 exit_code=w.exit_code,
+                role=w.role,
+                index=w.index,
             )
             for w in group.workers.values()
         )

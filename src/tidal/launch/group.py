@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from tidal.launch.process import LocalSpawner, Spawner
-from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_env, worker_output
+from tidal.launch.worker import (
+    Worker,
+    WorkerIds,
+    WorkerPhase,
+    WorkerSpec,
+    worker_env,
+    worker_output,
+)
 from tidal.runtime.api import EXIT_RELEASED
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
@@ -81,7 +88,8 @@ class WorkerGroup:
         #: Slots whose worker failed since they were last assigned: no new worker there
         #: until an :meth:`assign` lists them again (the restart decision is the caller's).
         self._held_back: set[str] = set()
-        self._next_id = first_worker_id
+        #: Where worker numbers come from (a multi-role job's groups share one source).
+        self.ids = WorkerIds(first_worker_id)
         self._forming_since: float | None = None
         self._finishing = False
         self._finishing_since = 0.0
@@ -342,8 +350,7 @@ class WorkerGroup:
     # -- processes ----------------------------------------------------------------------
 
     def _spawn(self, slot: str) -> Worker:
-        worker_id = f"w{self._next_id}"
-        self._next_id += 1
+        worker_id = self.ids.take()
         env = worker_env(self.spec, worker_id=worker_id, slot=slot, store=self.host.address)
         process = self.spawner.spawn(
             worker_id=worker_id,

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.process import LocalSpawner, Spawner
 from tidal.launch.torchrun_env import TorchrunWorld, torchrun_env
-from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_output
+from tidal.launch.worker import Worker, WorkerIds, WorkerPhase, WorkerSpec, worker_output
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
 __all__ = ["TorchrunGroup"]
@@ -70,7 +70,8 @@ class TorchrunGroup:
         self._on_output = on_output
         self._on_event = on_event
         self._on_failure = on_failure
-        self._next_id = first_worker_id
+        #: Where worker numbers come from (a multi-role job's groups share one source).
+        self.ids = WorkerIds(first_worker_id)
         #: The incarnation's store (``MASTER_ADDR:MASTER_PORT``); a new one per restart.
         self._store: dist.TCPStore | None = None
         #: Restarts of the group so far (``TORCHELASTIC_RESTART_COUNT`` of the next start
@@ -289,8 +290,7 @@ class TorchrunGroup:
     # -- processes ----------------------------------------------------------------------
 
     def _spawn(self, slot: str, env: dict[str, str]) -> str:
-        worker_id = f"w{self._next_id}"
-        self._next_id += 1
+        worker_id = self.ids.take()
         process = self.spawner.spawn(
             worker_id=worker_id,
             slot=slot,

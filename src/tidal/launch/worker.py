@@ -32,6 +32,7 @@ from tidal.runtime.api import (
 
 __all__ = [
     "Worker",
+    "WorkerIds",
     "WorkerPhase",
     "WorkerSpec",
     "worker_env",
@@ -97,6 +98,25 @@ class Worker:
     killed: bool = False
     #: Exited without being asked to: its slot waits to be assigned again.
     failed: bool = False
+    #: The role it is a replica of, and its index there (a multi-role job's groups set
+    #: them; a one-role job's workers are all ``worker``).
+    role: str = "worker"
+    index: int | None = None
+
+
+class WorkerIds:
+    """Worker names ``w<K>`` from one counter: never reused within a job, also across
+    the groups of a multi-role job."""
+
+    def __init__(self, first: int = 0) -> None:
+        """Start at ``w<first>``."""
+        self.next = first
+
+    def take(self) -> str:
+        """The next unused name."""
+        name = f"w{self.next}"
+        self.next += 1
+        return name
 
 
 def worker_number(worker_id: str) -> int:

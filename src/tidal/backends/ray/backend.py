@@ -29,7 +29,14 @@ from typing import Any
 
 import ray
 
-from tidal.backends.base import DiscoveredHost, JobLaunch, JobStatus, read_reports, worker_logs
+from tidal.backends.base import (
+    ONE_GROUP,
+    DiscoveredHost,
+    JobLaunch,
+    JobStatus,
+    read_reports,
+    worker_logs,
+)
 from tidal.backends.ray.worker import RaySpawner
 from tidal.launch.driver import GroupDriver, slot_name
 from tidal.launch.worker import WorkerSpec
@@ -84,6 +91,10 @@ class _Job:
 
 class RayBackend:
     """Runs every job's workers as actors on a Ray cluster; see the module docstring."""
+
+    #: One group per job (``tidal`` or ``torchrun``): several roles, and the ``tf``,
+    #: ``mpi`` and ``ps`` launchers, are refused at submit (422 naming the field).
+    capabilities = replace(ONE_GROUP, name="the Ray backend")
 
     def __init__(
         self,
@@ -148,7 +159,8 @@ class RayBackend:
                 for k, v in (node.get("Labels") or {}).items()
                 if not str(k).startswith("ray.io/")
             }
-            hosts.append(DiscoveredHost(name, count, gpu=gpu, labels=labels))
+            address = str(node["NodeManagerAddress"])
+            hosts.append(DiscoveredHost(name, count, gpu=gpu, labels=labels, address=address))
             nodes[name] = _Node(str(node["NodeID"]), resource)
         with self._lock:
             self._hosts, self._nodes = hosts, nodes

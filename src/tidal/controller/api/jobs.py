@@ -16,7 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import TypeAdapter
 
-from tidal.controller.api.deps import StoreDep, invalid, job_or_404
+from tidal.controller.api.deps import ControllerDep, StoreDep, invalid, job_or_404
 from tidal.controller.api.spec_body import (
     SPEC_BODY,
     read_spec,
@@ -43,6 +43,7 @@ from tidal.controller.schema import (
     WorkerView,
 )
 from tidal.controller.store import Event, JobRecord, Store
+from tidal.controller.support import Capabilities, capabilities_of
 from tidal.model import ACTIVE_STATES, JobState, JobStateError
 from tidal.spec import SpecError, locate_problems
 
@@ -66,6 +67,11 @@ def _parse_labels(raw: Sequence[str]) -> dict[str, str]:
             raise invalid("label", f"expected KEY=VALUE (got {item!r})", where="query")
         labels[key] = value
     return labels
+
+
+def _can(request: Request) -> Capabilities:
+    """What the server's backend runs."""
+    return capabilities_of(request.app.state.controller.backend)
 
 
 def _current(store: Store, job: JobRecord) -> JobView:
@@ -96,7 +102,9 @@ def _holding(job: JobRecord) -> None:
 async def submit(request: Request, store: StoreDep) -> Response:
     """Submit a job from a spec: JSON, or YAML text with ``Content-Type: application/yaml``."""
     try:
-        spec, warnings = await off_loop(request, read_spec, *await spec_text(request))
+        spec, warnings = await off_loop(
+            request, read_spec, *await spec_text(request), _can(request)
+        )
     except SpecError as exc:
         return spec_problem_response(exc)
     job = await run_in_threadpool(store.add_job, spec)
@@ -112,7 +120,7 @@ async def validate(request: Request) -> SpecCheck:
     YAML, the line it names (what the dashboard's submit page shows next to the text)."""
     text, is_yaml = await spec_text(request)
     try:
-        _, warnings = await off_loop(request, read_spec, text, is_yaml)
+        _, warnings = await off_loop(request, read_spec, text, is_yaml, _can(request))
     except SpecError as exc:
         lines = None
         if is_yaml:
@@ -202,9 +210,12 @@ def list_jobs(
 
 
 @router.get("/jobs/{ref}", response_model=JobDetail)
-def get_job(ref: str, store: StoreDep) -> JobDetail:
-    """A job by id (or the latest job with that name), with its workers."""
+def get_job(ref: str, controller: ControllerDep) -> JobDetail:
+    """A job by id (or the latest job with that name), with its workers and the IP
+    address of each worker's host."""
+    store = controller.store
     job = job_or_404(store, ref)
+    addresses = {h.name: h.address for h in controller.cluster.hosts}
     workers = [
         WorkerView(
             worker_id=w.worker_id,
@@ -213,6 +224,7 @@ def get_job(ref: str, store: StoreDep) -> JobDetail:
             pid=w.pid,
             state=w.state.value,
             exit_code=w.exit_code,
+            ip_address=addresses.get(w.slot[0]),
         )
         for w in store.workers(job.id)
     ]

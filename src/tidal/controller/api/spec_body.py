@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 
 from tidal.compat import spec_from_document
 from tidal.controller.api.deps import UNPROCESSABLE
-from tidal.controller.support import unsupported
+from tidal.controller.support import LOCAL, Capabilities, unsupported
 from tidal.documents import SPEC_LIMITS, DocumentError, load_json, load_yaml
 from tidal.model import job_from_spec
 from tidal.spec import JobSpec, SpecError
@@ -58,21 +58,26 @@ async def spec_text(request: Request) -> tuple[str, bool]:
     return body.decode("utf-8", errors="replace"), ctype in _YAML_TYPES
 
 
-def read_spec(text: str, is_yaml: bool) -> tuple[JobSpec, list[tuple[str, str]]]:
+def read_spec(
+    text: str, is_yaml: bool, capabilities: Capabilities = LOCAL
+) -> tuple[JobSpec, list[tuple[str, str]]]:
     """The spec in a request body (a tidal spec, or a Kubeflow manifest translated, with
-    its warnings), if this server can run it; raises :class:`SpecError` (with what it
-    cannot run: :func:`tidal.controller.support.unsupported`)."""
+    its warnings), if a backend of ``capabilities`` can run it; raises :class:`SpecError`
+    (with what it cannot run: :func:`tidal.controller.support.unsupported`)."""
     try:
         data = load_yaml(text, SPEC_LIMITS) if is_yaml else load_json(text, SPEC_LIMITS)
     except DocumentError as exc:
         raise SpecError(exc.problems) from None
     spec, warnings = spec_from_document(data)
-    check_runnable(spec)
+    check_runnable(spec, capabilities)
     return spec, warnings
 
 
-def check_runnable(spec: JobSpec) -> None:
-    """Raise :class:`SpecError` naming every part of ``spec`` this server cannot run."""
-    problems = unsupported(job_from_spec(spec), named_roles=spec.has_roles)
+def check_runnable(spec: JobSpec, capabilities: Capabilities = LOCAL) -> None:
+    """Raise :class:`SpecError` naming every part of ``spec`` a backend of
+    ``capabilities`` cannot run."""
+    problems = unsupported(
+        job_from_spec(spec), named_roles=spec.has_roles, capabilities=capabilities
+    )
     if problems:
         raise SpecError(problems)

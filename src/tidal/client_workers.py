@@ -1,0 +1,252 @@
+"""The SDK's worker verbs: launch workers, wait for them, stop them, start a PS cluster.
+
+Mixed into :class:`tidal.client.Client`. Workers are the replicas of an ordinary job (they
+hold slots of the pool and are listed by ``tidal list``), named ``"<job id>/<worker
+index>"``; the pure parts (ids, specs, summaries) are :mod:`tidal.workers`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tidal.workers import (
+    ENDED_STATES,
+    WorkerArgumentError,
+    WorkerRef,
+    argument_problems,
+    launch_spec,
+    parse_worker_ids,
+    summarise,
+    unknown_worker,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+    from tidal.controller.schema import JobDetail, JobView, Submitted
+    from tidal.ps.config import Mode
+
+__all__ = ["WorkerVerbs"]
+
+#: The first and the longest pause between two looks at the workers' jobs.
+_FIRST_PAUSE = 0.05
+_LONGEST_PAUSE = 1.0
+
+
+def _seconds(value: Any, argument: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise WorkerArgumentError(f"{argument}: expected seconds >= 0, got {value!r}")
+    if value < 0:
+        raise WorkerArgumentError(f"{argument}: expected seconds >= 0, got {value}")
+    return float(value)
+
+
+class WorkerVerbs:
+    """``launch_workers``, ``await_workers``, ``stop_workers`` and ``run_cluster``."""
+
+    if TYPE_CHECKING:
+
+        def get(self, job: str) -> JobDetail: ...
+        def cancel(self, job: str) -> JobView: ...
+        def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response: ...
+
+    def _submit_spec(self, spec: Mapping[str, Any]) -> Submitted:
+        """Submit ``spec``; a refusal names the verb's arguments rather than spec fields."""
+        from tidal.client import InvalidRequest
+        from tidal.controller.schema import Submitted
+
+        try:
+            response = self._request("POST", "/jobs", json=dict(spec))
+        except InvalidRequest as exc:
+            raise InvalidRequest(argument_problems(exc.problems)) from None
+        return Submitted.model_validate(response.json())
+
+    def launch_workers(
+        self,
+        n: int,
+        *,
+        cpu: float = 1.0,
+        memory: int | str | None = None,
+        gpus: int = 0,
+        script: str | None = None,
+        command: str | Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        role: str = "worker",
+        name: str = "workers",
+    ) -> builtins.list[str]:
+        """Start ``n`` workers and return their ids (``"<job id>/<index>"``).
+
+        They are one job of ``n`` fixed replicas, each holding one slot of the pool, each
+        running ``command`` (a string is split like a shell would) or ``python script``
+        (the server's interpreter) with ``env`` added to its environment; ``cpu`` and
+        ``memory`` (bytes, or ``"4Gi"``) per worker. A worker that fails is not restarted:
+        it is reported by :meth:`await_workers`, and its job fails (the others stop).
+        A bad argument raises :class:`~tidal.workers.WorkerArgumentError` naming it, and
+        nothing is submitted.
+        """
+        spec = launch_spec(
+            n,
+            cpu=cpu,
+            memory=memory,
+            gpus=gpus,
+            script=script,
+            command=command,
+            env=env,
+            role=role,
+            name=name,
+        )
+        job = self._submit_spec(spec)
+        return [str(WorkerRef(job.id, i)) for i in range(n)]
+
+    def _jobs_of(self, refs: Sequence[WorkerRef], argument: str) -> dict[str, JobDetail]:
+        """Each job ``refs`` name; :class:`NotFound` naming the id for an unknown one."""
+        from tidal.client import NotFound
+
+        jobs: dict[str, JobDetail] = {}
+        for i, ref in enumerate(refs):
+            if ref.job not in jobs:
+                try:
+                    jobs[ref.job] = self.get(ref.job)
+                except NotFound:
+                    raise NotFound(
+                        f"{argument}[{i}]: no job {ref.job!r} (worker {ref})", 404
+                    ) from None
+            problem = unknown_worker(ref, jobs[ref.job])
+            if problem is not None:
+                raise NotFound(f"{argument}[{i}]: {problem}", 404)
+        return jobs
+
+    def await_workers(
+        self,
+        ids: str | Iterable[str],
+        wait_for_completion: bool = False,
+        timeout_seconds: float = 60.0,
+    ) -> dict[str, Any]:
+        """Wait until every worker of ``ids`` runs (or, with ``wait_for_completion``, has
+        exited), for at most ``timeout_seconds``.
+
+        Returns ``{"workers": [{"id", "ip_address", "host", "slot", "status",
+        "exit_code"}], "failures": [ids]}``: the failures are the workers that failed,
+        were stopped, never started before their job ended, did not get there in time,
+        or (with ``wait_for_completion``) exited with a status other than 0.
+        """
+        refs = parse_worker_ids(ids)
+        limit = _seconds(timeout_seconds, "timeout_seconds")
+        deadline = time.monotonic() + limit
+        jobs = self._jobs_of(refs, "ids")
+        pause = _FIRST_PAUSE
+        while True:
+            reports = summarise(refs, jobs, completion=wait_for_completion)
+            left = deadline - time.monotonic()
+            if all(r.settled for r in reports) or left <= 0:
+                break
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _LONGEST_PAUSE)
+            waiting = {str(ref): ref.job for ref in refs}
+            for job_id in {waiting[r.id] for r in reports if not r.settled}:
+                jobs[job_id] = self.get(job_id)
+        return {
+            "workers": [r.as_dict() for r in reports],
+            "failures": [r.id for r in reports if r.failed or not r.settled],
+        }
+
+    def stop_workers(self, ids: str | Iterable[str]) -> builtins.list[str]:
+        """Stop the workers ``ids`` name; returns the ids of the jobs asked to stop.
+
+        A job whose every worker is named ends ``cancelled`` (its processes are stopped
+        on the controller's next tick; :meth:`await_workers` with
+        ``wait_for_completion`` waits for them). Stopping only some of a job's workers
+        is refused (:class:`~tidal.client.Conflict`): a job's replicas are stopped
+        together.
+        """
+        from tidal.client import Conflict
+
+        refs = parse_worker_ids(ids)
+        jobs = self._jobs_of(refs, "ids")
+        plan: builtins.list[str] = []
+        for job_id, job in jobs.items():
+            named = {r.index for r in refs if r.job == job_id}
+            ended = {w.worker_id for w in job.worker_list if w.state in ENDED_STATES}
+            known = {w.worker_id for w in job.worker_list} | set(range(job.max_workers))
+            rest = sorted(known - ended - named)
+            if job.state in ("succeeded", "failed", "cancelled"):
+                continue  # nothing of it runs any more
+            if rest:
+                shown = ", ".join(str(WorkerRef(job_id, i)) for i in rest)
+                raise Conflict(
+                    f"ids: stopping some of a job's workers is not available: job {job_id} "
+                    f"also runs {shown}; name all of its workers to stop them together",
+                    409,
+                )
+            plan.append(job_id)
+        for job_id in plan:
+            self.cancel(job_id)
+        return plan
+
+    def run_cluster(
+        self,
+        n_workers: int,
+        n_ps: int,
+        cpu: float = 1.0,
+        memory: int | str | None = None,
+        worker_script: str | None = None,
+        mode: Mode = "async",
+        *,
+        replicas_to_aggregate: int | None = None,
+        max_staleness: int | None = None,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        gpus: int = 0,
+        name: str = "ps",
+        timeout_seconds: float = 60.0,
+    ) -> dict[str, Any]:
+        """Start a parameter-server job (see :mod:`tidal.ps.job_spec`) and wait up to
+        ``timeout_seconds`` for its processes to run.
+
+        Returns its cluster spec: ``{"job", "mode", "ps": [ids], "workers": [ids],
+        "addresses": {id: ip}, "failures": [ids]}`` (ids as :meth:`await_workers` takes
+        them; a process not running in time is in ``failures``). The job succeeds when
+        every worker exited 0; its servers are then stopped (they show ``released``), so
+        wait for ``cluster["workers"]`` to complete, not for the servers.
+        """
+        from tidal.ps.job_spec import PS_ROLE, cluster_job_spec
+
+        if worker_script is None:
+            raise WorkerArgumentError("worker_script: required (the script every process runs)")
+        limit = _seconds(timeout_seconds, "timeout_seconds")
+        spec = cluster_job_spec(
+            n_workers,
+            n_ps,
+            worker_script=worker_script,
+            cpu=cpu,
+            memory=memory,
+            gpus=gpus,
+            mode=mode,
+            replicas_to_aggregate=replicas_to_aggregate,
+            max_staleness=max_staleness,
+            args=args,
+            env=env,
+            name=name,
+        )
+        job = self._submit_spec(spec)
+        ids = [str(WorkerRef(job.id, i)) for i in range(n_ps + n_workers)]
+        state = self.await_workers(ids, timeout_seconds=limit)
+        roles = {w.worker_id: getattr(w, "role", None) for w in self.get(job.id).worker_list}
+        if any(roles.values()):
+            servers = [i for i in ids if roles.get(int(i.rsplit("/", 1)[1])) == PS_ROLE]
+        else:
+            # The server does not say which role a worker is in: at a job's first start
+            # its roles take worker ids in the order the spec lists them, ps first.
+            servers = ids[:n_ps]
+        return {
+            "job": job.id,
+            "mode": mode,
+            "ps": servers,
+            "workers": [i for i in ids if i not in servers],
+            "addresses": {w["id"]: w["ip_address"] for w in state["workers"]},
+            "failures": state["failures"],
+        }

@@ -1,0 +1,118 @@
+"""The environment each launcher gives a role's replicas, as pure functions.
+
+``tf``   ``TF_CONFIG`` exactly as Kubeflow's TFJob operator writes it: every replica of
+         every role at ``host:port`` (the evaluator is no part of the training cluster),
+         this replica's ``{type, index}``, ``"environment": "cloud"``.
+``ps``   the environment contract of :mod:`tidal.ps.config` (``TIDAL_PS_ROLE``, ``_INDEX``,
+         ``_WORKER_ID``, ``_N_PS``, ``_ADDRESS_DIR``, ``_MAX_WORKERS``, ...).
+``mpi``  a hostfile of the other roles' slots (one line per host, ``host slots=N``), its
+         path in ``TIDAL_HOSTFILE`` and ``OMPI_MCA_orte_default_hostfile``, and the same
+         list as ``TIDAL_HOSTS`` (``h1:2,h2:1``, horovodrun's ``-H``).
+
+Every replica of a multi-role job also gets ``TIDAL_ROLE`` and ``TIDAL_REPLICA_INDEX``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from tidal.ps.config import PREFIX as PS_PREFIX
+
+__all__ = [
+    "ENV_HOSTFILE",
+    "ENV_HOSTS",
+    "ENV_REPLICA_INDEX",
+    "ENV_ROLE",
+    "PS_ROLE",
+    "hostfile_text",
+    "hosts_text",
+    "mpi_env",
+    "ps_env",
+    "tf_cluster",
+    "tf_config",
+]
+
+ENV_ROLE = "TIDAL_ROLE"
+ENV_REPLICA_INDEX = "TIDAL_REPLICA_INDEX"
+ENV_HOSTFILE = "TIDAL_HOSTFILE"
+ENV_HOSTS = "TIDAL_HOSTS"
+#: The role of a ``ps``-launched job whose replicas serve the parameters.
+PS_ROLE = "ps"
+#: TFJob leaves its evaluator out of the cluster spec: it only reads checkpoints.
+_NOT_IN_TF_CLUSTER = frozenset({"evaluator"})
+
+
+def tf_cluster(addresses: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """The ``cluster`` of ``TF_CONFIG``: each role's replica addresses, by index."""
+    return {
+        role: list(addrs)
+        for role, addrs in sorted(addresses.items())
+        if role not in _NOT_IN_TF_CLUSTER and addrs
+    }
+
+
+def tf_config(addresses: Mapping[str, Sequence[str]], task_type: str, index: int) -> str:
+    """``TF_CONFIG`` for replica ``index`` of role ``task_type``, as the TFJob operator
+    marshals it (keys of ``cluster`` sorted, no spaces)."""
+    value = {
+        "cluster": tf_cluster(addresses),
+        "task": {"type": task_type, "index": index},
+        "environment": "cloud",
+    }
+    return json.dumps(value, separators=(",", ":"))
+
+
+def ps_env(
+    role: str,
+    index: int,
+    *,
+    n_ps: int,
+    max_workers: int,
+    address_dir: str,
+    checkpoint_dir: str | None = None,
+) -> dict[str, str]:
+    """The :mod:`tidal.ps.config` contract for replica ``index`` of ``role``: the ``ps``
+    role serves shard ``index``; any other role is a worker reading data stream ``index``
+    under the stable id ``worker-<index>`` (a replacement resumes its data position)."""
+    is_ps = role == PS_ROLE
+    env = {
+        "ROLE": "ps" if is_ps else "worker",
+        "INDEX": str(index),
+        "N_PS": str(n_ps),
+        "MAX_WORKERS": str(max_workers),
+        "ADDRESS_DIR": address_dir,
+    }
+    if not is_ps:
+        env["WORKER_ID"] = f"worker-{index}" if role == "worker" else f"{role}-{index}"
+    if checkpoint_dir:
+        env["CHECKPOINT_DIR"] = checkpoint_dir
+    return {PS_PREFIX + k: v for k, v in env.items()}
+
+
+def _per_host(slots: Sequence[str]) -> list[tuple[str, int]]:
+    counts: dict[str, int] = {}
+    for slot in slots:
+        host = slot.rpartition(":")[0]
+        counts[host] = counts.get(host, 0) + 1
+    return list(counts.items())
+
+
+def hostfile_text(slots: Sequence[str]) -> str:
+    """An MPI hostfile for ``slots`` (``host:i`` names): ``host slots=N`` per host."""
+    return "".join(f"{host} slots={n}\n" for host, n in _per_host(slots))
+
+
+def hosts_text(slots: Sequence[str]) -> str:
+    """``slots`` as horovodrun's ``-H``: ``h1:2,h2:1``."""
+    return ",".join(f"{host}:{n}" for host, n in _per_host(slots))
+
+
+def mpi_env(hostfile: str, slots: Sequence[str]) -> dict[str, str]:
+    """What a launcher role gets: the hostfile's path (ours and Open MPI's variable) and
+    the host list."""
+    return {
+        ENV_HOSTFILE: hostfile,
+        "OMPI_MCA_orte_default_hostfile": hostfile,
+        ENV_HOSTS: hosts_text(slots),
+    }

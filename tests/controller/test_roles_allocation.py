@@ -1,0 +1,123 @@
+"""A multi-role job as the policy sees it, what it is launched with, and what refuses it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tidal.backends.base import LOCAL, ONE_GROUP
+from tidal.controller.allocation import allocation_problems, policy_request
+from tidal.controller.cluster import ClusterModel
+from tidal.controller.launching import JobFiles, build_launch
+from tidal.controller.store import Store
+from tidal.controller.support import unsupported
+from tidal.model import job_from_spec
+from tidal.spec import parse_spec, parse_spec_yaml
+
+PS_JOB = """
+name: ps-digits
+roles:
+  - name: ps
+    command: python ps_digits.py
+    replicas: 2
+    launcher: ps
+    resources: {gpus: 0}
+  - name: worker
+    command: python ps_digits.py
+    replicas: "1:3"
+    launcher: ps
+    resources: {gpus: 0}
+"""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(tmp_path)
+    yield s
+    s.close()
+
+
+def test_the_policy_sees_fixed_roles_plus_the_elastic_range(store: Store) -> None:
+    record = store.add_job(parse_spec_yaml(PS_JOB), now=1.0)
+    job = record.job
+    request = policy_request(record, job, now=2.0)
+    assert (request.min_workers, request.max_workers) == (3, 5)
+    assert (record.min_workers, record.max_workers) == (3, 5)
+    cluster = ClusterModel.single(8, name="h")
+    assert (
+        allocation_problems({record.id: [("h", i) for i in range(4)]}, {record.id: job}, cluster)
+        == []
+    )
+    assert allocation_problems({record.id: [("h", 0), ("h", 1)]}, {record.id: job}, cluster) == [
+        f"{record.id}: 2 slot(s) outside [3, 5]"
+    ]
+
+
+def test_a_fixed_multi_role_job_asks_for_exactly_its_sum(store: Store) -> None:
+    spec = parse_spec(
+        {
+            "name": "tf",
+            "roles": [
+                {"name": "chief", "command": "a", "launcher": "tf"},
+                {"name": "worker", "command": "a", "launcher": "tf", "replicas": 2},
+            ],
+        }
+    )
+    record = store.add_job(spec, now=1.0)
+    request = policy_request(record, record.job, now=2.0)
+    assert (request.min_workers, request.max_workers, request.target_workers) == (3, 3, None)
+    # Kubeflow's default successPolicy: the chief ends the job.
+    assert [r.ends_job for r in record.job.roles] == [True, False]
+
+
+def test_a_one_role_job_asks_as_before(store: Store) -> None:
+    record = store.add_job(parse_spec({"name": "a", "command": "x", "workers": "2:6"}), now=1.0)
+    request = policy_request(record, record.job, now=2.0)
+    assert (request.min_workers, request.max_workers) == (2, 6)
+
+
+def test_the_launch_carries_every_role(tmp_path: Path) -> None:
+    job = job_from_spec(parse_spec_yaml(PS_JOB), job_id="j1")
+    launch = build_launch(job, JobFiles(tmp_path), gpu=False)
+    assert [(r.name, r.launcher, r.min, r.max) for r in launch.roles] == [
+        ("ps", "ps", 2, 2),
+        ("worker", "ps", 1, 3),
+    ]
+    # The workers end the job (Kubeflow's default without a chief), the servers do not.
+    assert [r.ends_job for r in launch.roles] == [False, True]
+    one = job_from_spec(parse_spec({"name": "a", "command": "x"}), job_id="j2")
+    assert build_launch(one, JobFiles(tmp_path), gpu=False).roles == ()
+
+
+def test_what_each_backend_refuses() -> None:
+    job = job_from_spec(parse_spec_yaml(PS_JOB))
+    assert unsupported(job, capabilities=LOCAL) == []
+    ray = unsupported(job, capabilities=ONE_GROUP)
+    assert ray[0] == (
+        "roles",
+        "a job with several roles (ps, worker) is not available on this server",
+    )
+    assert ("roles.ps.launcher", "the 'ps' launcher is not available on this server") in ray
+    elastic_tf = parse_spec(
+        {
+            "name": "t",
+            "roles": [{"name": "worker", "command": "a", "launcher": "tf", "replicas": "1:3"}],
+        }
+    )
+    assert [p for p, _ in unsupported(job_from_spec(elastic_tf))] == ["roles.worker.replicas"]
+    always = parse_spec(
+        {"name": "t", "roles": [{"name": "worker", "command": "a", "restart": "Always"}]}
+    )
+    assert [p for p, _ in unsupported(job_from_spec(always))] == ["roles.worker.restart.policy"]
+    two = parse_spec(
+        {
+            "name": "t",
+            "roles": [
+                {"name": "a", "command": "a"},
+                {"name": "b", "command": "b", "launcher": "torchrun"},
+            ],
+        }
+    )
+    assert [p for p, _ in unsupported(job_from_spec(two))] == ["roles"]

@@ -1,0 +1,159 @@
+"""Multi-role jobs on a real ``tidal server`` (local backend): a parameter-server job of a
+fixed ``ps`` role and an elastic ``worker`` role training digits; a ``tf`` job whose every
+replica gets its TF_CONFIG; restart policies ``Never`` and ``ExitCode``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.controller.live import start_server, stop_server, until
+from tidal.client import Client
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = str(ROOT / "tests" / "scripts" / "role_probe.py")
+PS_DIGITS = str(ROOT / "examples" / "ps_digits.py")
+THRESHOLD = 0.9
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def _logs(data: Path, job_id: str) -> str:
+    logs = sorted((data / "jobs" / job_id / "logs").glob("worker-*.log"))
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in logs)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is gone for our purposes: its parent (the agent) has not reaped it yet.
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return False
+
+
+def _role(name: str, mode: str, out: Path, replicas: int, **extra: object) -> dict[str, object]:
+    return {
+        "name": name,
+        "command": [sys.executable, PROBE, mode, str(out), "3"],
+        "replicas": replicas,
+        "resources": {"gpus": 0},
+        **extra,
+    }
+
+
+def test_tf_config_and_restart_policies(tmp_path: Path) -> None:
+    process = start_server(tmp_path, "--interval", "0.2", slots=6)
+    data = tmp_path / "data"
+    tf_out, never_out, code_out = tmp_path / "tf", tmp_path / "never", tmp_path / "code"
+    try:
+        with Client(data_dir=data, timeout=30) as client:
+            tf = client.submit(
+                {
+                    "name": "tf-probe",
+                    "roles": [
+                        _role("chief", "tf", tf_out, 1, launcher="tf"),
+                        _role("worker", "tf", tf_out, 2, launcher="tf"),
+                    ],
+                }
+            )
+            never = client.submit(
+                {
+                    "name": "never",
+                    "roles": [
+                        _role("worker", "never", never_out, 2, launcher="ps", restart="Never")
+                    ],
+                }
+            )
+            code = client.submit(
+                {
+                    "name": "exitcode",
+                    "restart": {"max_restarts": 3},
+                    "roles": [
+                        _role("worker", "exitcode", code_out, 1, launcher="ps", restart="ExitCode")
+                    ],
+                }
+            )
+            ids = (tf.id, never.id, code.id)
+            until(lambda: all(client.get(i).state in TERMINAL for i in ids), 120, "the three jobs")
+            tf_d, never_d, code_d = (client.get(i) for i in ids)
+    finally:
+        stop_server(process)
+    assert tf_d.state == "succeeded", (tf_d.reason, _logs(data, tf.id))
+    configs = {p.stem: json.loads(p.read_text()) for p in tf_out.glob("*.json")}
+    assert sorted(configs) == ["chief-0", "worker-0", "worker-1"]
+    clusters = [c["cluster"] for c in configs.values()]
+    assert all(c == clusters[0] for c in clusters)  # the same cluster for every replica
+    assert sorted(clusters[0]) == ["chief", "worker"]
+    assert (len(clusters[0]["chief"]), len(clusters[0]["worker"])) == (1, 2)
+    addresses = clusters[0]["chief"] + clusters[0]["worker"]
+    assert len(set(addresses)) == 3 and all(a.startswith("127.0.0.1:") for a in addresses)
+    for name, c in configs.items():
+        kind, index = name.split("-")
+        assert c["task"] == {"type": kind, "index": int(index)} and c["environment"] == "cloud"
+
+    assert never_d.state == "failed"
+    assert never_d.reason == "roles.worker[1] exited with status 3 (restart policy Never)"
+    assert never_d.restarts == 0
+
+    assert code_d.state == "failed", (code_d.reason, _logs(data, code.id))
+    # SIGKILL is retryable (one restart), the exit 1 that follows is the program's verdict.
+    assert code_d.restarts == 1
+    assert code_d.reason == "roles.worker[0] exited with status 1 (restart policy ExitCode)"
+
+
+def test_a_parameter_server_job_trains_digits_and_its_servers_stop(tmp_path: Path) -> None:
+    process = start_server(tmp_path, "--interval", "0.2", slots=3)
+    data = tmp_path / "data"
+    out = tmp_path / "out"
+    command = [sys.executable, PS_DIGITS, "--out", str(out), "--epochs", "6"]
+    try:
+        with Client(data_dir=data, timeout=30) as client:
+            job = client.submit(
+                {
+                    "name": "ps-digits",
+                    "env": {"TIDAL_PS_MODE": "async", "TIDAL_PS_PEER_TIMEOUT": "3"},
+                    "roles": [
+                        {
+                            "name": "ps",
+                            "command": command,
+                            "replicas": 1,
+                            "launcher": "ps",
+                            "resources": {"gpus": 0},
+                        },
+                        {
+                            "name": "worker",
+                            "command": command,
+                            "replicas": "1:2",
+                            "launcher": "ps",
+                            "resources": {"gpus": 0},
+                        },
+                    ],
+                }
+            )
+            until(lambda: client.get(job.id).state in TERMINAL, 240, "the ps job")
+            detail = client.get(job.id)
+            pids = [w.pid for w in detail.worker_list if w.pid is not None]
+            # The server was stopped once the workers finished: no process of the job runs.
+            until(lambda: not any(_alive(pid) for pid in pids), 30, "the job's processes to end")
+    finally:
+        stop_server(process)
+    assert detail.state == "succeeded", (detail.reason, _logs(data, job.id))
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("worker-*.json"))]
+    assert [r["worker"] for r in results] == ["worker-0", "worker-1"]
+    assert all(r["accuracy"] >= THRESHOLD for r in results), results
+    # Worker ids are unique across roles: one server and two workers.
+    assert sorted(w.worker_id for w in detail.worker_list) == [0, 1, 2], detail.worker_list
+    # Nothing is shown running; the server left on the job's SIGTERM.
+    assert {w.state for w in detail.worker_list} <= {"exited", "released"}, detail.worker_list
+    assert (data / "jobs" / job.id / "ps-addresses" / "ps-0.addr").exists()

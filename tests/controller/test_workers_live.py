@@ -1,0 +1,165 @@
+"""The SDK's worker verbs against a real ``tidal server`` on 127.0.0.1 (local backend, real
+processes): launched workers hold slots like any job's, a wait reports where they run and
+how they ended, stopping them leaves no process, and the CLI verbs do the same."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.controller.live import start_server, stop_server, until
+from tidal.client import Client
+from tidal.controller.cli import controller_app, run_app
+from tidal.ps.job_spec import cluster_job_spec
+
+pytestmark = pytest.mark.slow
+
+#: Runs until the file named by its argument exists (at most a minute).
+WAIT_FOR_FILE = (
+    "import os, sys, time\n"
+    "deadline = time.monotonic() + 60\n"
+    "while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:\n"
+    "    time.sleep(0.05)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, Path]]:
+    """One server for the module (each start costs seconds on a small machine)."""
+    tmp_path = tmp_path_factory.mktemp("workers")
+    process = start_server(tmp_path, slots=4)
+    try:
+        with Client(data_dir=tmp_path / "data", timeout=30) as client:
+            yield client, tmp_path
+    finally:
+        stop_server(process)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie still answers kill(0): it is gone once its state says so.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def test_workers_hold_slots_report_their_host_and_exit_codes(
+    live: tuple[Client, Path],
+) -> None:
+    client, tmp_path = live
+    release = tmp_path / "release-1"
+    ids = client.launch_workers(2, command=["python", "-c", WAIT_FOR_FILE, str(release)])
+    job_id = ids[0].split("/")[0]
+    up = client.await_workers(ids, timeout_seconds=60)
+    assert up["failures"] == []
+    workers = up["workers"]
+    assert [w["id"] for w in workers] == ids
+    assert {w["host"] for w in workers} == {socket.gethostname()}
+    assert {w["ip_address"] for w in workers} == {"127.0.0.1"}
+    assert sorted(w["slot"] for w in workers) in ([0, 1], [0, 2], [1, 2], [0, 3], [1, 3], [2, 3])
+    assert all(w["status"] in ("starting", "running") for w in workers)
+    # Scheduled slots like any job's: listed, and counted against the pool.
+    assert job_id in [j.id for j in client.list()]
+    cluster = client.cluster()
+    assert cluster.used_slots == 2
+    assert sum(u == job_id for h in cluster.hosts for u in h.used_by) == 2
+    release.touch()
+    done = client.await_workers(ids, wait_for_completion=True, timeout_seconds=60)
+    assert done["failures"] == []
+    assert [(w["status"], w["exit_code"]) for w in done["workers"]] == [("exited", 0)] * 2
+    until(lambda: client.get(job_id).state == "succeeded", 30, "the job to succeed")
+
+
+def test_a_worker_that_exits_3_is_a_failure(live: tuple[Client, Path]) -> None:
+    client, _ = live
+    ids = client.launch_workers(1, command=["python", "-c", "raise SystemExit(3)"])
+    result = client.await_workers(ids, wait_for_completion=True, timeout_seconds=60)
+    assert result["failures"] == ids
+    assert (result["workers"][0]["status"], result["workers"][0]["exit_code"]) == ("failed", 3)
+
+
+def test_stopped_workers_end_and_leave_no_process(live: tuple[Client, Path]) -> None:
+    client, _ = live
+    ids = client.launch_workers(2, command=["python", "-c", "import time; time.sleep(300)"])
+    job_id = ids[0].split("/")[0]
+    assert client.await_workers(ids, timeout_seconds=60)["failures"] == []
+    pids = [w.pid for w in client.get(job_id).worker_list]
+    assert len(pids) == 2 and all(pids)
+    assert client.stop_workers(ids) == [job_id]
+    ended = client.await_workers(ids, wait_for_completion=True, timeout_seconds=60)
+    assert [w["status"] for w in ended["workers"]] == ["released", "released"]
+    assert client.get(job_id).state == "cancelled"
+    until(lambda: all(_gone(p) for p in pids if p), 30, "the workers' processes to end")
+    assert client.cluster().used_slots == 0
+
+
+def test_cli_verbs(live: tuple[Client, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    _, tmp_path = live
+    where = ["--data-dir", str(tmp_path / "data")]
+    code = run_app(
+        controller_app,
+        [
+            "workers",
+            "launch",
+            "2",
+            "--command",
+            f"{sys.executable} -c 'print(7)'",
+            "--json",
+            *where,
+        ],
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    ids = json.loads(out)
+    assert len(ids) == 2
+    code = run_app(
+        controller_app,
+        ["workers", "await", *ids, "--completion", "--timeout", "60", "--json", *where],
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert [w["exit_code"] for w in json.loads(out)["workers"]] == [0, 0]
+    code = run_app(controller_app, ["workers", "await", *ids, *where])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert all(i in out for i in ids) and "127.0.0.1" in out
+
+
+def _refusal(client: Client, spec: dict[str, object]) -> list[str]:
+    """What this server says it cannot run in ``spec`` (capability problems only)."""
+    check = client._request("POST", "/jobs/validate", json=spec).json()
+    return [f"{p['path']}: {p['msg']}" for p in check["problems"]]
+
+
+def test_run_cluster_trains_digits(live: tuple[Client, Path]) -> None:
+    client, tmp_path = live
+    out = tmp_path / "ps-out"
+    script = str(Path(__file__).resolve().parents[2] / "examples" / "ps_digits.py")
+    args = ["--epochs", "2", "--out", str(out)]
+    missing = _refusal(client, cluster_job_spec(2, 1, worker_script=script, args=args))
+    if missing:
+        pytest.skip(f"this server cannot run a ps + worker job: {'; '.join(missing)}")
+    cluster = client.run_cluster(2, 1, 1.0, None, script, "async", args=args)
+    assert cluster["failures"] == []
+    assert len(cluster["ps"]) == 1 and len(cluster["workers"]) == 2
+    assert set(cluster["addresses"].values()) == {"127.0.0.1"}
+    done = client.await_workers(cluster["workers"], wait_for_completion=True, timeout_seconds=240)
+    assert done["failures"] == []
+    until(lambda: client.get(cluster["job"]).state == "succeeded", 60, "the job to succeed")
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("worker-*.json"))]
+    assert [r["worker"] for r in results] == ["worker-0", "worker-1"]
+    assert all(r["accuracy"] >= 0.9 for r in results), results
+    # The servers are stopped once the workers are done (they exit 0 on the stop, or
+    # are released if they outlast its grace): ended, not failed.
+    servers = client.await_workers(cluster["ps"], wait_for_completion=True, timeout_seconds=60)
+    assert [w["status"] for w in servers["workers"]] in (["exited"], ["released"])
