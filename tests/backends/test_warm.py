@@ -26,6 +26,7 @@ print(json.dumps({
     "seed": os.environ.get("SEED"),
     "pid": os.getpid(),
     "torch": "torch" in sys.modules,
+    "preloaded": "xml.dom.minidom" in sys.modules,
     "stdin": sys.stdin.read(),
 }), flush=True)
 if sys.argv[1:] == ["--wait"]:
@@ -66,7 +67,9 @@ def test_a_warm_worker_runs_like_a_cold_one(tmp_path: Path) -> None:
     script.write_text(SCRIPT)
     work = tmp_path / "work"
     work.mkdir()
-    spawner = WarmSpawner(1)
+    # The pool imports ahead what the script's command says it will (here a standard
+    # module nothing else imports); the worker then runs with its own environment only.
+    spawner = WarmSpawner(1, preload=["xml.dom.minidom", "no_such_module"], env={"JOB_WIDE": "1"})
     try:
         taken = spawner._ready[0]
         process, out = _spawn(spawner, script, work, "--epochs", "2")
@@ -82,6 +85,7 @@ def test_a_warm_worker_runs_like_a_cold_one(tmp_path: Path) -> None:
             "seed": "7",
             "pid": taken.pid,
             "torch": True,  # imported before the order came
+            "preloaded": True,  # a module that fails to import ahead is left to the script
             "stdin": "",
         }
         # Killed like a cold worker: its whole session, at once.

@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from tidal.backends.base import JobStatus, RoleLaunch, WorkerState, WorkerStatus
 from tidal.launch.driver import GroupDriver, parse_slot, slot_name
-from tidal.launch.warm import WarmSpawner, warm_pool_size
+from tidal.launch.warm import WarmSpawner, script_imports, warm_pool_size
 from tidal.launch.worker import WorkerSpec
 from tidal.runtime.rendezvous import ReportQueue
 
@@ -245,7 +245,9 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
     except ValueError as exc:
         log.warning("job=%s: starting workers cold: %s", config.job_id, exc)
         warm = 0
-    spawner = WarmSpawner(warm) if warm else None
+    spawner = (
+        WarmSpawner(warm, preload=script_imports(config.argv), env=config.env) if warm else None
+    )
     driver = GroupDriver(
         config.job_id,
         spec,

@@ -15,10 +15,18 @@ Anything else starts cold: a command that is not ``python <file>``, or an enviro
 whose interpreter start-up variables (``PYTHON*``) differ from the ones the pool started
 with (they take effect only at start-up). A job asks for the pool through its
 environment: ``TIDAL_WARM_POOL=N``.
+
+The pool's interpreters also import, ahead, the installed packages the job's script
+imports at its top level (:func:`script_imports`: ``numpy``, ``sklearn.datasets``, ...),
+under the job's environment, so a taken interpreter skips those imports too. Modules
+beside the script (the user's own) are left to the script: importing them may do work.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import importlib.util
 import json
 import os
 import runpy
@@ -30,7 +38,7 @@ from pathlib import Path
 
 from tidal.launch.process import LocalProcess, LocalSpawner, resolve_python
 
-__all__ = ["ENV_WARM_POOL", "WarmSpawner", "main", "warm_pool_size"]
+__all__ = ["ENV_WARM_POOL", "WarmSpawner", "main", "script_imports", "warm_pool_size"]
 
 #: Set in a job's environment (``N`` > 0) for its agent to keep N warm interpreters.
 ENV_WARM_POOL = "TIDAL_WARM_POOL"
@@ -51,17 +59,69 @@ def warm_pool_size(env: Mapping[str, str]) -> int:
     return int(raw)
 
 
+def _top_level_imports(tree: ast.Module) -> list[str]:
+    names: list[str] = []
+    # The module's own statements, and those under a top-level ``try``/``if`` (optional
+    # imports); nothing inside functions, which may never run.
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+        elif isinstance(node, (ast.Try, ast.If)):
+            pending.extend(node.body)
+    return names
+
+
+def script_imports(argv: Sequence[str]) -> list[str]:
+    """The installed modules a ``python script.py`` command's script imports at its top
+    level, in order, for the pool to import ahead (empty for any other command, or a
+    script that cannot be read or parsed). Modules found beside the script are left out."""
+    if len(argv) < 2 or not argv[1].endswith(".py"):
+        return []
+    script = Path(argv[1])
+    try:
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return []
+    folder = script.resolve().parent
+    found: list[str] = []
+    for name in _top_level_imports(tree):
+        top = name.partition(".")[0]
+        if name in found or top == "__future__":
+            continue
+        if (folder / f"{top}.py").exists() or (folder / top).is_dir():
+            continue  # the user's own module
+        try:
+            installed = importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            installed = False
+        if installed:
+            found.append(name)
+    return found
+
+
 class WarmSpawner:
     """A :class:`~tidal.launch.process.Spawner` that starts ``python script.py`` workers
     from a pool of ``size`` interpreters started ahead; see the module docstring."""
 
-    def __init__(self, size: int) -> None:
-        """Start ``size`` interpreters now (each refilled as it is taken)."""
+    def __init__(
+        self,
+        size: int,
+        *,
+        preload: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Start ``size`` interpreters now (each refilled as it is taken), each importing
+        torch and ``preload`` under this environment plus ``env`` (the job's)."""
         if size < 1:
             raise ValueError(f"size: expected at least 1 interpreter, got {size}")
         self.size = size
+        self.preload = tuple(preload)
         self._cold = LocalSpawner()
-        self._start_env = {**os.environ, **_START_ENV}
+        self._start_env = {**os.environ, **(env or {}), **_START_ENV}
         self._ready: list[subprocess.Popen[str]] = []
         self._lock = threading.Lock()
         for _ in range(size):
@@ -69,7 +129,7 @@ class WarmSpawner:
 
     def _start_one(self) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "tidal.launch.warm"],
+            [sys.executable, "-m", "tidal.launch.warm", *self.preload],
             env=self._start_env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -145,8 +205,15 @@ class WarmSpawner:
 
 
 def main() -> None:
-    """The pool's interpreter: import torch, wait for the worker's order, run its script."""
+    """The pool's interpreter: import torch and the modules named in its arguments, wait
+    for the worker's order, run its script."""
+    import importlib
+
     import torch
+
+    for name in sys.argv[1:]:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
 
     line = sys.stdin.readline()
     if not line:
