@@ -11,3 +11,21 @@ import anyio
 # constructor recursion depth mismatch"). Load all of it here, in the main thread, first.
 for _name in dir(anyio):
     getattr(anyio, _name)
+
+
+import logging  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """Undo what a CLI run in-process did to the root logger (``basicConfig`` with
+    ``force=True``): its handler writes to the test's captured stream, which is closed
+    after the test, and any later log record would then print a traceback to stderr."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
