@@ -235,13 +235,8 @@ class WorkerVerbs:
         job = self._submit_spec(spec)
         ids = [str(WorkerRef(job.id, i)) for i in range(n_ps + n_workers)]
         state = self.await_workers(ids, timeout_seconds=limit)
-        roles = {w.worker_id: getattr(w, "role", None) for w in self.get(job.id).worker_list}
-        if any(roles.values()):
-            servers = [i for i in ids if roles.get(int(i.rsplit("/", 1)[1])) == PS_ROLE]
-        else:
-            # The server does not say which role a worker is in: at a job's first start
-            # its roles take worker ids in the order the spec lists them, ps first.
-            servers = ids[:n_ps]
+        roles = {w.worker_id: w.role for w in self.get(job.id).worker_list}
+        servers = [i for i in ids if roles.get(int(i.rsplit("/", 1)[1])) == PS_ROLE]
         return {
             "job": job.id,
             "mode": mode,

@@ -150,7 +150,10 @@ def copy_release_into(release: Path, url: str, version: int) -> None:
 def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A release's rows as the revisions after the baseline leave them: 0003 names the
     allocation counter ``reallocations`` and gives every job the single admin as owner;
-    0005 numbers no change of a stored job (``change`` 0)."""
+    0005 numbers no change of a stored job (``change`` 0); 0006 makes every stored worker
+    a replica of the one role a job had, ``worker``, at an unknown index."""
+    if table == "workers":
+        return [{**row, "role": "worker", "replica_index": None} for row in rows]
     if table != "jobs":
         return rows
     revised = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -87,8 +88,64 @@ def test_tf_config_and_restart_policies(tmp_path: Path) -> None:
             ids = (tf.id, never.id, code.id)
             until(lambda: all(client.get(i).state in TERMINAL for i in ids), 120, "the three jobs")
             tf_d, never_d, code_d = (client.get(i) for i in ids)
+            # A replica's log by role and index, as `kubectl logs job-worker-1` reads it.
+            logs = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tidal.cli",
+                    "logs",
+                    tf.id,
+                    "--role",
+                    "worker",
+                    "--index",
+                    "1",
+                    "--data-dir",
+                    str(data),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            wrong = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tidal.cli",
+                    "logs",
+                    tf.id,
+                    "--role",
+                    "ps",
+                    "--data-dir",
+                    str(data),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
     finally:
         stop_server(process)
+    worker_1 = next(w for w in tf_d.worker_list if (w.role, w.index) == ("worker", 1))
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.splitlines() == [f"[{worker_1.worker_id}] worker-1 started"]
+    assert wrong.returncode == 2 and "--role" in wrong.stderr and "chief, worker" in wrong.stderr
+    # Replicas per role and the conditions the job went through, as Kubeflow shows them.
+    assert [(r.name, r.replicas, r.succeeded, r.failed) for r in tf_d.roles] == [
+        ("chief", 1, 1, 0),
+        ("worker", 2, 0, 0),  # they serve until the chief's success stops them
+    ]
+    assert [(c.type, c.status) for c in tf_d.conditions] == [
+        ("Created", "True"),
+        ("Running", "False"),
+        ("Succeeded", "True"),
+    ]
+    assert [(c.type, c.status) for c in code_d.conditions] == [
+        ("Created", "True"),
+        ("Running", "False"),
+        ("Restarting", "False"),
+        ("Failed", "True"),
+    ]
+    assert code_d.conditions[-1].message == code_d.reason
     assert tf_d.state == "succeeded", (tf_d.reason, _logs(data, tf.id))
     configs = {p.stem: json.loads(p.read_text()) for p in tf_out.glob("*.json")}
     assert sorted(configs) == ["chief-0", "worker-0", "worker-1"]
@@ -152,8 +209,16 @@ def test_a_parameter_server_job_trains_digits_and_its_servers_stop(tmp_path: Pat
     results = [json.loads(p.read_text()) for p in sorted(out.glob("worker-*.json"))]
     assert [r["worker"] for r in results] == ["worker-0", "worker-1"]
     assert all(r["accuracy"] >= THRESHOLD for r in results), results
-    # Worker ids are unique across roles: one server and two workers.
+    # Worker ids are unique across roles: one server and two workers, each with its role.
     assert sorted(w.worker_id for w in detail.worker_list) == [0, 1, 2], detail.worker_list
+    assert sorted((w.role, w.index) for w in detail.worker_list) == [
+        ("ps", 0),
+        ("worker", 0),
+        ("worker", 1),
+    ]
+    # The server ends on the stop either way (exit 0 or released): never as a failure.
+    assert [(r.name, r.active, r.failed) for r in detail.roles] == [("ps", 0, 0), ("worker", 0, 0)]
+    assert detail.roles[1].succeeded == 2
     # Nothing is shown running; the server left on the job's SIGTERM.
     assert {w.state for w in detail.worker_list} <= {"exited", "released"}, detail.worker_list
     assert (data / "jobs" / job.id / "ps-addresses" / "ps-0.addr").exists()

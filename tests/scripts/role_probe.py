@@ -18,6 +18,7 @@ mode, out = sys.argv[1], Path(sys.argv[2])
 out.mkdir(parents=True, exist_ok=True)
 role = os.environ["TIDAL_ROLE"]
 index = int(os.environ["TIDAL_REPLICA_INDEX"])
+print(f"{role}-{index} started", flush=True)
 if mode == "tf":
     (out / f"{role}-{index}.json").write_text(os.environ["TF_CONFIG"])
     if role == "chief":

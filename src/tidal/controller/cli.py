@@ -333,13 +333,22 @@ def get(
 
         launcher = Launcher(str(detail.spec.get("launcher", Launcher.TIDAL.value)))
         _out.print(f"launcher: {launcher.value} ({launcher.resize_mode})", markup=False)
+    several = len(detail.roles) > 1
+    if several:
+        from tidal.controller.cli_roles import conditions_table, roles_table
+
+        _out.print(roles_table(detail))
+        _out.print(conditions_table(detail))
     if detail.worker_list:
         table = Table(box=None, header_style="bold", title="workers", title_justify="left")
-        for column in ("WORKER", "SLOT", "PID", "STATE", "EXIT"):
+        columns = ("WORKER", "ROLE", "SLOT", "PID", "STATE", "EXIT")
+        for column in columns if several else columns[:1] + columns[2:]:
             table.add_column(column)
         for w in detail.worker_list:
+            where = [f"{w.role}[{'-' if w.index is None else w.index}]"] if several else []
             table.add_row(
                 str(w.worker_id),
+                *where,
                 f"{w.host}:{w.slot}",
                 str(w.pid or "-"),
                 w.state,
@@ -364,9 +373,26 @@ def logs(
     ] = False,
     tail: Annotated[int, typer.Option(min=0, help="Lines per worker.")] = 100,
     worker: Annotated[int | None, typer.Option(min=0, help="Only this worker.")] = None,
+    role: Annotated[
+        str | None, typer.Option(help="Only this role's replica (with --index, default 0).")
+    ] = None,
+    index: Annotated[int | None, typer.Option(min=0, help="The replica of --role.")] = None,
 ) -> None:
     """Print a job's logs, each line prefixed with its worker."""
     client = options.client()
+    if role is not None or index is not None:
+        if worker is not None:
+            raise typer.BadParameter("give --worker, or --role and --index", param_hint="--role")
+        if role is None:
+            raise typer.BadParameter("--index needs --role", param_hint="--index")
+        from tidal.controller.cli_roles import replica_worker
+
+        detail: JobDetail = _call(lambda: client.get(job))
+        try:
+            worker = replica_worker(detail, role, index or 0)
+        except ValueError as exc:
+            flag, _, message = str(exc).partition(": ")
+            raise typer.BadParameter(message, param_hint=flag) from None
     if not follow:
         sys.stdout.write(_call(lambda: client.logs(job, tail=tail, worker=worker)))
         return

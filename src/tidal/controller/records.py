@@ -116,6 +116,9 @@ class WorkerRecord:
     state: WorkerState
     exit_code: int | None
     updated_at: float
+    #: The role it is a replica of and its index there (``None``: not known).
+    role: str = "worker"
+    index: int | None = None
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,30 @@ class WorkerView(BaseModel):
     exit_code: int | None
     #: The IP address of the worker's host, where the server knows it.
     ip_address: str | None = None
+    #: The role it is a replica of, and its index there (``None``: not known).
+    role: str = "worker"
+    index: int | None = None
+
+
+class RoleStatusView(BaseModel):
+    """One role's replicas: wanted now, active, succeeded (exited 0), failed."""
+
+    name: str
+    replicas: int
+    active: int
+    succeeded: int
+    failed: int
+
+
+class ConditionView(BaseModel):
+    """A Kubeflow-style condition (Created, Running, Restarting, Suspended, Succeeded,
+    Failed); ``status`` ``"True"`` for the one the job is in now, and for Created."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+    last_transition_time: float
 
 
 class RequestView(BaseModel):
@@ -162,6 +186,9 @@ class JobDetail(JobView):
     worker_list: list[WorkerView] = Field(default_factory=list)
     #: The newest goodput report as sent (fitted throughput model, noise scale, ...).
     goodput: dict[str, Any] | None = None
+    #: Replicas per role, in the spec's order.
+    roles: list[RoleStatusView] = Field(default_factory=list)
+    conditions: list[ConditionView] = Field(default_factory=list)
 
 
 class EventView(BaseModel):

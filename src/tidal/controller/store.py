@@ -467,17 +467,16 @@ class Store:
                     previous = None
                 else:
                     previous = row.state
-                changed = (row.host, row.slot, row.pid, row.state, row.exit_code) != (
-                    w.slot[0],
-                    w.slot[1],
-                    w.pid,
-                    w.state.value,
-                    w.exit_code,
-                )
-                if not changed:
+                seen = (w.slot[0], w.slot[1], w.pid, w.state.value, w.exit_code)
+                place = (w.role, w.index)
+                stored = (row.host, row.slot, row.pid, row.state, row.exit_code)
+                if stored == seen and (row.role, row.replica_index) == place:
                     continue
                 row.host, row.slot, row.pid = w.slot[0], w.slot[1], w.pid
-                row.state, row.exit_code, row.updated_at = w.state.value, w.exit_code, now
+                row.role, row.replica_index = place
+                row.state, row.exit_code = w.state.value, w.exit_code
+                if stored != seen:
+                    row.updated_at = now
                 if w.state is WorkerState.FAILED and previous != WorkerState.FAILED.value:
                     newly_failed.append(w)
         return newly_failed
@@ -497,6 +496,8 @@ class Store:
                     state=WorkerState(r.state),
                     exit_code=r.exit_code,
                     updated_at=r.updated_at,
+                    role=r.role,
+                    index=r.replica_index,
                 )
                 for r in rows
             ]

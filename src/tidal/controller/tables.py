@@ -89,6 +89,9 @@ class WorkerRow(TableBase):
     state: Mapped[str] = mapped_column(String(16))
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     updated_at: Mapped[float] = mapped_column(Float)
+    #: The role it is a replica of, and its index there (``None``: not known).
+    role: Mapped[str] = mapped_column(String(63), default="worker", server_default="worker")
+    replica_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class EventRow(TableBase):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
@@ -26,14 +27,17 @@ from tidal.controller.api.spec_body import (
 )
 from tidal.controller.api.views import allocation_view, event_view, job_view, unreadable_view
 from tidal.controller.job_pages import Cursor, CursorError
+from tidal.controller.job_status import conditions, role_statuses
 from tidal.controller.limits import off_loop
 from tidal.controller.requests import Cancel, Resize, SetPriority, UserRequest
 from tidal.controller.schema import (
     AllocationView,
+    ConditionView,
     EventView,
     JobDetail,
     JobView,
     PriorityRequest,
+    RoleStatusView,
     ScaleByRequest,
     ScaleRequest,
     SpecCheck,
@@ -216,6 +220,7 @@ def get_job(ref: str, controller: ControllerDep) -> JobDetail:
     store = controller.store
     job = job_or_404(store, ref)
     addresses = {h.name: h.address for h in controller.cluster.hosts}
+    records = store.workers(job.id)
     workers = [
         WorkerView(
             worker_id=w.worker_id,
@@ -225,8 +230,10 @@ def get_job(ref: str, controller: ControllerDep) -> JobDetail:
             state=w.state.value,
             exit_code=w.exit_code,
             ip_address=addresses.get(w.slot[0]),
+            role=w.role,
+            index=w.index,
         )
-        for w in store.workers(job.id)
+        for w in records
     ]
     report = store.goodput([job.id]).get(job.id)
     pending = store.pending_requests([job.id]).get(job.id, ())
@@ -234,6 +241,17 @@ def get_job(ref: str, controller: ControllerDep) -> JobDetail:
         **job_view(job, report, pending).model_dump(),
         worker_list=workers,
         goodput=dict(report.report) if report is not None else None,
+        roles=[RoleStatusView(**asdict(r)) for r in role_statuses(job.job, job, records)],
+        conditions=[
+            ConditionView(
+                type=c.type,
+                status=c.status,
+                reason=c.reason,
+                message=c.message,
+                last_transition_time=c.time,
+            )
+            for c in conditions(job, store.events(job.id))
+        ],
     )
 
 
