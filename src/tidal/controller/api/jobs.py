@@ -27,8 +27,9 @@ from tidal.controller.api.spec_body import (
 )
 from tidal.controller.api.views import allocation_view, event_view, job_view, unreadable_view
 from tidal.controller.job_pages import Cursor, CursorError
-from tidal.controller.job_status import conditions, role_statuses
+from tidal.controller.job_status import RoleStatus, conditions, role_statuses
 from tidal.controller.limits import off_loop
+from tidal.controller.records import WorkerRecord
 from tidal.controller.requests import Cancel, Resize, SetPriority, UserRequest
 from tidal.controller.schema import (
     AllocationView,
@@ -241,7 +242,7 @@ def get_job(ref: str, controller: ControllerDep) -> JobDetail:
         **job_view(job, report, pending).model_dump(),
         worker_list=workers,
         goodput=dict(report.report) if report is not None else None,
-        roles=[RoleStatusView(**asdict(r)) for r in role_statuses(job.job, job, records)],
+        roles=[RoleStatusView(**asdict(r)) for r in _role_statuses(job, records)],
         conditions=[
             ConditionView(
                 type=c.type,
@@ -253,6 +254,16 @@ def get_job(ref: str, controller: ControllerDep) -> JobDetail:
             for c in conditions(job, store.events(job.id))
         ],
     )
+
+
+def _role_statuses(job: JobRecord, workers: Sequence[WorkerRecord]) -> list[RoleStatus]:
+    # A stored spec no release can read still has a view (its state, its workers), just
+    # no roles to count by.
+    try:
+        model = job.job
+    except ValueError:  # pydantic's ValidationError, as the spec was stored
+        return []
+    return role_statuses(model, job, workers)
 
 
 @router.post("/jobs/{ref}/cancel", response_model=JobView, status_code=202)
