@@ -51,13 +51,31 @@ def test_slots_go_where_they_buy_speed_up_and_everyone_runs() -> None:
 
 
 def test_sizes_are_1_2_4_or_whole_hosts() -> None:
-    alloc = GoodputPolicy().allocate(
+    alloc = GoodputPolicy(within_host=False, fill_idle=False).allocate(
         [job("good", SCALES_WELL), job("bad", SCALES_BADLY)], CLUSTER, {}
     )
     assert len(alloc["bad"]) == 1
     # 15 would pay, but would leave a host shared: the shapes allow 12 (or 16).
     assert len(alloc["good"]) == 12
     assert len({host for host, _ in alloc["good"]}) == 3
+
+
+def test_slots_the_shapes_leave_idle_go_to_a_job_that_gains() -> None:
+    jobs = [job("good", SCALES_WELL), job("bad", SCALES_BADLY)]
+    alloc = GoodputPolicy().allocate(jobs, CLUSTER, {})
+    assert len(alloc["bad"]) == 1
+    # The shaped pass gives 12; the 3 slots left beside "bad" are worth more than idle.
+    assert len(alloc["good"]) == 15
+    # Still packed: three whole hosts and the rest of the fourth.
+    assert len({host for host, _ in alloc["good"]}) == 4
+
+
+def test_one_host_shared_by_two_jobs_uses_every_slot() -> None:
+    # A 4-slot host (what the live server runs on): the shapes alone allow 2 + 1 or 2 + 2,
+    # never 3 + 1, so a job that scales would sit beside an idle slot.
+    host = Cluster((Host("local", 4),))
+    alloc = GoodputPolicy().allocate([job("good", SCALES_WELL), job("bad", SCALES_BADLY)], host, {})
+    assert (len(alloc["good"]), len(alloc["bad"])) == (3, 1)
 
 
 def test_a_resized_job_is_repacked_onto_fewest_hosts() -> None:

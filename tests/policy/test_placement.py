@@ -67,3 +67,34 @@ def test_packed_placement_falls_back_when_free_slots_are_fragmented() -> None:
     alloc = place_packed({"x": 3, "y": 3, "a": 2}, jobs("x", "y", "a"), cluster, held)
     assert alloc["x"] == held["x"] and alloc["y"] == held["y"]
     assert sorted(alloc["a"]) == [("h0", 3), ("h1", 3)]
+
+
+def test_packed_placement_resizes_in_place_when_that_stays_packed() -> None:
+    # One 4-slot host, 2 + 2 becoming 1 + 3: the shrinking job keeps one of its own slots
+    # and the growing one adds the freed slot, so neither needs a slot the other still
+    # holds (a live job would wait for it, and the other for this one's).
+    cluster = Cluster((Host("local", 4),))
+    held = {"a": (("local", 0), ("local", 1)), "b": (("local", 2), ("local", 3))}
+    alloc = place_packed({"a": 1, "b": 3}, jobs("a", "b"), cluster, held)
+    assert set(alloc["a"]) < set(held["a"])
+    assert set(alloc["b"]) > set(held["b"])
+
+
+def test_packed_placement_grows_on_its_own_host_and_shrinks_within_its_hosts() -> None:
+    cluster = Cluster(tuple(Host(f"h{i}", 4) for i in range(3)))
+    held = {
+        "grows": (("h1", 0), ("h1", 1)),
+        "shrinks": (("h0", 0), ("h0", 1), ("h0", 2), ("h0", 3), ("h2", 0), ("h2", 1)),
+    }
+    alloc = place_packed({"grows": 4, "shrinks": 4}, jobs("grows", "shrinks"), cluster, held)
+    assert set(alloc["grows"]) > set(held["grows"]) and {h for h, _ in alloc["grows"]} == {"h1"}
+    # The host it held fewest slots on is the one it gives up.
+    assert set(alloc["shrinks"]) == {("h0", i) for i in range(4)}
+
+
+def test_packed_placement_moves_a_job_whose_own_hosts_have_no_room() -> None:
+    cluster = Cluster(tuple(Host(f"h{i}", 4) for i in range(2)))
+    held = {"a": (("h0", 0), ("h0", 1)), "b": (("h0", 2), ("h0", 3))}
+    alloc = place_packed({"a": 4, "b": 2}, jobs("a", "b"), cluster, held)
+    assert alloc["b"] == held["b"]
+    assert {h for h, _ in alloc["a"]} == {"h1"}

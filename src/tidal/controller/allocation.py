@@ -87,11 +87,15 @@ def plan_changes(
     jobs: Sequence[JobRecord],
     allocation: Mapping[str, Sequence[Slot]],
     occupied: Mapping[Slot, str],
+    least: Mapping[str, int] | None = None,
 ) -> list[Placed]:
     """The jobs whose slots change, releasing ones first.
 
     A slot moves to its new job only once its old worker left: a job that would get a
-    slot another job's worker still holds (``occupied``: slot → job) waits instead.
+    slot another job's worker still holds (``occupied``: slot → job) waits instead. Jobs
+    that wait on each other (each holds a slot the other is to get) would wait for good,
+    so each of them first gives up the slots the others wait for, where it can keep at
+    least ``least[job]`` slots (default 1); the move completes on later rounds.
     """
     changes = [
         (j, tuple(sorted(allocation.get(j.id, ()))))
@@ -105,4 +109,35 @@ def plan_changes(
             sorted(s for s in set(slots) - set(job.slots) if occupied.get(s, job.id) != job.id)
         )
         placed.append(Placed(job, slots, busy))
-    return placed
+    return _release_for_waiting(placed, occupied, least or {})
+
+
+def _release_for_waiting(
+    placed: list[Placed], occupied: Mapping[Slot, str], least: Mapping[str, int]
+) -> list[Placed]:
+    """Turn a deadlocked wait into partial releases (see :func:`plan_changes`)."""
+    waiting = {p.job.id: p for p in placed if p.busy}
+    waits_on = {
+        job_id: {occupied[s] for s in p.busy if occupied.get(s) in waiting}
+        for job_id, p in waiting.items()
+    }
+    # Drop jobs that wait only on jobs whose own changes go ahead: they move next round.
+    # What is left waits, directly or not, on a cycle and would never move.
+    stuck = set(waits_on)
+    while True:
+        free = {j for j in stuck if not waits_on[j] & stuck}
+        if not free:
+            break
+        stuck -= free
+    if not stuck:
+        return placed
+    wanted = {s for j in stuck for s in waiting[j].busy}
+    result: list[Placed] = []
+    for change in placed:
+        job = change.job
+        keep = tuple(s for s in job.slots if s not in wanted)
+        if job.id in stuck and len(keep) < len(job.slots) and len(keep) >= least.get(job.id, 1):
+            result.append(Placed(job, tuple(sorted(keep))))
+        else:
+            result.append(change)
+    return result

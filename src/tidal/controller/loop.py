@@ -195,7 +195,8 @@ class Controller:
         self.effects.clear()
         occupied = {slot: job_id for job_id, st in statuses.items() for slot in st.alive_slots()}
         waiting = False
-        for change in plan_changes(jobs, proposed, occupied):
+        least = {j.id: self.effects.model(j).slot_range.min for j in placeable}
+        for change in plan_changes(jobs, proposed, occupied, least):
             job = change.job
             if change.busy:
                 # The slots' workers were released (this tick or an earlier one): look again

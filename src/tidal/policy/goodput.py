@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -57,12 +57,23 @@ MIN_REALLOCATION_FACTOR = 0.05
 
 @dataclass
 class _JobState:
-    """Greedy bookkeeping for one job."""
+    """Greedy bookkeeping for one job.
+
+    Utility tables hold the utility at 0..cap workers, -inf where the job may not run:
+    ``shaped`` at the shaped sizes only, ``within_host`` also at any size that fits on one
+    host, ``any_size`` at every size. ``utility`` is the table the greedy uses now.
+    """
 
     job: JobRequest
-    utility: FloatArray  # utility at 0..cap workers; -inf where the job cannot run
+    shaped: FloatArray
+    within_host: FloatArray
+    any_size: FloatArray
     cap: int
+    utility: FloatArray = field(init=False)
     workers: int = 0
+
+    def __post_init__(self) -> None:
+        self.utility = self.shaped
 
 
 class GoodputPolicy:
@@ -79,13 +90,18 @@ class GoodputPolicy:
         whole_nodes: bool = True,
         service_scale: float | None = DEFAULT_SERVICE_SCALE,
         move_horizon: float | None = MOVE_HORIZON,
+        within_host: bool = True,
+        fill_idle: bool = True,
     ) -> None:
         """``p``: fairness exponent (< 0); ``reallocation_delay``: seconds one move costs a
         job; ``prior_sync``: model jobs without a throughput model (see the module);
         ``packed``: place resized jobs afresh on as few hosts as possible; ``whole_nodes``:
         only sizes of 1, 2, 4 slots or whole hosts; ``service_scale``: slot-seconds of
         attained service that halve a job's weight (``None``: no discount); ``move_horizon``:
-        seconds over which a move must repay its delay (``None``: Pollux's factor alone)."""
+        seconds over which a move must repay its delay (``None``: Pollux's factor alone);
+        ``within_host``: with ``whole_nodes``, also try any size that fits on one host and
+        keep whichever scores higher; ``fill_idle``: slots the sizes leave idle go to jobs
+        that gain from them, at any size."""
         if move_horizon is not None and move_horizon <= 0:
             raise ValueError("move_horizon must be > 0 (seconds) or None")
         if service_scale is not None and service_scale <= 0:
@@ -101,6 +117,8 @@ class GoodputPolicy:
         self.whole_nodes = whole_nodes
         self.service_scale = service_scale
         self.move_horizon = move_horizon
+        self.within_host = within_host
+        self.fill_idle = fill_idle
         self._prior = (
             None
             if prior_sync is None
@@ -147,6 +165,62 @@ class GoodputPolicy:
                 state.workers = size
                 budget.take(state.job.group, size)
 
+        if self.whole_nodes and self.within_host:
+            start = {s.job.job_id: s.workers for s in states}
+            shaped = self._trial(states, budget, start, within_host=False)
+            within_host = self._trial(states, budget, start, within_host=True)
+            # Shapes keep hosts packable, but can hand a slot to one job for a tiny gain
+            # where another could use it far better (a 4-slot host shared 2 + 2 instead of
+            # 3 + 1): the sizes within one host are taken when they score higher.
+            # On a tie the shapes win (max keeps the first of equals).
+            best = max((shaped, within_host), key=lambda counts: self._objective(counts, states))
+            for state in states:
+                budget.take(state.job.group, best[state.job.job_id] - state.workers)
+                state.workers = best[state.job.job_id]
+        else:
+            self._grow(states, budget)
+        if self.fill_idle and budget.room(None) > 0:
+            # A slot left idle buys nothing: what the sizes left over goes to whoever gains.
+            for state in states:
+                state.utility = state.any_size
+            self._grow(states, budget)
+
+        counts = {s.job.job_id: s.workers for s in states if s.workers > 0}
+        if self.packed:
+            return place_packed(counts, by_id, cluster, previous)
+        return place(counts, by_id, cluster, previous)
+
+    def _trial(
+        self,
+        states: list[_JobState],
+        budget: SlotBudget,
+        start: dict[str, int],
+        *,
+        within_host: bool,
+    ) -> dict[str, int]:
+        """The sizes the greedy reaches from ``start``; states and budget are restored."""
+        saved = dict(budget.free)
+        for state in states:
+            state.utility = state.within_host if within_host else state.shaped
+        self._grow(states, budget)
+        counts = {s.job.job_id: s.workers for s in states}
+        for state in states:
+            state.workers = start[state.job.job_id]
+            state.utility = state.shaped
+        budget.free = saved
+        return counts
+
+    @staticmethod
+    def _objective(counts: dict[str, int], states: list[_JobState]) -> float:
+        """The policy's objective for ``counts`` (higher is better), at any size."""
+        return sum(
+            float(s.any_size[counts[s.job.job_id]])
+            for s in states
+            if counts.get(s.job.job_id, 0) > 0
+        )
+
+    def _grow(self, states: list[_JobState], budget: SlotBudget) -> None:
+        """Hand out the budget's room a step at a time to the best gain per slot."""
         heap: list[tuple[float, int, int]] = []
         for position, state in enumerate(states):
             self._push(heap, position, state, budget)
@@ -160,11 +234,6 @@ class GoodputPolicy:
             state.workers += step
             budget.take(state.job.group, step)
             self._push(heap, position, state, budget)
-
-        counts = {s.job.job_id: s.workers for s in states if s.workers > 0}
-        if self.packed:
-            return place_packed(counts, by_id, cluster, previous)
-        return place(counts, by_id, cluster, previous)
 
     def _state(
         self, job: JobRequest, cap: int, held: dict[str, int], fair: int, slots_per_node: int
@@ -194,6 +263,8 @@ class GoodputPolicy:
             utility = utility / (1.0 + job.attained_service / self.service_scale)
         utility[: max(1, job.min_workers)] = -np.inf
         utility[0] = -math.inf
+        any_size = utility.copy()
+        within_host = utility  # the same table when no sizes are ruled out
         if self.whole_nodes:
             sizes = np.arange(len(utility))
             allowed = (sizes % slots_per_node == 0) | (sizes <= slots_per_node) & (
@@ -201,8 +272,11 @@ class GoodputPolicy:
             )
             allowed[min(current, cap)] = True
             allowed[min(max(1, job.min_workers), cap)] = True
-            utility[~allowed] = -np.inf
-        return _JobState(job=job, utility=utility, cap=cap)
+            within_host = np.where(allowed | (sizes <= slots_per_node), utility, -np.inf)
+            utility = np.where(allowed, utility, -np.inf)
+        return _JobState(
+            job=job, shaped=utility, within_host=within_host, any_size=any_size, cap=cap
+        )
 
     def _reallocation_factor(self, job: JobRequest) -> float:
         """Pollux's discount on moving a running job.

@@ -274,7 +274,10 @@ def place_packed(
     A job that is resized restarts anyway (in checkpoint-restart systems) or re-forms its
     process group (in tidal), so keeping its scattered slots buys nothing, while a job on
     more hosts than it needs runs slower than any model that assumes packed hosts predicts.
-    Jobs keeping their count keep their slots; resized and new jobs are placed largest
+    Jobs keeping their count keep their slots; a resized job whose slots stay packed after
+    it shrinks, or after it grows on its own hosts, is resized in place (a live job then
+    only adds or drops workers, and two jobs never wait on each other's slots); other
+    resized and new jobs are placed largest
     first on whole free hosts plus the tightest fit for the remainder; a job already spread
     over more hosts than it needs is repacked when the free slots allow it. Whatever cannot
     be packed falls back to :func:`place`'s rules.
@@ -299,6 +302,7 @@ def place_packed(
         else:
             moving.append(job_id)
     result: dict[str, tuple[Slot, ...]] = {j: tuple(sorted(s)) for j, s in kept.items()}
+    moving = _resize_in_place(free, counts, jobs, previous, moving, result)
     unplaced: dict[str, int] = {}
     for job_id in sorted(moving, key=lambda j: (-counts[j], j)):
         allowed = None
@@ -331,3 +335,57 @@ def place_packed(
         )
         return rest
     return result
+
+
+def _resize_in_place(
+    free: _FreeSlots,
+    counts: Mapping[str, int],
+    jobs: Mapping[str, JobRequest],
+    previous: Allocation,
+    moving: list[str],
+    result: dict[str, tuple[Slot, ...]],
+) -> list[str]:
+    """Resize the ``moving`` jobs that can stay packed where they are; returns the rest.
+
+    Shrinking jobs keep a packed subset of their slots; growing jobs then fill the hosts
+    they already use. A job is left to be placed afresh when the result would spread over
+    more hosts than its new count needs.
+    """
+    size = max(free.max_slots, 1)
+    held = {
+        j: [s for s in previous.get(j, ()) if s[0] in free.index]
+        for j in moving
+        if jobs[j].group is None
+    }
+    held = {j: slots for j, slots in held.items() if slots}
+    rest = [j for j in moving if j not in held]
+    for job_id in sorted(held):
+        trimmed = _shrink(held[job_id], min(counts[job_id], len(held[job_id])))
+        # Every kept slot is reserved before any job grows, so none is handed to another.
+        held[job_id] = [s for s in trimmed if free.take_exact(free.index[s[0]], s[1])]
+    for job_id in sorted(held, key=lambda j: (-counts[j], j)):
+        slots = held[job_id]
+        need = counts[job_id] - len(slots)
+        if need > 0:
+            slots = slots + _grow_on_own_hosts(free, need, slots)
+        hosts = {name for name, _ in slots}
+        if len(slots) == counts[job_id] and len(hosts) <= -(-len(slots) // size):
+            result[job_id] = tuple(sorted(slots))
+            continue
+        for name, index in slots:
+            free.release(free.index[name], [index])
+        rest.append(job_id)
+    return rest
+
+
+def _grow_on_own_hosts(free: _FreeSlots, need: int, current: list[Slot]) -> list[Slot]:
+    """Up to ``need`` free slots on the hosts ``current`` already uses, fullest first."""
+    used: dict[int, int] = {}
+    for name, _ in current:
+        used[free.index[name]] = used.get(free.index[name], 0) + 1
+    added: list[Slot] = []
+    for host in sorted(used, key=lambda h: (-used[h], h)):
+        take = min(need - len(added), len(free.free[host]))
+        if take > 0:
+            added += [(free.names[host], i) for i in free.take(host, take)]
+    return added
