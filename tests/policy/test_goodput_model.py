@@ -9,10 +9,8 @@ import pytest
 
 from tidal.policy.api import ThroughputModel
 from tidal.policy.goodput_model import (
-    StepSample,
     best_batch,
     best_goodput_table,
-    fit_throughput_model,
     goodput,
     noise_scale,
     statistical_efficiency,
@@ -51,25 +49,6 @@ def test_step_time_terms() -> None:
     assert float(step_time(MODEL, 1, 1, 100)) == pytest.approx(0.25)
     assert float(step_time(MODEL, 4, 1, 100)) == pytest.approx(0.25 + 0.01 + 0.002 * 2)
     assert float(step_time(MODEL, 8, 2, 100)) == pytest.approx(0.25 + 0.08 + 0.004 * 6)
-
-
-def test_fit_recovers_the_parameters_it_was_generated_with() -> None:
-    samples = []
-    for workers, nodes in ((1, 1), (2, 1), (4, 1), (8, 2), (16, 4)):
-        for local in (32.0, 64.0, 128.0):
-            total = float(step_time(MODEL, workers, nodes, local))
-            compute = MODEL.alpha_compute + MODEL.beta_compute * local
-            samples.append(StepSample(workers, nodes, local, total, total - compute))
-    fitted = fit_throughput_model(samples, MODEL)
-    for name in (
-        "alpha_compute",
-        "beta_compute",
-        "alpha_sync_local",
-        "beta_sync_local",
-        "alpha_sync_node",
-        "beta_sync_node",
-    ):
-        assert getattr(fitted, name) == pytest.approx(getattr(MODEL, name), abs=1e-9)
 
 
 def test_best_batch_beats_the_grid_neighbours_and_respects_limits() -> None:

@@ -53,8 +53,18 @@ def _batches_agree(history: dict[int, list[dict[str, Any]]]) -> None:
 
 
 def test_batch_decisions_agree_and_survive_rescale(launches: list[Launch], tmp_path: Path) -> None:
+    # Eight epochs: the autoscaled batch can reach 250 samples within the first epochs, and
+    # the run must outlast a third worker's start (tens of seconds on a loaded machine).
     launch, out = _run(
-        launches, tmp_path, "--workers", "1:3", "--initial", "2", "--resize-at", "20:3,80:1"
+        launches,
+        tmp_path,
+        "--workers",
+        "1:3",
+        "--initial",
+        "2",
+        "--resize-at",
+        "20:3,80:1",
+        epochs=8,
     )
     assert launch.finish(timeout=300) == 0, launch.output()
     history = final_history(steps(out))

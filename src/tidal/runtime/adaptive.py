@@ -39,7 +39,6 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -434,17 +433,10 @@ class AdaptiveBatch:
             samples.append(StepSample(workers, nodes, local / accumulation, compute + sync, sync))
         if not samples:
             return template
-        model = fit_throughput_model(samples, template)
-        if len({round(s.local_batch, 3) for s in samples}) == 1:
-            # One batch size seen: compute cannot be split into a fixed and a per-sample
-            # part. Assume half and half (as AdaptDL does), so that neither larger nor
-            # smaller batches look free before they are measured.
-            compute = statistics.mean(s.step_time - s.sync_time for s in samples)
-            local = samples[0].local_batch
-            model = replace(
-                model, alpha_compute=compute / 2, beta_compute=compute / 2 / max(local, 1e-9)
-            )
-        return model
+        # The controller's simulator fits its profiles with the same function. With one
+        # batch size seen it splits compute half fixed, half per sample (as AdaptDL does),
+        # so that neither larger nor smaller batches look free before they are measured.
+        return fit_throughput_model(samples, template)
 
     def _accumulation(self, local: float) -> int:
         hi = self.local_bounds[1]
@@ -454,12 +446,9 @@ class AdaptiveBatch:
         """Seconds per step at global ``batch`` (with gradient accumulation if needed)."""
         local = batch / max(workers, 1)
         steps = self._accumulation(local)
-        # One worker has no sync term: its step time is the compute of one micro-batch.
+        # Every micro-batch but the last computes alone; the last overlaps the sync.
         compute = float(step_time(model, 1, 1, local / steps))
-        sync = 0.0
-        if workers > 1:
-            sync = max(model.alpha_sync_local + model.beta_sync_local * (workers - 2), 0.0)
-        return steps * compute + sync
+        return (steps - 1) * compute + float(step_time(model, workers, 1, local / steps))
 
     def predicted_goodput(self, workers: int, batch: float, model: ThroughputModel) -> float:
         """Initial-batch steps per second at global ``batch`` on ``workers``."""
