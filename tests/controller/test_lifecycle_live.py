@@ -81,6 +81,30 @@ def test_a_restart_budget_of_one_means_two_attempts(server: Client, data_root: P
     assert live == []
 
 
+def test_a_failed_job_says_which_exception_ended_its_worker(server: Client) -> None:
+    script = (
+        "import torch\n"
+        "def build():\n"
+        "    raise ValueError('lr must be positive, got -0.1')\n"
+        "print('building the optimizer')\n"
+        "build()\n"
+    )
+    job = server.submit(
+        {
+            "name": "raises",
+            "command": [sys.executable, "-c", script],
+            "workers": 1,
+            "restart": {"max_restarts": 1},
+        }
+    )
+    view = _ended(server, job.id)
+    cause = "ValueError: lr must be positive, got -0.1"
+    assert view["state"] == "failed"
+    assert str(view["reason"]).endswith(cause), view["reason"]
+    events = [e for e in server.events(job.id) if e.kind == "worker_failed"]
+    assert events and events[0].message.endswith(cause), events
+
+
 def test_log_files_are_private(server: Client, data_root: Path) -> None:
     job = server.submit({"name": "plain", "command": ["/bin/true"], "workers": 1})
     _ended(server, job.id)

@@ -71,6 +71,8 @@ class WorkerStatus:
     #: The role it is a replica of and its index there (one-role jobs: ``worker``).
     role: str = "worker"
     index: int | None = None
+    #: The exception that ended it (``ValueError: ...``), when it failed with a traceback.
+    cause: str | None = None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from tidal.model import JobState, Launcher
 from tidal.policy.restart import Fail, LostWorker, Noop, RestartView, decide_restart
 from tidal.policy.role_restart import ReplicaExit, RoleRule, sort_exits
 
-__all__ = ["end_workers", "fail", "on_failures"]
+__all__ = ["end_workers", "fail", "on_failures", "with_causes"]
 
 
 def on_failures(
@@ -39,7 +39,7 @@ def on_failures(
     fatal, retry = sort_exits(rules, exits)
     if fatal is not None:
         effects.call(job.id, "stop", lambda: effects.backend.stop(job.id))
-        fail(effects, job, now, fatal)
+        fail(effects, job, now, with_causes(fatal, failed))
         return None
     # Finished replicas and ones a role leaves down (Never, not needed) are no failures.
     failed = [failed[i] for i in retry]
@@ -59,7 +59,7 @@ def on_failures(
         return job
     if isinstance(decision, Fail):
         effects.call(job.id, "stop", lambda: effects.backend.stop(job.id))
-        fail(effects, job, now, decision.reason, restarts=decision.restarts)
+        fail(effects, job, now, with_causes(decision.reason, failed), restarts=decision.restarts)
         return None
     # Same slots again: the backend starts a fresh worker on each slot without a live one.
     # Not on slots whose host left the cluster: the policy moves the job off them.
@@ -76,9 +76,12 @@ def on_failures(
         reason=decision.reason,
         event=Event(
             "worker_failed",
-            f"worker {ids} failed; "
-            + ("restarting every worker" if view.whole_group else "replacing it")
-            + f" (restart {decision.restarts} of {limit})",
+            with_causes(
+                f"worker {ids} failed; "
+                + ("restarting every worker" if view.whole_group else "replacing it")
+                + f" (restart {decision.restarts} of {limit})",
+                failed,
+            ),
             {
                 "workers": ids,
                 "exit_codes": list(decision.exit_codes),
@@ -86,6 +89,13 @@ def on_failures(
             },
         ),
     )
+
+
+def with_causes(reason: str, failed: Sequence[WorkerStatus]) -> str:
+    """``reason`` followed by the exceptions that ended the ``failed`` workers (each once),
+    so the job's events say why, not only that, a worker failed."""
+    causes = list(dict.fromkeys(w.cause for w in failed if w.cause))
+    return reason if not causes else f"{reason}: {'; '.join(causes)}"
 
 
 def end_workers(effects: LoopEffects, job_id: str, now: float) -> None:

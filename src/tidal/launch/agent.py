@@ -67,6 +67,7 @@ class AgentWorker:
     #: The role it is a replica of, and its index (records of earlier releases: worker).
     role: str = "worker"
     index: int | None = None
+    cause: str | None = None
 
 
 @dataclass
@@ -107,7 +108,14 @@ class AgentStatus:
             outcome = "stopped"
         workers = [
             AgentWorker(
-                w.worker_id, slot_name(w.slot), w.state.value, w.pid, w.exit_code, w.role, w.index
+                w.worker_id,
+                slot_name(w.slot),
+                w.state.value,
+                w.pid,
+                w.exit_code,
+                w.role,
+                w.index,
+                w.cause,
             )
             for w in status.workers
         ]
@@ -124,6 +132,7 @@ class AgentStatus:
                 exit_code=w.exit_code,
                 role=w.role,
                 index=w.index,
+                cause=w.cause,
             )
             for w in self.workers
         )

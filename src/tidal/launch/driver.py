@@ -141,6 +141,7 @@ class GroupDriver:
                 exit_code=w.exit_code,
                 role=w.role,
                 index=w.index,
+                cause=w.cause,
             )
             for w in group.workers.values()
         )

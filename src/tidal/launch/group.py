@@ -194,7 +194,8 @@ class WorkerGroup:
             elif worker.killed:
                 self._emit("released", f"{worker.id} stopped before it was admitted")
             else:
-                self._emit("failed", f"{worker.id} on slot {worker.slot} exited with status {code}")
+                message = f"{worker.id} on slot {worker.slot} exited with status {code}"
+                self._emit("failed", worker.failed_with(message, self.spec.log_dir))
                 worker.failed = True
                 self._held_back.add(worker.slot)
                 if worker.id in members:

@@ -144,7 +144,8 @@ class ReplicaSet:
                     self._held_back.add(worker.slot)
                 else:
                     self._over.add(worker.slot)
-                self._emit("failed", f"{name} on slot {worker.slot} exited with status {code}")
+                message = f"{name} on slot {worker.slot} exited with status {code}"
+                self._emit("failed", worker.failed_with(message, self.spec.log_dir))
 
     def _reconcile(self) -> None:
         occupied = {w.slot: w for w in self.live()}

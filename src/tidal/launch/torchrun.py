@@ -35,7 +35,13 @@ import torch.distributed as dist
 from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.process import LocalSpawner, Spawner
 from tidal.launch.torchrun_env import TorchrunWorld, torchrun_env
-from tidal.launch.worker import Worker, WorkerIds, WorkerPhase, WorkerSpec, worker_output
+from tidal.launch.worker import (
+    Worker,
+    WorkerIds,
+    WorkerPhase,
+    WorkerSpec,
+    worker_output,
+)
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
 __all__ = ["TorchrunGroup"]
@@ -179,7 +185,8 @@ class TorchrunGroup:
             else:
                 worker.failed = True
                 failed.append(worker)
-                self._emit("failed", f"{worker.id} on slot {worker.slot} exited with status {code}")
+                message = f"{worker.id} on slot {worker.slot} exited with status {code}"
+                self._emit("failed", worker.failed_with(message, self.spec.log_dir))
         if failed:
             self._broken = True
             self._finishing_since = None

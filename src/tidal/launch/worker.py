@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,11 +36,21 @@ __all__ = [
     "WorkerIds",
     "WorkerPhase",
     "WorkerSpec",
+    "failure_cause",
+    "last_exception",
     "worker_env",
     "worker_log_path",
     "worker_number",
     "worker_output",
 ]
+
+#: Bytes at the end of a failed worker's log searched for the exception that ended it.
+_TAIL_BYTES = 32768
+#: The exception line is cut to this many characters.
+_CAUSE_CHARS = 300
+_TRACEBACK = "Traceback (most recent call last):"
+#: ``ValueError: ...``, ``torch.OutOfMemoryError``, ``KeyboardInterrupt``: a dotted name.
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |$)")
 
 
 class WorkerPhase(enum.Enum):
@@ -102,6 +113,14 @@ class Worker:
     #: them; a one-role job's workers are all ``worker``).
     role: str = "worker"
     index: int | None = None
+    #: The exception that ended it, when it failed with a Python traceback.
+    cause: str | None = None
+
+    def failed_with(self, message: str, log_dir: Path | None) -> str:
+        """Record why this worker failed (:func:`failure_cause`) and return ``message``
+        followed by it."""
+        self.cause = failure_cause(self, log_dir)
+        return message if self.cause is None else f"{message}: {self.cause}"
 
 
 class WorkerIds:
@@ -177,3 +196,34 @@ def worker_output(
             on_output(worker_id, line.rstrip("\n"))
 
     return on_line
+
+
+def last_exception(text: str) -> str | None:
+    """The exception line of the last Python traceback in ``text`` (``ValueError: lr must
+    be positive``), or ``None`` when there is no complete one."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(_TRACEBACK)]
+    if not starts:
+        return None
+    for line in lines[starts[-1] + 1 :]:
+        if not line or line[0].isspace():
+            continue  # the frames and their source lines are indented
+        if _EXCEPTION_LINE.match(line):
+            return line if len(line) <= _CAUSE_CHARS else line[: _CAUSE_CHARS - 1] + "…"
+        return None
+    return None
+
+
+def failure_cause(worker: Worker, log_dir: Path | None) -> str | None:
+    """The exception that ended ``worker``, read from the end of its log in ``log_dir``,
+    so a job's failure says why (the log has the whole traceback)."""
+    if log_dir is None:
+        return None
+    worker.process.drain(timeout=1.0)  # its last lines may still be in the pipe
+    try:
+        with worker_log_path(log_dir, worker.id).open("rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - _TAIL_BYTES))
+            tail = log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return last_exception(tail)
