@@ -18,9 +18,11 @@ jobs and jobs moved often are left where they are unless a move clearly pays.
 
 Beyond Pollux (each a constructor switch, all on by default): a job's weight falls with
 its attained service (a soft least-attained-service order, ``service_scale``); sizes are
-1, 2, 4 slots or whole hosts (``whole_nodes``, after Sia); and a resized job is placed
-afresh, packed on as few hosts as possible (``packed``, :func:`place_packed`), because
-the goodput tables assume packed hosts and a scattered job runs far slower.
+1, 2, 4 slots or whole hosts (``whole_nodes``, after Sia), unless any size within one host
+scores higher (``within_host``), and slots left idle go to whoever gains (``fill_idle``);
+and a resized job stays packed on as few hosts as possible, in place where it can
+(``packed``, :func:`place_packed`), because the goodput tables assume packed hosts and a
+scattered job runs far slower.
 
 A job without a throughput model gets its minimum, unless ``prior_sync`` is set: then it
 is modelled as scaling linearly but for a sync cost of that fraction of its one-worker
