@@ -8,6 +8,7 @@ import json
 import shutil
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -318,6 +319,47 @@ def test_two_servers_creating_one_store_at_once_both_open_it(db_url: str) -> Non
     finally:
         for s in opened:
             s.close()
+
+
+@pytest.mark.slow
+def test_a_server_starting_beside_a_long_migration_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A migration slower than the store's 5 s busy timeout (Alembic under load): the
+    # second server waits for the first one's write lock instead of failing "locked".
+    upgrade = command.upgrade
+    migrating = threading.Event()
+
+    def slow_upgrade(*args: Any, **kwargs: Any) -> None:
+        migrating.set()
+        time.sleep(6.0)
+        upgrade(*args, **kwargs)
+
+    monkeypatch.setattr(command, "upgrade", slow_upgrade)
+    url = f"sqlite:///{tmp_path / 'tidal.db'}"
+    opened: list[Store] = []
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            opened.append(Store(url))
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    first = threading.Thread(target=open_store)
+    first.start()
+    assert migrating.wait(30)
+    second = threading.Thread(target=open_store)
+    second.start()
+    for t in (first, second):
+        t.join(60)
+    try:
+        assert errors == []
+        assert len(opened) == 2
+        assert revision_of(opened[1].engine) == ((migrations.head(),), [SCHEMA_VERSION])
+    finally:
+        for store in opened:
+            store.close()
 
 
 def test_a_model_change_becomes_a_revision_that_applies(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -104,12 +105,26 @@ _UPDATABLE = frozenset(
 )
 
 
+#: Milliseconds a SQLite connection of the store waits for a lock another one holds.
+SQLITE_BUSY_TIMEOUT_MS = 5000
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor = dbapi_conn.cursor()
-    # WAL lets the API read while the controller loop writes.
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # WAL lets the API read while the controller loop writes. Switching a new file to WAL
+    # answers "locked" at once, without the busy timeout, while another connection (a
+    # second server starting beside this one) holds a lock on it: retry, bounded.
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
 

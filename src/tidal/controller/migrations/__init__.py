@@ -41,6 +41,9 @@ _STORE_TABLES = frozenset(
         "goodput",
     }
 )
+#: Milliseconds a migration waits for another process's migration of the same SQLite file.
+_MIGRATION_WAIT_MS = 120_000
+
 #: PostgreSQL advisory lock held while migrating, so two servers starting at once take turns.
 _PG_LOCK_KEY = 0x7469_6461_6C00  # "tidal"
 
@@ -125,11 +128,17 @@ def upgrade(engine: Engine) -> None:
 def _exclusive(engine: Engine) -> Iterator[Connection]:
     """A connection in a transaction that no other migration runs beside; committed at the
     end unless the block raises."""
+    from tidal.controller import store
+
     with engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             # SQLite rebuilds a table to alter it; with foreign keys enforced, dropping the
             # old copy would fail. They are checked once, before commit, instead.
             conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            # A migration holds the write lock while Alembic loads its scripts and applies
+            # every revision: seconds on a loaded machine, longer than the store's usual
+            # busy timeout, and a second server starting beside it must wait, not fail.
+            conn.exec_driver_sql(f"PRAGMA busy_timeout={_MIGRATION_WAIT_MS}")
             try:
                 # Takes the write lock now: a second process waits here (busy_timeout).
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
@@ -141,6 +150,7 @@ def _exclusive(engine: Engine) -> Iterator[Connection]:
             finally:
                 conn.rollback()
                 conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={store.SQLITE_BUSY_TIMEOUT_MS}")
                 conn.commit()
         else:
             if conn.dialect.name == "postgresql":
