@@ -35,13 +35,7 @@ import torch.distributed as dist
 from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.process import LocalSpawner, Spawner
 from tidal.launch.torchrun_env import TorchrunWorld, torchrun_env
-from tidal.launch.worker import (
-    Worker,
-    WorkerIds,
-    WorkerPhase,
-    WorkerSpec,
-    worker_output,
-)
+from tidal.launch.worker import Worker, WorkerIds, WorkerPhase, WorkerSpec, worker_output
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
 __all__ = ["TorchrunGroup"]

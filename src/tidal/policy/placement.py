@@ -96,18 +96,9 @@ def _grow(
     free: _FreeSlots, need: int, current: list[Slot], allowed: list[int] | None
 ) -> list[Slot]:
     """Pick ``need`` new slots for a job that already holds ``current``."""
-    added: list[Slot] = []
     # First fill the hosts the job already uses, fullest share first: fewer hosts per job.
-    used: dict[int, int] = {}
-    for name, _ in current:
-        used[free.index[name]] = used.get(free.index[name], 0) + 1
-    for host in sorted(used, key=lambda h: (-used[h], h)):
-        if need == 0:
-            break
-        take = min(need, len(free.free[host]))
-        if take:
-            added += [(free.names[host], i) for i in free.take(host, take)]
-            need -= take
+    added = _grow_on_own_hosts(free, need, current)
+    need -= len(added)
     while need > 0:
         best = _best_host(free, need, allowed)
         if best is None:
