@@ -267,6 +267,9 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
     )
     control = StoreControl(driver.group.host.store)
     driver.group.start(config.slots)
+    # A first status before the record that lets the backend connect: a backend that
+    # polls between the two would otherwise find no status and take the job for lost.
+    control.publish(driver.status(), False, [])
     _write_atomic(
         record_path(state_dir, config.job_id),
         json.dumps(
