@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -297,16 +298,22 @@ def test_a_store_of_an_unknown_schema_version_is_refused(db_url: str) -> None:
         engine.dispose()
 
 
-def test_two_servers_creating_one_store_at_once_both_open_it(db_url: str) -> None:
-    opened: list[Store] = []
-    errors: list[BaseException] = []
+def _store_opener(url: str, opened: list[Store], errors: list[BaseException]) -> Callable[[], None]:
+    """A thread target that opens the store at ``url`` into ``opened`` (or ``errors``)."""
 
     def open_store() -> None:
         try:
-            opened.append(Store(db_url))
-        except BaseException as e:  # reported below
+            opened.append(Store(url))
+        except BaseException as e:  # reported by the caller
             errors.append(e)
 
+    return open_store
+
+
+def test_two_servers_creating_one_store_at_once_both_open_it(db_url: str) -> None:
+    opened: list[Store] = []
+    errors: list[BaseException] = []
+    open_store = _store_opener(db_url, opened, errors)
     threads = [threading.Thread(target=open_store) for _ in range(2)]
     for t in threads:
         t.start()
@@ -339,13 +346,7 @@ def test_a_server_starting_beside_a_long_migration_waits_for_it(
     url = f"sqlite:///{tmp_path / 'tidal.db'}"
     opened: list[Store] = []
     errors: list[BaseException] = []
-
-    def open_store() -> None:
-        try:
-            opened.append(Store(url))
-        except BaseException as e:  # reported below
-            errors.append(e)
-
+    open_store = _store_opener(url, opened, errors)
     first = threading.Thread(target=open_store)
     first.start()
     assert migrating.wait(30)
