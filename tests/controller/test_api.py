@@ -102,6 +102,37 @@ def test_submit_list_get_priority_cancel(served: Served) -> None:
     assert kinds[-1] == "cancelled"
 
 
+def test_a_request_the_loop_applies_while_the_api_answers_is_in_the_answer(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop may apply a request between the API storing it and reading it back: the
+    answer (and any view read meanwhile) still shows the requested value."""
+    c = served.client()
+    a = c.submit({**SPEC, "priority": 7000})
+    served.controller.tick()
+    store = served.store
+    read_pending = store.pending_requests
+    api_reads = threading.local()
+
+    def loop_runs_first(job_ids: object = None) -> object:
+        # The controller's own read (inside its tick) must not tick again.
+        if not getattr(api_reads, "busy", False):
+            api_reads.busy = True
+            try:
+                served.controller.tick()  # applies and deletes the pending requests
+            finally:
+                api_reads.busy = False
+        return read_pending(job_ids)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "pending_requests", loop_runs_first)
+    assert c.priority(a.id, 9000).priority == 9000
+    assert store.get_job(a.id).priority == 9000  # type: ignore[union-attr]  # applied
+    assert c.scale(a.id, 2).target_workers == 2
+    assert c.get(a.id).target_workers == 2
+    assert c.scale(a.id, 3).target_workers == 3
+    assert [j.target_workers for j in c.list()] == [3]
+
+
 def test_scale_and_rollback_fields(served: Served) -> None:
     c = served.client()
     a = c.submit(SPEC)

@@ -30,7 +30,7 @@ from tidal.controller.job_pages import Cursor, CursorError
 from tidal.controller.job_status import RoleStatus, conditions, role_statuses
 from tidal.controller.limits import off_loop
 from tidal.controller.records import WorkerRecord
-from tidal.controller.requests import Cancel, Resize, SetPriority, UserRequest
+from tidal.controller.requests import Cancel, PendingRequest, Resize, SetPriority, UserRequest
 from tidal.controller.schema import (
     AllocationView,
     ConditionView,
@@ -79,9 +79,21 @@ def _can(request: Request) -> Capabilities:
     return capabilities_of(request.app.state.controller.backend)
 
 
+def _fresh(store: Store, job: JobRecord) -> tuple[JobRecord, list[PendingRequest]]:
+    """``job`` read again, with its requests still pending.
+
+    The pending requests are read first: the loop applies a request and deletes it in
+    one transaction, so a request applied in between is in the record read after it.
+    Read the other way round, it is in neither (a priority just set showed the old one).
+    """
+    pending = store.pending_requests([job.id]).get(job.id, [])
+    return store.get_job(job.id) or job, pending
+
+
 def _current(store: Store, job: JobRecord) -> JobView:
     """The job's view with every request still pending."""
-    return job_view(job, None, store.pending_requests([job.id]).get(job.id, ()))
+    fresh, pending = _fresh(store, job)
+    return job_view(fresh, None, pending)
 
 
 def _ask(store: Store, job: JobRecord, request: UserRequest, event: Event) -> JobView:
@@ -185,12 +197,13 @@ def list_jobs(
         raise invalid("after", str(exc), where="query") from None
     if since is not None and cursor is not None:
         raise invalid("since", "cannot be combined with after (got both)", where="query")
+    # Pending requests before the page, for the reason _fresh gives; there are few.
+    pending = store.pending_requests()
     page = store.job_page(
         states=state, name=name, labels=labels, limit=limit, after=cursor, since=since
     )
     ids = [j.id for j in page.readable()]
     reports = store.goodput(ids)
-    pending = store.pending_requests(ids)
     full = view == "full"
     # Serialised here in one go rather than re-validated item by item by FastAPI.
     body = _JOB_LIST.dump_json(
@@ -219,7 +232,7 @@ def get_job(ref: str, controller: ControllerDep) -> JobDetail:
     """A job by id (or the latest job with that name), with its workers and the IP
     address of each worker's host."""
     store = controller.store
-    job = job_or_404(store, ref)
+    job, pending = _fresh(store, job_or_404(store, ref))
     addresses = {h.name: h.address for h in controller.cluster.hosts}
     records = store.workers(job.id)
     workers = [
@@ -237,7 +250,6 @@ def get_job(ref: str, controller: ControllerDep) -> JobDetail:
         for w in records
     ]
     report = store.goodput([job.id]).get(job.id)
-    pending = store.pending_requests([job.id]).get(job.id, ())
     return JobDetail(
         **job_view(job, report, pending).model_dump(),
         worker_list=workers,
