@@ -22,8 +22,9 @@ from sqlalchemy import Column, Engine, MetaData, String, create_engine, inspect,
 from tests.controller.postgres import Postgres
 from tidal.backends.base import WorkerState, WorkerStatus
 from tidal.controller import migrations
+from tidal.controller.database import SCHEMA_VERSION, StoreError
 from tidal.controller.requests import SetPriority
-from tidal.controller.store import SCHEMA_VERSION, JobRecord, Store, StoreError
+from tidal.controller.store import JobRecord, Store
 from tidal.model import JobState
 from tidal.spec import parse_spec
 

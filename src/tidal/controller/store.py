@@ -1,30 +1,29 @@
-"""Durable state: jobs, their pending requests, workers, events, the allocation timeline
-and training metrics.
+"""Durable state: jobs and their pending requests; through
+:class:`~tidal.controller.job_history.JobHistory`, their workers, events, the allocation
+timeline, training metrics and goodput.
 
-SQLAlchemy 2 over any database URL; a SQLite file (WAL mode) by default. Every public
-method is one transaction: it commits whole or, on any error, leaves the store as it was.
-The tables are in :mod:`~tidal.controller.tables`; what the store hands out, in
-:mod:`~tidal.controller.records` (re-exported here, as every caller of the store uses them).
+Every public method is one transaction: it commits whole or, on any error, leaves the
+store as it was. The database (engine, schema, transactions) is
+:mod:`~tidal.controller.database`; the tables are in :mod:`~tidal.controller.tables`; what
+the store hands out, in :mod:`~tidal.controller.records` (re-exported here, as every
+caller of the store uses them).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, delete, event, func, select, text, update
-from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import StaticPool
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
 
-from tidal.backends.base import WorkerState, WorkerStatus
+from tidal.controller.database import number_change, private_sqlite_url
+from tidal.controller.job_history import JobHistory
 from tidal.controller.job_pages import (
     Cursor,
     JobPage,
@@ -44,23 +43,12 @@ from tidal.controller.records import (
     WorkerRecord,
 )
 from tidal.controller.requests import PendingRequest, UserRequest, request_from_row, request_to_row
-from tidal.controller.tables import (
-    AllocationRow,
-    EventRow,
-    GoodputRow,
-    JobRow,
-    MetricRow,
-    RequestRow,
-    WorkerRow,
-    slots_json,
-    slots_of,
-)
+from tidal.controller.tables import AllocationRow, EventRow, JobRow, RequestRow, slots_json
 from tidal.model import JobState, JobStateError, check_transition, job_from_spec
 from tidal.policy.api import Slot
 from tidal.spec import JobSpec
 
 __all__ = [
-    "SCHEMA_VERSION",
     "AllocationRecord",
     "Event",
     "EventRecord",
@@ -68,22 +56,11 @@ __all__ = [
     "JobRecord",
     "MetricRecord",
     "Store",
-    "StoreError",
     "UnreadableJobError",
     "WorkerRecord",
 ]
 
 log = logging.getLogger(__name__)
-
-#: What this release writes into the ``schema_version`` table of releases before migrations
-#: (they read 1 or 2 and refuse any other number). The Alembic revision in
-#: ``alembic_version`` describes the schema (:mod:`tidal.controller.migrations`).
-SCHEMA_VERSION = 3
-
-
-class StoreError(RuntimeError):
-    """The store cannot be used (e.g. written by an incompatible version)."""
-
 
 #: Columns a caller may change through :meth:`Store.update_job`.
 _UPDATABLE = frozenset(
@@ -105,110 +82,21 @@ _UPDATABLE = frozenset(
 )
 
 
-#: Milliseconds a SQLite connection of the store waits for a lock another one holds.
-SQLITE_BUSY_TIMEOUT_MS = 5000
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cursor = dbapi_conn.cursor()
-    # WAL lets the API read while the controller loop writes. Switching a new file to WAL
-    # answers "locked" at once, without the busy timeout, while another connection (a
-    # second server starting beside this one) holds a lock on it: retry, bounded.
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
-    while True:
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            break
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
-
-
-#: PostgreSQL advisory lock held while a change is numbered, so numbers follow commits.
-_CHANGE_LOCK_KEY = 0x7469_6461_6C01
-
-
-def _number_change(session: Session, job_id: str) -> None:
-    """Give the job's latest change the store's next change number (``jobs.change``).
-
-    Called after the transaction's first write: SQLite holds its one write lock from there
-    to the commit (PostgreSQL takes an advisory lock), so numbers are given in commit
-    order and a reader that saw change N has seen every change numbered below it."""
-    session.flush()
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CHANGE_LOCK_KEY})
-    following = select(func.coalesce(func.max(JobRow.change), 0) + 1).scalar_subquery()
-    session.execute(
-        update(JobRow).where(JobRow.id == job_id).values(change=following),
-        execution_options={"synchronize_session": False},
-    )
-
-
-class Store:
-    """The controller's database. Safe to share between threads."""
+class Store(JobHistory):
+    """The controller's database: jobs and their requests, and (:class:`JobHistory`)
+    what happens to them while they run. Safe to share between threads."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.engine: Engine = self._engine(url)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        super().__init__(url)
         #: Called once a new job or a user's request is committed: the controller's loop
         #: wakes on it instead of waiting out its interval.
         self.on_request: Callable[[], None] | None = None
-        self._create_schema()
 
     @classmethod
     def open(cls, data_dir: Path) -> Store:
-        """The default store: a SQLite file ``tidal.db`` in ``data_dir``.
-
-        The data dir is made private (0700, when this user owns it) and the database file
-        0600: they hold every job's command, environment and the admin token.
-        """
-        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if data_dir.stat().st_uid == os.getuid():
-            data_dir.chmod(0o700)
-        path = data_dir / "tidal.db"
-        # Created here with its mode: SQLite gives the -wal and -shm files the same one.
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-        path.chmod(0o600)
-        return cls(f"sqlite:///{path}")
-
-    @staticmethod
-    def _engine(url: str) -> Engine:
-        if not url.startswith("sqlite"):
-            return create_engine(url, pool_pre_ping=True)
-        if url in ("sqlite://", "sqlite:///:memory:"):
-            # One shared connection, or every thread would see its own empty database.
-            engine = create_engine(
-                url, connect_args={"check_same_thread": False}, poolclass=StaticPool
-            )
-        else:
-            engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 5})
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-
-    def _create_schema(self) -> None:
-        # Imported here: Alembic loads only where a store is opened.
-        from tidal.controller import migrations
-
-        try:
-            migrations.upgrade(self.engine)
-        except BaseException:
-            self.engine.dispose()
-            raise
-
-    def close(self) -> None:
-        """Release database connections."""
-        self.engine.dispose()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[Session]:
-        with self._sessions() as session, session.begin():
-            yield session
+        """The default store: a SQLite file ``tidal.db`` in ``data_dir``, made private
+        (:func:`~tidal.controller.database.private_sqlite_url`)."""
+        return cls(private_sqlite_url(data_dir))
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -245,7 +133,7 @@ class Store:
             s.add(row)
             s.flush()
             s.add(EventRow(job_id=job_id, time=now, kind="submitted", message="", data={}))
-            _number_change(s, job_id)
+            number_change(s, job_id)
             record = JobRecord.of_row(row)
         self._requested()
         return record
@@ -391,7 +279,7 @@ class Store:
             row.updated_at = now
             s.flush()
             record = JobRecord.of_row(row)
-            _number_change(s, job_id)
+            number_change(s, job_id)
             return record
 
     # -- requests -------------------------------------------------------------------------
@@ -432,7 +320,7 @@ class Store:
                 )
             s.flush()
             pending = PendingRequest(id=row.id, job_id=job_id, time=now, request=request)
-            _number_change(s, job_id)
+            number_change(s, job_id)
         self._requested()
         return pending
 
@@ -460,194 +348,3 @@ class Store:
                 PendingRequest(id=r.id, job_id=r.job_id, time=r.time, request=request)
             )
         return found
-
-    # -- workers --------------------------------------------------------------------------
-
-    def sync_workers(
-        self, job_id: str, workers: Sequence[WorkerStatus], now: float | None = None
-    ) -> list[WorkerStatus]:
-        """Record the backend's view of a job's workers; return those newly seen failed."""
-        now = time.time() if now is None else now
-        newly_failed: list[WorkerStatus] = []
-        with self._transaction() as s:
-            known = {
-                r.worker_id: r
-                for r in s.scalars(select(WorkerRow).where(WorkerRow.job_id == job_id))
-            }
-            for w in workers:
-                row = known.get(w.worker_id)
-                if row is None:
-                    row = WorkerRow(job_id=job_id, worker_id=w.worker_id, updated_at=now)
-                    s.add(row)
-                    previous = None
-                else:
-                    previous = row.state
-                seen = (w.slot[0], w.slot[1], w.pid, w.state.value, w.exit_code)
-                place = (w.role, w.index)
-                stored = (row.host, row.slot, row.pid, row.state, row.exit_code)
-                if stored == seen and (row.role, row.replica_index) == place:
-                    continue
-                row.host, row.slot, row.pid = w.slot[0], w.slot[1], w.pid
-                row.role, row.replica_index = place
-                row.state, row.exit_code = w.state.value, w.exit_code
-                if stored != seen:
-                    row.updated_at = now
-                if w.state is WorkerState.FAILED and previous != WorkerState.FAILED.value:
-                    newly_failed.append(w)
-        return newly_failed
-
-    def workers(self, job_id: str) -> list[WorkerRecord]:
-        """Every worker the job has had, by worker id."""
-        with self._transaction() as s:
-            rows = s.scalars(
-                select(WorkerRow).where(WorkerRow.job_id == job_id).order_by(WorkerRow.worker_id)
-            ).all()
-            return [
-                WorkerRecord(
-                    job_id=r.job_id,
-                    worker_id=r.worker_id,
-                    slot=(r.host, r.slot),
-                    pid=r.pid,
-                    state=WorkerState(r.state),
-                    exit_code=r.exit_code,
-                    updated_at=r.updated_at,
-                    role=r.role,
-                    index=r.replica_index,
-                )
-                for r in rows
-            ]
-
-    # -- events, allocations, metrics -----------------------------------------------------
-
-    def add_event(
-        self,
-        job_id: str | None,
-        kind: str,
-        message: str = "",
-        data: Mapping[str, Any] | None = None,
-        now: float | None = None,
-    ) -> None:
-        """Record an event on its own (job changes record theirs in :meth:`update_job`)."""
-        now = time.time() if now is None else now
-        with self._transaction() as s:
-            s.add(
-                EventRow(job_id=job_id, time=now, kind=kind, message=message, data=dict(data or {}))
-            )
-
-    def events(
-        self, job_id: str | None = None, since: float | None = None, limit: int = 1000
-    ) -> list[EventRecord]:
-        """Events in time order (the latest ``limit``), optionally for one job only."""
-        query = select(EventRow).order_by(EventRow.time.desc(), EventRow.id.desc()).limit(limit)
-        if job_id is not None:
-            query = query.where(EventRow.job_id == job_id)
-        if since is not None:
-            query = query.where(EventRow.time >= since)
-        with self._transaction() as s:
-            rows = list(s.scalars(query))
-        return [
-            EventRecord(
-                id=r.id, job_id=r.job_id, time=r.time, kind=r.kind, message=r.message, data=r.data
-            )
-            for r in reversed(rows)
-        ]
-
-    def allocations(
-        self, job_id: str | None = None, since: float | None = None
-    ) -> list[AllocationRecord]:
-        """The allocation timeline in time order, optionally for one job only."""
-        query = select(AllocationRow).order_by(AllocationRow.time, AllocationRow.id)
-        if job_id is not None:
-            query = query.where(AllocationRow.job_id == job_id)
-        if since is not None:
-            query = query.where(AllocationRow.time >= since)
-        with self._transaction() as s:
-            return [
-                AllocationRecord(
-                    job_id=r.job_id, time=r.time, count=r.count, slots=slots_of(r.slots)
-                )
-                for r in s.scalars(query)
-            ]
-
-    def add_metrics(
-        self, job_id: str, step: int, values: Mapping[str, float], now: float | None = None
-    ) -> None:
-        """Record training metrics a job reported at ``step``."""
-        now = time.time() if now is None else now
-        with self._transaction() as s:
-            if s.get(JobRow, job_id) is None:
-                raise KeyError(job_id)
-            s.add(
-                MetricRow(
-                    job_id=job_id,
-                    step=step,
-                    time=now,
-                    values={k: float(v) for k, v in values.items()},
-                )
-            )
-
-    def add_metrics_many(
-        self, job_id: str, points: Sequence[tuple[int, float, Mapping[str, float]]]
-    ) -> None:
-        """Record several ``(step, time, values)`` at once (what the workers logged)."""
-        if not points:
-            return
-        with self._transaction() as s:
-            if s.get(JobRow, job_id) is None:
-                raise KeyError(job_id)
-            s.add_all(
-                MetricRow(
-                    job_id=job_id,
-                    step=step,
-                    time=at,
-                    values={k: float(v) for k, v in values.items()},
-                )
-                for step, at, values in points
-            )
-
-    def set_goodput(self, job_id: str, report: Mapping[str, Any], now: float | None = None) -> None:
-        """Keep ``report`` as the job's newest goodput report."""
-        now = time.time() if now is None else now
-        with self._transaction() as s:
-            if s.get(JobRow, job_id) is None:
-                raise KeyError(job_id)
-            row = s.get(GoodputRow, job_id)
-            if row is None:
-                s.add(GoodputRow(job_id=job_id, time=now, report=dict(report)))
-            else:
-                row.time, row.report = now, dict(report)
-            _number_change(s, job_id)
-
-    def goodput(self, job_ids: Sequence[str] | None = None) -> dict[str, GoodputRecord]:
-        """The newest goodput report of each job that sent one (of ``job_ids`` if given)."""
-        query = select(GoodputRow)
-        if job_ids is not None:
-            query = query.where(GoodputRow.job_id.in_(list(job_ids)))
-        with self._transaction() as s:
-            return {
-                r.job_id: GoodputRecord(job_id=r.job_id, time=r.time, report=dict(r.report))
-                for r in s.scalars(query)
-            }
-
-    def metrics(self, job_id: str) -> list[MetricRecord]:
-        """A job's metrics in step order."""
-        with self._transaction() as s:
-            return [
-                MetricRecord(job_id=r.job_id, step=r.step, time=r.time, values=r.values)
-                for r in s.scalars(
-                    select(MetricRow)
-                    .where(MetricRow.job_id == job_id)
-                    .order_by(MetricRow.step, MetricRow.id)
-                )
-            ]
-
-    def latest_metrics(self) -> list[MetricRecord]:
-        """Each job's most recently reported metrics (one record per job that reported)."""
-        latest = select(func.max(MetricRow.id)).group_by(MetricRow.job_id)
-        with self._transaction() as s:
-            return [
-                MetricRecord(job_id=r.job_id, step=r.step, time=r.time, values=r.values)
-                for r in s.scalars(
-                    select(MetricRow).where(MetricRow.id.in_(latest)).order_by(MetricRow.job_id)
-                )
-            ]

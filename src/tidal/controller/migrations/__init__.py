@@ -21,6 +21,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, MetaData, inspect, text
 
+from tidal.controller.database import SQLITE_BUSY_TIMEOUT_MS, StoreError
+
 __all__ = ["LEGACY_SCHEMA_VERSIONS", "config", "head", "revisions", "target_metadata", "upgrade"]
 
 log = logging.getLogger(__name__)
@@ -89,8 +91,6 @@ def upgrade(engine: Engine) -> None:
     """Bring the store at ``engine`` to :func:`head`: create it, adopt a pre-migration store,
     or apply the revisions it lacks. All or nothing; refuses (:class:`StoreError`) a store
     this release cannot read, without changing it."""
-    from tidal.controller.store import StoreError
-
     newest = head()
     with _exclusive(engine) as conn:
         tables = set(inspect(conn).get_table_names())
@@ -128,8 +128,6 @@ def upgrade(engine: Engine) -> None:
 def _exclusive(engine: Engine) -> Iterator[Connection]:
     """A connection in a transaction that no other migration runs beside; committed at the
     end unless the block raises."""
-    from tidal.controller import store
-
     with engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             # SQLite rebuilds a table to alter it; with foreign keys enforced, dropping the
@@ -150,7 +148,7 @@ def _exclusive(engine: Engine) -> Iterator[Connection]:
             finally:
                 conn.rollback()
                 conn.exec_driver_sql("PRAGMA foreign_keys=ON")
-                conn.exec_driver_sql(f"PRAGMA busy_timeout={store.SQLITE_BUSY_TIMEOUT_MS}")
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
                 conn.commit()
         else:
             if conn.dialect.name == "postgresql":
