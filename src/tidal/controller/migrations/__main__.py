@@ -1,6 +1,6 @@
 """``python -m tidal.controller.migrations revision -m "add job owner"``: write a revision.
 
-The new file compares the ORM models (``tidal/controller/store.py``) with a scratch SQLite
+The new file compares the ORM models (``tidal/controller/tables.py``) with a scratch SQLite
 store at the current head and holds the operations that close the gap (``--empty`` for a
 hand-written one). Read it before committing: autogenerate misses renames and data moves.
 """
