@@ -15,17 +15,17 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console, Group
-from rich.table import Table
 from rich.text import Text
 from typer.exceptions import TyperException
+
+from tidal.controller.cli_tables import cluster_table, jobs_table, print_job_detail
 
 if TYPE_CHECKING:
     from tidal.client import Client
@@ -52,15 +52,6 @@ controller_app = typer.Typer(
 
 _out = Console(highlight=False)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-_STATE_STYLE = {
-    "queued": "yellow",
-    "running": "green",
-    "rescaling": "cyan",
-    "succeeded": "bold green",
-    "failed": "bold red",
-    "cancelled": "dim",
-}
 
 # -- shared options ------------------------------------------------------------------------
 
@@ -203,80 +194,6 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def _age(since: float | None) -> str:
-    if since is None:
-        return "-"
-    seconds = max(0, int(time.time() - since))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def _state(state: str) -> Text:
-    return Text(state, style=_STATE_STYLE.get(state, ""))
-
-
-def _adaptive(job: JobView) -> str:
-    """``256 eff 0.82 ×3.1``: batch, statistical efficiency, predicted speed-up (or -)."""
-    if job.batch_size is None:
-        return "-"
-    text = str(job.batch_size)
-    if job.efficiency is not None:
-        text += f" eff {job.efficiency:.2f}"
-    if job.speedup is not None:
-        text += f" ×{job.speedup:.1f}"
-    return text
-
-
-def _jobs_table(jobs: Iterable[JobView]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("ID", "STATE", "WORKERS", "BATCH", "PRIORITY", "RESTARTS", "AGE", "REASON"):
-        table.add_column(column, no_wrap=column != "REASON")
-    for j in jobs:
-        size = f"{j.workers} [{j.min_workers}-{j.max_workers}]"
-        if j.target_workers is not None:
-            size += f" →{j.target_workers}"
-        table.add_row(
-            j.id,
-            _state(j.state),
-            size,
-            _adaptive(j),
-            str(j.priority),
-            str(j.restarts),
-            _age(j.submitted_at),
-            j.reason,
-        )
-    return table
-
-
-def _role_commands(spec: dict[str, Any] | None) -> list[tuple[str, list[str]]]:
-    """``(label, command)`` per role of a stored spec: ``command`` for a one-role job."""
-    spec = spec or {}
-    roles = spec.get("roles")
-    if not roles:
-        return [("command", list(spec.get("command", [])))]
-    return [(f"{r['name']} ({r.get('launcher', 'tidal')})", list(r["command"])) for r in roles]
-
-
-def _cluster_table(view: ClusterView) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("HOST", "KIND", "GROUP", "SLOTS", "USED", "JOBS"):
-        table.add_column(column)
-    for h in view.hosts:
-        users = sorted({u for u in h.used_by if u})
-        used = sum(1 for u in h.used_by if u)
-        table.add_row(
-            h.name,
-            "gpu" if h.gpu else "cpu",
-            h.group or "-",
-            str(h.slots),
-            str(used),
-            ", ".join(users) or "-",
-        )
-    return table
-
-
 # -- verbs -------------------------------------------------------------------------------
 
 
@@ -307,7 +224,7 @@ def list_jobs(
     elif not jobs:
         _out.print("no jobs")
     else:
-        _out.print(_jobs_table(jobs))
+        _out.print(jobs_table(jobs))
 
 
 @controller_app.command()
@@ -325,42 +242,7 @@ def get(
         data["events"] = [e.model_dump(mode="json") for e in events]
         _emit_json(data)
         return
-    _out.print(_jobs_table([detail]))
-    for role, command in _role_commands(detail.spec):
-        _out.print(f"{role}: {' '.join(command)}", markup=False)
-    if "roles" not in detail.spec:
-        from tidal.model import Launcher
-
-        launcher = Launcher(str(detail.spec.get("launcher", Launcher.TIDAL.value)))
-        _out.print(f"launcher: {launcher.value} ({launcher.resize_mode})", markup=False)
-    several = len(detail.roles) > 1
-    if several:
-        from tidal.controller.cli_roles import conditions_table, roles_table
-
-        _out.print(roles_table(detail))
-        _out.print(conditions_table(detail))
-    if detail.worker_list:
-        table = Table(box=None, header_style="bold", title="workers", title_justify="left")
-        columns = ("WORKER", "ROLE", "SLOT", "PID", "STATE", "EXIT")
-        for column in columns if several else columns[:1] + columns[2:]:
-            table.add_column(column)
-        for w in detail.worker_list:
-            where = [f"{w.role}[{'-' if w.index is None else w.index}]"] if several else []
-            table.add_row(
-                str(w.worker_id),
-                *where,
-                f"{w.host}:{w.slot}",
-                str(w.pid or "-"),
-                w.state,
-                "-" if w.exit_code is None else str(w.exit_code),
-            )
-        _out.print(table)
-    table = Table(box=None, header_style="bold", title="events", title_justify="left")
-    for column in ("TIME", "KIND", "MESSAGE"):
-        table.add_column(column)
-    for e in events:
-        table.add_row(datetime.fromtimestamp(e.time).strftime("%H:%M:%S"), e.kind, e.message)
-    _out.print(table)
+    print_job_detail(_out, detail, events)
 
 
 @controller_app.command()
@@ -496,7 +378,7 @@ def cluster(
         _emit_json(view)
         return
     _out.print(f"policy {view.policy}: {view.used_slots}/{view.total_slots} slots used")
-    _out.print(_cluster_table(view))
+    _out.print(cluster_table(view))
 
 
 @controller_app.command()
@@ -519,7 +401,7 @@ def top(
             f"{view.used_slots}/{view.total_slots} slots used  {len(jobs)} active job(s)",
             style="bold",
         )
-        return Group(head, _cluster_table(view), Text(""), _jobs_table(jobs))
+        return Group(head, cluster_table(view), Text(""), jobs_table(jobs))
 
     count = 0
     try:
