@@ -14,13 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from tidal.runtime.adaptive import (
-    AdaptiveBatch,
-    NoiseScaleEstimator,
-    adaptive_lr,
-    adascale_gain,
-    lr_factor,
-)
+from tidal.runtime.adaptive import AdaptiveBatch, adaptive_lr, lr_factor
+from tidal.runtime.gradient_noise import NoiseScaleEstimator, adascale_gain
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "adaptive_linear.py"
 DIM, SIGMA = 10, 1.0
