@@ -39,24 +39,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from tidal.policy.api import ThroughputModel
-from tidal.policy.goodput_model import (
-    StepSample,
-    fit_throughput_model,
-    model_to_dict,
-    statistical_gain,
-    step_time,
-)
+from tidal.policy.goodput_model import model_to_dict, statistical_gain
+from tidal.runtime import batch_choice
+from tidal.runtime.batch_choice import BatchLimits, Configuration, Profile
 from tidal.runtime.context import WorkerContext
 from tidal.runtime.gradient_noise import GradientRecorder, NoiseScaleEstimator, adascale_gain
 from tidal.runtime.report import reporter
 
 log = logging.getLogger("tidal.runtime")
 
-#: A new batch at an epoch boundary must promise at least this much more goodput.
-RECHOOSE_GAIN = 1.05
 #: Gradient samples needed before the noise scale is trusted for a decision.
 MIN_NOISE_SAMPLES = 10
 #: Step-time samples needed at the current configuration before a decision.
@@ -65,8 +57,6 @@ MIN_TIMING_SAMPLES = 3
 TIMING_WINDOW = 16
 #: Seconds between goodput reports to the launcher (rank 0).
 REPORT_INTERVAL = 2.0
-#: Candidate global batches tried per decision (log-spaced).
-BATCH_CANDIDATES = 48
 
 
 class AdaptiveBatch:
@@ -100,7 +90,7 @@ class AdaptiveBatch:
         self.gradient_accumulation = gradient_accumulation
         self.noise = NoiseScaleEstimator()
         #: ``(workers, nodes, local batch, accumulation steps)`` -> recent step and sync times.
-        self.profile: dict[tuple[int, int, float, int], list[tuple[float, float]]] = {}
+        self.profile: Profile = {}
         #: Training progress in steps at the initial batch (the sum of the gains).
         self.progress = 0.0
         self.recorder = GradientRecorder(context)
@@ -209,14 +199,9 @@ class AdaptiveBatch:
         reason, self._pending = self._pending, None
         world = self.context.world_size
         model = self.model()
-        best = self.best_batch(world, model)
         current = self.loader.batch_size
+        best, gain = batch_choice.next_batch(model, self.limits, world, current, reason)
         if best == current:
-            return 0
-        gain = self.predicted_goodput(world, best, model) / max(
-            self.predicted_goodput(world, current, model), 1e-30
-        )
-        if reason == "epoch" and gain < RECHOOSE_GAIN:
             return 0
         log.info(
             "batch %d -> %d for %d worker(s) (%s; predicted goodput x%.2f, noise scale %.0f)",
@@ -252,71 +237,28 @@ class AdaptiveBatch:
         key = self._config(self.context.world_size, self.loader.batch_size)
         return len(self.profile.get(key, ())) >= MIN_TIMING_SAMPLES
 
+    @property
+    def limits(self) -> BatchLimits:
+        """The batch limits as they stand (``init_batch`` changes with a loaded state)."""
+        return BatchLimits(
+            self.init_batch, self.max_global, self.local_bounds, self.gradient_accumulation
+        )
+
     def model(self) -> ThroughputModel:
         """The fitted throughput model with the current noise scale and batch limits."""
-        template = ThroughputModel(
-            alpha_compute=0.0,
-            beta_compute=0.0,
-            alpha_sync_local=0.0,
-            beta_sync_local=0.0,
-            alpha_sync_node=0.0,
-            beta_sync_node=0.0,
-            grad_noise_scale=self.noise.noise_scale,
-            init_batch_size=self.init_batch,
-            max_local_batch=self.local_bounds[1],
-            max_global_batch=self.max_global,
-        )
-        samples = []
-        for (workers, nodes, local, accumulation), times in self.profile.items():
-            if not times:
-                continue
-            step = statistics.median(t for t, _ in times)
-            sync = min(statistics.median(s for _, s in times), step)
-            # Per micro-batch compute, so accumulation steps fit the same line.
-            compute = (step - sync) / accumulation
-            samples.append(StepSample(workers, nodes, local / accumulation, compute + sync, sync))
-        if not samples:
-            return template
-        # The controller's simulator fits its profiles with the same function. With one
-        # batch size seen it splits compute half fixed, half per sample (as AdaptDL does),
-        # so that neither larger nor smaller batches look free before they are measured.
-        return fit_throughput_model(samples, template)
-
-    def _accumulation(self, local: float) -> int:
-        hi = self.local_bounds[1]
-        return max(1, math.ceil(local / hi)) if self.gradient_accumulation else 1
+        return batch_choice.fitted_model(self.profile, self.noise.noise_scale, self.limits)
 
     def predicted_step_time(self, workers: int, batch: float, model: ThroughputModel) -> float:
         """Seconds per step at global ``batch`` (with gradient accumulation if needed)."""
-        local = batch / max(workers, 1)
-        steps = self._accumulation(local)
-        # Every micro-batch but the last computes alone; the last overlaps the sync.
-        compute = float(step_time(model, 1, 1, local / steps))
-        return (steps - 1) * compute + float(step_time(model, workers, 1, local / steps))
+        return batch_choice.predicted_step_time(model, self.limits, workers, batch)
 
     def predicted_goodput(self, workers: int, batch: float, model: ThroughputModel) -> float:
         """Initial-batch steps per second at global ``batch`` on ``workers``."""
-        return float(statistical_gain(model, batch)) / self.predicted_step_time(
-            workers, batch, model
-        )
-
-    def batch_range(self, workers: int) -> tuple[int, int]:
-        """The global batches allowed for ``workers``."""
-        lo, hi = self.local_bounds
-        high = self.max_global
-        if not self.gradient_accumulation:
-            high = min(high, hi * workers)
-        low = min(max(self.init_batch, lo * workers, workers), high)
-        return low, max(high, low)
+        return batch_choice.predicted_goodput(model, self.limits, workers, batch)
 
     def best_batch(self, workers: int, model: ThroughputModel | None = None) -> int:
         """The global batch that maximises predicted goodput for ``workers``."""
-        model = model or self.model()
-        low, high = self.batch_range(workers)
-        grid = np.unique(np.round(np.geomspace(low, high, BATCH_CANDIDATES)).astype(int))
-        candidates = sorted({*grid.tolist(), low, high})
-        values = [self.predicted_goodput(workers, b, model) for b in candidates]
-        return int(candidates[int(np.argmax(values))])
+        return batch_choice.best_global_batch(model or self.model(), self.limits, workers)
 
     def gain(self) -> float:
         """AdaScale gain of the current batch (1 at the initial batch)."""
@@ -328,9 +270,8 @@ class AdaptiveBatch:
         self._gain_cache = (batch, self.noise.count, value)
         return value
 
-    def _config(self, workers: int, batch: int) -> tuple[int, int, float, int]:
-        local = batch / max(workers, 1)
-        return (workers, 1, round(local, 3), self._accumulation(local))
+    def _config(self, workers: int, batch: int) -> Configuration:
+        return batch_choice.configuration(self.limits, workers, batch)
 
     # -- reports and state ------------------------------------------------------------------
 
@@ -353,7 +294,7 @@ class AdaptiveBatch:
             "batch_size": batch,
             "workers": world,
             "local_batch": batch / max(world, 1),
-            "accumulation": self._accumulation(batch / max(world, 1)),
+            "accumulation": batch_choice.accumulation_steps(self.limits, batch / max(world, 1)),
             "noise_scale": self.noise.noise_scale
             if math.isfinite(self.noise.noise_scale)
             else None,
