@@ -1,4 +1,4 @@
-"""Adaptive batch size and learning rate, after AdaptDL/Pollux (OSDI'21) and AdaScale.
+"""Adaptive batch size, after AdaptDL/Pollux (OSDI'21).
 
 How fast a job trains depends on its batch size as much as on its worker count: a small
 batch wastes the workers (each step pays the gradient sync for few samples), a large one
@@ -9,25 +9,22 @@ maximises *goodput* = throughput x statistical efficiency for the current world,
 * a **throughput model** (:mod:`tidal.policy.goodput_model`, the Pollux form): the step
   time as ``compute(per-worker batch) + sync(workers)``, fitted to step times measured at
   each configuration the job ran in (median of the recent steps of each);
-* the **gradient noise scale** ``B_noise = tr(Σ) / |G|²`` (McCandlish et al. 2018), estimated
-  without a collective of its own: the gradient hook already holds each rank's gradient
-  before the all-reduce (a mean over its ``b_r`` samples) and the reduced one after it (a
-  mean over the global ``B``), and ``E|g_b|² = |G|² + tr(Σ)/b``. One dot product per bucket
-  and side; each rank's squared norm rides in its own slot of the agreement all-reduce
-  (a MAX: the other ranks put 0 there), so every rank sees all of them one step later and
-  keeps the same estimate. Numerator and denominator are smoothed separately. Alone
-  (world 1) the two gradients are those of two successive steps.
+* the **gradient noise scale** ``B_noise = tr(Σ) / |G|²`` (McCandlish et al. 2018), from
+  the squared gradient norms the gradient hook measures before and after the all-reduce
+  (:mod:`tidal.runtime.gradient_noise`). Each rank's local norm rides in its own slot of
+  the agreement all-reduce (a MAX: the other ranks put 0 there), so every rank sees all of
+  them one step later and keeps the same estimate, without a collective of its own.
 
-Decisions are made on rank 0 only and carried to the others inside the agreement
-collective every rank already runs at the step boundary (:class:`tidal.State`), so all
-ranks switch to the new batch at the same step. The batch is re-chosen when the world
-changes and at epoch boundaries when the predicted goodput gain exceeds
-:data:`RECHOOSE_GAIN` (5%). Everything here is part of the loader's state: it travels to
-newcomers, is rolled back with a failed step, and is saved in durable checkpoints.
+:class:`AdaptiveBatch` gathers both and applies the choice; the choice itself is a pure
+function of them (:mod:`tidal.runtime.batch_choice`). Decisions are made on rank 0 only
+and carried to the others inside the agreement collective every rank already runs at the
+step boundary (:class:`tidal.State`), so all ranks switch to the new batch at the same
+step. The batch is re-chosen when the world changes and at epoch boundaries when the
+predicted goodput gain exceeds :data:`~tidal.runtime.batch_choice.RECHOOSE_GAIN` (5%).
+Everything here is part of the loader's state: it travels to newcomers, is rolled back
+with a failed step, and is saved in durable checkpoints.
 
-The learning rate follows the batch through :func:`adaptive_lr`: AdaScale (multiply by the
-gain ``r = (var + sqr) / (var / scale + sqr)``, in ``[1, scale]``) for SGD, ``sqrt(r)``
-(AdamScale) for Adam-like optimizers.
+The learning rate follows the batch through :func:`tidal.runtime.lr_scaling.adaptive_lr`.
 """
 
 from __future__ import annotations
