@@ -1,7 +1,7 @@
 """The adaptive batch size's decision: the global batch that maximises goodput.
 
 Pure functions over plain values, so the choice can be tested and reasoned about without a
-loader, a process group or torch: the job's batch limits (:class:`BatchLimits`), the
+loader, a process group or a gradient hook: the job's batch limits (:class:`BatchLimits`), the
 step times measured per configuration (a :data:`Profile`) and the gradient noise scale
 give a fitted :class:`~tidal.policy.api.ThroughputModel`; from it, the predicted goodput
 (throughput x statistical efficiency) of each candidate global batch, and the best one.
