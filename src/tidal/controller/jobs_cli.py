@@ -137,10 +137,15 @@ def scale(
     options: ClientOptions,
     job: JobArg,
     workers: Annotated[int, typer.Option(min=1, help="Exact number of workers.")],
+    role: Annotated[
+        str | None,
+        typer.Option(help="Count replicas of this role (a multi-role job's elastic role)."),
+    ] = None,
 ) -> None:
     """Ask for exactly N workers (within the job's min and max)."""
     client = options.client()
-    view = _call(lambda: client.scale(job, workers), "--workers")
+    # With --role the server names the field at fault itself (role or workers).
+    view = _call(lambda: client.scale(job, workers, role=role), None if role else "--workers")
     options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
 
 
