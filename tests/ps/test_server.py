@@ -121,12 +121,16 @@ def test_status_tells_finished_workers_from_lost_ones() -> None:
     server.handle(b"a", {"op": "leave", "worker": "a", "seq": 1}, [], 0.5)
     server.handle(b"a", {"op": "beat", "worker": "a", "seq": 2}, [], 0.6)  # a late beat
     server.expire(3.0)  # b silent for 3 s
-    assert server.status()["workers"] == {"a": "finished", "b": "lost"}
+    assert server.status(4.0) == {
+        "version": 0,
+        "workers": {"a": "finished", "b": "lost"},
+        "lost_for": {"b": 1.0},
+    }
     assert server.members == set()
     # b restarted under its id: active again; a rejoining worker says hello first
     server.handle(b"b", {"op": "hello", "worker": "b", "seq": 0, "digest": ""}, [], 3.5)
     server.handle(b"a", {"op": "hello", "worker": "a", "seq": 0, "digest": ""}, [], 3.5)
-    assert server.status()["workers"] == {"a": "active", "b": "active"}
+    assert server.status(4.0)["workers"] == {"a": "active", "b": "active"}
 
 
 def test_async_applies_each_push_and_refuses_too_stale_ones() -> None:

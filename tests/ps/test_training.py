@@ -317,7 +317,8 @@ def test_a_chief_evaluates_waits_for_the_workers_and_saves_the_final_model(
             build_model(64), lambda p: torch.optim.SGD(p, lr=0.1), spec=cluster.spec("chief", 0)
         )
         with observer:
-            assert observer.worker_states() == {"worker-0": "finished", "worker-1": "finished"}
+            states = observer.worker_states().states
+            assert states == {"worker-0": "finished", "worker-1": "finished"}
             assert observer.training_done()
             _, test_set = build_data(0)
             assert accuracy(observer, test_set) >= THRESHOLD  # forward pulled

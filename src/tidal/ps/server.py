@@ -84,7 +84,7 @@ class ShardServer:
         # membership and the open sync step
         self.last_seen: dict[str, float] = {}
         self.finished: set[str] = set()  # workers that left cleanly (said leave)
-        self.lost: set[str] = set()  # workers that went silent
+        self.lost: dict[str, float] = {}  # workers that went silent -> when they did
         self.members: set[str] = set()
         self.pending: set[str] = set()
         self.pushed: dict[str, tuple[bytes, int]] = {}  # worker -> (identity, seq)
@@ -143,7 +143,7 @@ class ShardServer:
         if worker not in self.last_seen:
             # sync: a worker that joins while a step is open counts from the next one
             (self.pending if self.pushed else self.members).add(worker)
-            self.lost.discard(worker)
+            self.lost.pop(worker, None)
             log.info("worker %s joined parameter server %d", worker, self.shard)
         self.last_seen[worker] = now
 
@@ -158,7 +158,7 @@ class ShardServer:
             if now - seen > self.config.peer_timeout:
                 log.warning("worker %s left parameter server %d (silent)", worker, self.shard)
                 self._leave(worker)
-                self.lost.add(worker)
+                self.lost[worker] = now
         return self._maybe_finish_step()
 
     def required(self) -> int:
@@ -214,7 +214,7 @@ class ShardServer:
             self.stats["bytes_out"] += sum(len(b) for b in out)
             return [(identity, {"ok": True, "seq": seq, "version": self.version}, out)]
         if op == "status":
-            return [(identity, {"ok": True, "seq": seq, **self.status()}, [])]
+            return [(identity, {"ok": True, "seq": seq, **self.status(now)}, [])]
         if observer and op in ("push", "leave"):
             error = f"{op}: the chief ({worker}) observes the job; it does not {op}"
             return [(identity, {"ok": False, "seq": seq, "error": error}, [])]
@@ -229,12 +229,14 @@ class ShardServer:
             return self._push(identity, header, buffers)
         return [(identity, {"ok": False, "seq": seq, "error": f"unknown op {op!r}"}, [])]
 
-    def status(self) -> dict[str, Any]:
-        """This server's version and every worker it has heard of, by state."""
+    def status(self, now: float) -> dict[str, Any]:
+        """This server's version, every worker it has heard of by state, and for how
+        many seconds each lost one has been silent."""
         workers = {w: "lost" for w in self.lost}
         workers.update({w: "finished" for w in self.finished})
         workers.update({w: "active" for w in self.last_seen})
-        return {"version": self.version, "workers": workers}
+        lost_for = {w: round(now - t, 3) for w, t in self.lost.items() if workers[w] == "lost"}
+        return {"version": self.version, "workers": workers, "lost_for": lost_for}
 
     @staticmethod
     def _wrap(

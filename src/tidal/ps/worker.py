@@ -29,6 +29,7 @@ import torch
 import zmq
 
 from tidal.ps.checkpoint import save_atomically
+from tidal.ps.chief import WorkerStates, merge_statuses, training_over
 from tidal.ps.config import ClusterSpec
 from tidal.ps.server import OptimizerFactory, serve
 from tidal.ps.shard import layout_of, piece_view, trainable
@@ -298,10 +299,10 @@ class ParameterServerModel(torch.nn.Module):
         are equal unless a restored server went back)."""
         return min(self.versions)
 
-    def worker_states(self) -> dict[str, str]:
+    def worker_states(self) -> WorkerStates:
         """Every worker the servers have heard of: ``active``, ``finished`` (it closed
-        its model: its training ended) or ``lost`` (silent: crashed, killed or stopped;
-        it may come back under its id). A lost server is waited for as in :meth:`pull`."""
+        its model) or ``lost`` (silent; it may come back under its id), see
+        :mod:`tidal.ps.chief`. A lost server is waited for as in :meth:`pull`."""
         while True:
             try:
                 seqs = [link.send(self._request("status")) for link in self._links]
@@ -309,28 +310,23 @@ class ParameterServerModel(torch.nn.Module):
             except (ServerLost, zmq.Again) as exc:
                 self._recover(exc if isinstance(exc, ServerLost) else ServerLost(str(exc)))
                 continue
-            break
-        states: dict[str, str] = {}
-        rank = {"lost": 0, "finished": 1, "active": 2}  # any server hearing it: active
-        for header, _ in replies:
-            for worker, state in dict(header.get("workers", {})).items():
-                if rank.get(state, 0) >= rank.get(states.get(worker, "lost"), 0):
-                    states[worker] = str(state)
-        return states
+            return merge_statuses(header for header, _ in replies)
 
-    def training_done(self) -> bool:
+    def training_done(self, lost_grace: float | None = None) -> bool:
         """Whether every worker that joined has finished (closed its model), and at
-        least one joined. A lost worker is not finished: it may be restarted."""
-        states = self.worker_states()
-        return bool(states) and all(s == "finished" for s in states.values())
+        least one joined. A lost worker is not finished (it may be restarted) unless it
+        has been silent for more than ``lost_grace`` seconds."""
+        return training_over(self.worker_states(), lost_grace)
 
-    def checkpoints(self, every_seconds: float = 5.0, timeout: float = 3600.0) -> Iterator[int]:
+    def checkpoints(
+        self, every_seconds: float = 5.0, timeout: float = 3600.0, lost_grace: float | None = None
+    ) -> Iterator[int]:
         """Pull every ``every_seconds`` and yield the version pulled, until training is
         done (:meth:`training_done`); the last yield holds the final parameters.
         ``TimeoutError`` once ``timeout`` seconds pass without the training ending."""
         deadline = time.monotonic() + timeout
         while True:
-            done = self.training_done()  # asked before the pull: that pull is final
+            done = self.training_done(lost_grace)  # asked before the pull: it is final
             self.pull()
             yield self.version
             if done:
@@ -339,7 +335,7 @@ class ParameterServerModel(torch.nn.Module):
             if left <= 0:
                 raise TimeoutError(
                     f"checkpoints: the workers did not finish within timeout={timeout}s"
-                    f" (workers: {self.worker_states()})"
+                    f" (workers: {self.worker_states().states})"
                 )
             time.sleep(min(every_seconds, left))
 
