@@ -68,17 +68,18 @@ def run_command(
     ] = 30.0,
 ) -> None:
     """Run SCRIPT on MIN..MAX local workers that grow and shrink while they train."""
-    from tidal.launch.run import (
-        RunOptions,
+    # The arguments are checked before the launcher (and torch with it) loads.
+    from tidal.launch.run_args import (
         UsageProblem,
         check_launcher,
         parse_resize_plan,
         parse_workers,
-        run,
+        worker_argv,
     )
     from tidal.runtime.api import ConfigError, RuntimeConfig
 
     try:
+        worker_argv(list(command))
         low, high = parse_workers(workers)
         start = high if initial is None else initial
         if not low <= start <= high:
@@ -116,6 +117,9 @@ def run_command(
                 "--checkpoint-every-seconds": checkpoint_every_seconds != 0,
             },
         )
+        resize_plan = parse_resize_plan(resize_at, low, high)
+        from tidal.launch.run import RunOptions, run
+
         options = RunOptions(
             command=list(command),
             min_workers=low,
@@ -128,7 +132,7 @@ def run_command(
             timeout=timeout,
             sync_every=sync_every,
             log_dir=log_dir,
-            resize_plan=parse_resize_plan(resize_at, low, high),
+            resize_plan=resize_plan,
             launcher=launcher,
             stop_grace=stop_grace,
         )

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tidal.launch.run import UsageProblem, visible_gpus, worker_slots
+from tidal.launch.run import visible_gpus, worker_slots
+from tidal.launch.run_args import UsageProblem
 
 
 def _driver(tmp_path: Path, gpus: int) -> Path:

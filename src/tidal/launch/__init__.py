@@ -1,6 +1,35 @@
-"""Launching elastic jobs: the worker group, its driver for backends, and ``tidal run``."""
+"""Launching elastic jobs: the worker group, its driver for backends, and ``tidal run``.
 
-from tidal.launch.group import GroupEvent, Outcome, WorkerGroup
-from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
+Each name loads its module on first use, so ``tidal run``'s argument checks
+(:mod:`tidal.launch.run_args`) import without the groups (and torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidal.launch.group import GroupEvent, Outcome, WorkerGroup
+    from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
+
+_HOMES = {
+    "GroupEvent": "tidal.launch.group",
+    "Outcome": "tidal.launch.group",
+    "WorkerGroup": "tidal.launch.group",
+    "Worker": "tidal.launch.worker",
+    "WorkerPhase": "tidal.launch.worker",
+    "WorkerSpec": "tidal.launch.worker",
+}
 
 __all__ = ["GroupEvent", "Outcome", "Worker", "WorkerGroup", "WorkerPhase", "WorkerSpec"]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name's module on its first use (PEP 562)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'tidal.launch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
