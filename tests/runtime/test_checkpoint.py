@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from tidal.runtime.checkpoint import list_checkpoints, load_latest, save_atomic
@@ -42,6 +43,7 @@ def test_an_unreadable_newest_file_falls_back_to_the_previous(tmp_path: Path) ->
     assert state is not None and state["step"] == 1
 
 
+@pytest.mark.slow  # three writer processes, each importing torch
 def test_no_checkpoint_is_half_written_when_the_writer_is_killed(tmp_path: Path) -> None:
     for delay in (0.0, 0.05, 0.13):
         folder = tmp_path / f"kill-{delay}"
