@@ -38,6 +38,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.py"
+TF_MESH = Path(__file__).resolve().parents[1] / "scripts" / "tf_mesh.py"
 SLOTS_PER_NODE = 4
 DIGITS = 1797
 # The loader leaves out an epoch's tail smaller than the world (1797 = 28 x 64 + 5 would
@@ -383,6 +384,54 @@ def _world(out: Path) -> int:
             if record["step"] > latest["step"]:
                 latest = record
     return int(latest["world"])
+
+
+def test_a_tf_job_of_several_roles_reaches_every_replica(server: Server) -> None:
+    """A chief and four workers, ``launcher: tf``, over both nodes: each replica listens
+    at its TF_CONFIG address (its node's address, a port free there) and reaches every
+    other one. The job succeeds with the chief, and its workers are stopped."""
+    client, tmp = server.client, server.data.parent
+    out = tmp / "mesh"
+
+    def role(name: str, replicas: int) -> dict[str, object]:
+        command = ["python", str(TF_MESH), str(out)]
+        return {"name": name, "command": command, "replicas": replicas, "launcher": "tf"}
+
+    job = client.submit({"name": "mesh", "roles": [role("chief", 1), role("worker", 4)]}).id
+    state = client.wait(job, timeout=90).state
+    assert state == "succeeded", (state, [(e.kind, e.message) for e in client.events(job)])
+
+    reports = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert set(reports) == {"chief-0", *(f"worker-{i}" for i in range(4))}, sorted(reports)
+    cluster = reports["chief-0"]["cluster"]
+    assert sorted(cluster) == ["chief", "worker"] and len(cluster["worker"]) == 4, cluster
+    names = {
+        f"{r}-{i}": address
+        for r, addresses in cluster.items()
+        for i, address in enumerate(addresses)
+    }
+    assert len(set(names.values())) == 5, names
+    for name, report in reports.items():
+        assert report["cluster"] == cluster and report["me"] == names[name], report
+        others = {address: other for other, address in names.items() if other != name}
+        assert report["reached"] == others, (name, report["reached"])
+
+    workers = client.get(job).worker_list
+    for w in workers:
+        # Each replica listened on its own node's address.
+        assert w.index is not None and names[f"{w.role}-{w.index}"].startswith(
+            f"{w.ip_address}:"
+        ), (w, names)
+    assert len({w.host for w in workers}) == 2, "the replicas span both nodes"
+    states = sorted((w.role, w.state) for w in workers)
+    assert states == [("chief", "exited"), *[("worker", "released")] * 4], states
+    _until(lambda: not _mesh_replicas(out), 30, "the replicas to end")
+
+
+def _mesh_replicas(out: Path) -> list[str]:
+    """Processes of the tf job writing to ``out``."""
+    found = subprocess.run(["pgrep", "-f", f"tf_mesh.py {out}"], capture_output=True, text=True)
+    return found.stdout.split()
 
 
 class TestRayConformance(BackendConformance):
