@@ -145,3 +145,47 @@ def test_mpi_hostfile_names_the_nodes_by_address(tmp_path: Path) -> None:
     _mpi_job(tmp_path / "b", None).assign(slots)
     hostfile = tmp_path / "b" / "job" / "hostfile-launcher"
     assert hostfile.read_text() == "n1 slots=1\nn2 slots=2\n"
+
+
+PRINT_PS_BIND = (
+    "import os, time\n"
+    "print('BIND=' + os.environ['TIDAL_PS_ROLE'] + ' ' + os.environ.get('TIDAL_PS_BIND', '-'),"
+    " flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def _binds(tmp_path: Path, groups: RoleGroups) -> dict[str, str]:
+    """What each replica of a ps job printed: its role, and the bind it was given."""
+    found: dict[str, str] = {}
+    deadline = time.monotonic() + 30
+    while len(found) < 2:
+        groups.poll()
+        assert time.monotonic() < deadline, found
+        for log in (tmp_path / "logs").glob("worker-*.log"):
+            for line in log.read_text().splitlines():
+                if line.startswith("BIND="):
+                    role, _, bind = line.removeprefix("BIND=").partition(" ")
+                    found[role] = bind
+        time.sleep(0.05)
+    return found
+
+
+def test_ps_servers_bind_their_nodes_address_unless_the_job_says(tmp_path: Path) -> None:
+    argv = (sys.executable, "-c", PRINT_PS_BIND)
+    for name, env, network, expected in (
+        ("node", {}, NodeNetwork(), "tcp://10.0.0.2:0"),
+        ("own", {"TIDAL_PS_BIND": "tcp://10.9.9.9:5555"}, NodeNetwork(), "tcp://10.9.9.9:5555"),
+        ("local", {}, None, "-"),
+    ):
+        roles = [
+            RoleLaunch("ps", argv, env=env, launcher="ps", ends_job=False),
+            RoleLaunch("worker", argv, launcher="ps"),
+        ]
+        spec = WorkerSpec(argv=[], run_id=name, log_dir=tmp_path / name / "logs")
+        groups = RoleGroups(spec, roles, network=network, work_dir=tmp_path / name / "job")
+        try:
+            groups.assign(["n2:0", "n1:0"])
+            assert _binds(tmp_path / name, groups) == {"ps": expected, "worker": "-"}, name
+        finally:
+            groups.stop(grace=5)

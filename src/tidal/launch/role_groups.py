@@ -44,6 +44,7 @@ from tidal.launch.role_env import (
 from tidal.launch.role_slots import RoleShape, assign_roles
 from tidal.launch.worker import Worker, WorkerIds, WorkerSpec
 from tidal.policy.role_restart import RoleProgress, job_outcome
+from tidal.ps.config import PREFIX as PS_PREFIX
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
 __all__ = ["PROTOCOL_LAUNCHERS", "RoleGroups"]
@@ -230,6 +231,7 @@ class RoleGroups:
                 env["TF_CONFIG"] = tf_config(self._addresses, role.name, index)
             elif role.launcher == "ps":
                 env.update(self._ps_env(role, index))
+                env.update(self._ps_bind(role, slot))
             elif role.launcher == "mpi":
                 env.update(mpi_env(str(self._hostfile(role)), self._others(role)))
             return env
@@ -271,6 +273,14 @@ class RoleGroups:
         ports = network.free_ports([slot for _, _, slot, _ in wanted])
         for (name, index, _, host), port in zip(wanted, ports, strict=True):
             self._addresses[name][index] = f"{host}:{port}"
+
+    def _ps_bind(self, role: RoleLaunch, slot: str) -> dict[str, str]:
+        """A server whose workers may be on other hosts listens on its host's address
+        (``tidal.ps`` binds ``127.0.0.1`` by default), unless the job says where."""
+        key = PS_PREFIX + "BIND"
+        if self._network is None or role.name != PS_ROLE or key in {**self.spec.env, **role.env}:
+            return {}
+        return {key: f"tcp://{self._network.address(slot)}:0"}
 
     def _others(self, role: RoleLaunch) -> list[str]:
         slots = [s for name, held in self.assigned.items() if name != role.name for s in held]
