@@ -39,6 +39,7 @@ cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.py"
 TF_MESH = Path(__file__).resolve().parents[1] / "scripts" / "tf_mesh.py"
+PS_DIGITS = Path(__file__).resolve().parents[2] / "examples" / "ps_digits.py"
 SLOTS_PER_NODE = 4
 DIGITS = 1797
 # The loader leaves out an epoch's tail smaller than the world (1797 = 28 x 64 + 5 would
@@ -425,12 +426,40 @@ def test_a_tf_job_of_several_roles_reaches_every_replica(server: Server) -> None
     assert len({w.host for w in workers}) == 2, "the replicas span both nodes"
     states = sorted((w.role, w.state) for w in workers)
     assert states == [("chief", "exited"), *[("worker", "released")] * 4], states
-    _until(lambda: not _mesh_replicas(out), 30, "the replicas to end")
+    _until(lambda: not _replicas(f"tf_mesh.py {out}"), 30, "the replicas to end")
 
 
-def _mesh_replicas(out: Path) -> list[str]:
-    """Processes of the tf job writing to ``out``."""
-    found = subprocess.run(["pgrep", "-f", f"tf_mesh.py {out}"], capture_output=True, text=True)
+def test_a_parameter_server_job_trains_and_its_server_stops(server: Server) -> None:
+    """A ``ps`` job (one server, two workers): the server binds its node's address and
+    publishes it in the job's folder, the workers train digits through it, and the job
+    succeeds once they finished; the server is then stopped."""
+    client, tmp = server.client, server.data.parent
+    out = tmp / "ps-out"
+    command = ["python", str(PS_DIGITS), "--out", str(out), "--epochs", "2"]
+    roles = [
+        {"name": "ps", "command": command, "replicas": 1, "launcher": "ps"},
+        {"name": "worker", "command": command, "replicas": 2, "launcher": "ps"},
+    ]
+    env = {"TIDAL_PS_MODE": "async", "TIDAL_PS_PEER_TIMEOUT": "5"}
+    job = client.submit({"name": "ps", "env": env, "roles": roles}).id
+    state = client.wait(job, timeout=120).state
+    assert state == "succeeded", (state, [(e.kind, e.message) for e in client.events(job)])
+
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("worker-*.json"))]
+    assert [r["worker"] for r in results] == ["worker-0", "worker-1"], results
+    assert all(r["accuracy"] >= 0.85 for r in results), results
+    detail = client.get(job)
+    (server_ip,) = {w.ip_address for w in detail.worker_list if w.role == "ps"}
+    published = (server.data / "jobs" / job / "ps-addresses" / "ps-0.addr").read_text()
+    assert published.startswith(f"tcp://{server_ip}:"), published
+    assert [(r.name, r.active, r.failed) for r in detail.roles] == [("ps", 0, 0), ("worker", 0, 0)]
+    assert {w.state for w in detail.worker_list} <= {"exited", "released"}, detail.worker_list
+    _until(lambda: not _replicas(f"ps_digits.py --out {out}"), 30, "the replicas to end")
+
+
+def _replicas(pattern: str) -> list[str]:
+    """Processes whose command line matches ``pattern`` (a test's own folder is in it)."""
+    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
     return found.stdout.split()
 
 
