@@ -3,8 +3,10 @@
 One cluster for the module: a head node without slots and nodes of 4 ``tidal_slot`` each,
 all on 127.0.0.1. Scenes: two jobs share two nodes fairly; a node dies mid-training and
 both jobs go on with the remaining slots and finish correctly; a node joins and a job
-grows onto it, and once cancelled its workers end on every node. Then the backend
-conformance suite, on a backend in this process joined to the same cluster.
+grows onto it, and once cancelled its workers end on every node; multi-role jobs (a ``tf``
+chief and workers over both nodes reach each other at their TF_CONFIG addresses; a ``ps``
+job trains through its server). Then the backend conformance suite, on a backend in this
+process joined to the same cluster.
 """
 
 from __future__ import annotations
