@@ -4,10 +4,13 @@ The same script runs every process of the job: under a launcher (``TIDAL_PS_ROLE
 rest of the environment contract in ``tidal.ps.config``), or on its own with ``--local``,
 which starts a small job on this machine::
 
-    python examples/ps_digits.py --local --n-ps 2 --workers 3 --mode async
+    python examples/ps_digits.py --local --n-ps 2 --workers 3 --mode async --chief
 
 A worker writes one JSON line per pushed batch to ``--out/<worker>.jsonl`` and its final
-test accuracy to ``--out/<worker>.json``.
+test accuracy to ``--out/<worker>.json``. The chief (``TIDAL_PS_ROLE=chief``; ``--chief``
+with ``--local``) evaluates the current parameters on the test split every
+``--eval-every`` seconds until every worker has finished, then saves the final model to
+``--out/chief-final.pt`` and its accuracy to ``--out/chief.json``.
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ def train(args: argparse.Namespace) -> None:
     model = tidal.ps.ParameterServerModel(
         build_model(args.hidden, args.seed), optimizer=optimizer_factory(args.optimizer, args.lr)
     )  # on a ps process: serves its shard here and exits when the job stops it
+    if model.is_chief:
+        evaluate(model, test_set, args)
+        return
     loader = tidal.ps.ShardedLoader(
         train_set, batch_size=args.batch_size, model=model, seed=args.seed
     )
@@ -110,6 +116,30 @@ def train(args: argparse.Namespace) -> None:
     print(json.dumps(result), flush=True)
 
 
+def evaluate(
+    model: tidal.ps.ParameterServerModel, test_set: TensorDataset, args: argparse.Namespace
+) -> None:
+    """The chief: evaluate as training goes on, save the final model once it is over."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    evaluations = []
+    with model:
+        for version in model.checkpoints(every_seconds=args.eval_every, timeout=args.timeout):
+            acc = accuracy(model, test_set)  # the parameters of ``version``
+            evaluations.append({"version": version, "accuracy": acc, "t": time.time()})
+            print(json.dumps(evaluations[-1]), flush=True)
+        path = model.save(out / "chief-final.pt")
+        result = {
+            "worker": model.worker_id,
+            "accuracy": accuracy(model, test_set),
+            "version": model.version,
+            "evaluations": evaluations,
+            "saved": str(path),
+        }
+    (out / "chief.json").write_text(json.dumps(result))
+    print(json.dumps(result), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=10, help="epochs of each worker's stream")
@@ -124,18 +154,25 @@ def main() -> None:
     parser.add_argument("--n-ps", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--mode", choices=["sync", "async"], default="sync")
+    parser.add_argument("--chief", action="store_true", help="with --local: start a chief")
+    parser.add_argument("--eval-every", type=float, default=2.0, help="chief: seconds")
+    parser.add_argument("--timeout", type=float, default=600.0, help="chief: seconds")
     args = parser.parse_args()
     if not args.local:
         train(args)
         return
     workdir = Path(tempfile.mkdtemp(prefix="ps-digits-"))
     config = tidal.ps.PSConfig(n_ps=args.n_ps, mode=args.mode, max_workers=args.workers)
-    argv = [a for a in sys.argv[1:] if a != "--local"] + ["--out", str(workdir / "out")]
+    argv = [a for a in sys.argv[1:] if a not in ("--local", "--chief")]
+    argv += ["--out", str(workdir / "out")]
     with tidal.ps.LocalCluster(__file__, config, workdir, args=argv) as cluster:
         cluster.start_servers()
+        chief = cluster.start_chief() if args.chief else None
         for i in range(args.workers):
             cluster.start_worker(i)
         codes = cluster.wait_workers(timeout=600)
+        if chief is not None:
+            codes["chief-0"] = chief.wait(timeout=args.timeout)
     for name, code in codes.items():
         print(
             name,

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tidal.controller.schema import JobDetail
+from tidal.model import job_from_spec
 from tidal.ps.job_spec import cluster_job_spec
 from tidal.spec import SpecError, parse_spec
 from tidal.workers import (
@@ -224,6 +225,23 @@ def test_cluster_spec_has_a_ps_and_a_worker_role_with_the_config_in_env() -> Non
     assert parsed.roles is not None and [r.name for r in parsed.roles] == ["ps", "worker"]
 
 
+def test_a_cluster_with_a_chief_ends_on_the_chiefs_success() -> None:
+    spec = cluster_job_spec(2, 1, worker_script="examples/ps_digits.py", chief=True)
+    roles = {r["name"]: r for r in spec["roles"]}
+    assert roles["chief"]["replicas"] == 1 and roles["chief"]["launcher"] == "ps"
+    assert roles["chief"]["command"] == roles["worker"]["command"]
+    assert [r["ends_job"] for r in spec["roles"]] == [False, False, True]
+    assert spec["env"]["TIDAL_PS_MAX_WORKERS"] == "2"  # the chief reads no data stream
+    job = job_from_spec(parse_spec(spec))
+    assert [r.name for r in job.roles if r.ends_job] == ["chief"]
+    # without a chief: exactly as before
+    plain = cluster_job_spec(2, 1, worker_script="examples/ps_digits.py")
+    assert [(r["name"], r["ends_job"]) for r in plain["roles"]] == [
+        ("ps", False),
+        ("worker", True),
+    ]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -237,6 +255,7 @@ def test_cluster_spec_has_a_ps_and_a_worker_role_with_the_config_in_env() -> Non
         ({"cpu": -1}, "cpu: "),
         ({"worker_script": ""}, "worker_script: "),
         ({"args": "--epochs 2"}, "args: "),
+        ({"chief": "yes"}, "chief: expected true or false"),
     ],
 )
 def test_bad_cluster_arguments_are_named(kwargs: dict[str, Any], message: str) -> None:

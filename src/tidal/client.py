@@ -264,9 +264,13 @@ class Client(WorkerVerbs):
         response = self._request("PUT", f"/jobs/{job}/priority", json={"priority": priority})
         return JobView.model_validate(response.json())
 
-    def scale(self, job: str, workers: int) -> JobView:
-        """Ask for exactly ``workers`` workers."""
-        response = self._request("POST", f"/jobs/{job}/scale", json={"workers": workers})
+    def scale(self, job: str, workers: int, role: str | None = None) -> JobView:
+        """Ask for exactly ``workers`` workers; with ``role`` (the job's elastic role),
+        ``workers`` replicas of that role, the fixed roles keeping theirs."""
+        body: dict[str, Any] = {"workers": workers}
+        if role is not None:
+            body["role"] = role
+        response = self._request("POST", f"/jobs/{job}/scale", json=body)
         return JobView.model_validate(response.json())
 
     def scale_out(self, job: str, count: int, timeout_s: float | None = None) -> JobView:

@@ -203,6 +203,7 @@ class WorkerVerbs:
         gpus: int = 0,
         name: str = "ps",
         timeout_seconds: float = 60.0,
+        chief: bool = False,
     ) -> dict[str, Any]:
         """Start a parameter-server job (see :mod:`tidal.ps.job_spec`) and wait up to
         ``timeout_seconds`` for its processes to run.
@@ -211,9 +212,11 @@ class WorkerVerbs:
         "addresses": {id: ip}, "failures": [ids]}`` (ids as :meth:`await_workers` takes
         them; a process not running in time is in ``failures``). The job succeeds when
         every worker exited 0; its servers are then stopped (they show ``released``), so
-        wait for ``cluster["workers"]`` to complete, not for the servers.
+        wait for ``cluster["workers"]`` to complete, not for the servers. With ``chief``
+        the job has a ``chief`` too (``"chief": [id]``; ``[]`` without): the job succeeds
+        on its success, so wait for the chief.
         """
-        from tidal.ps.job_spec import PS_ROLE, cluster_job_spec
+        from tidal.ps.job_spec import CHIEF_ROLE, PS_ROLE, cluster_job_spec
 
         if worker_script is None:
             raise WorkerArgumentError("worker_script: required (the script every process runs)")
@@ -231,17 +234,21 @@ class WorkerVerbs:
             args=args,
             env=env,
             name=name,
+            chief=chief,
         )
         job = self._submit_spec(spec)
-        ids = [str(WorkerRef(job.id, i)) for i in range(n_ps + n_workers)]
+        ids = [str(WorkerRef(job.id, i)) for i in range(n_ps + n_workers + int(chief))]
         state = self.await_workers(ids, timeout_seconds=limit)
         roles = {w.worker_id: w.role for w in self.get(job.id).worker_list}
-        servers = [i for i in ids if roles.get(int(i.rsplit("/", 1)[1])) == PS_ROLE]
+        role_of = {i: roles.get(int(i.rsplit("/", 1)[1])) for i in ids}
+        servers = [i for i in ids if role_of[i] == PS_ROLE]
+        chiefs = [i for i in ids if role_of[i] == CHIEF_ROLE]
         return {
             "job": job.id,
             "mode": mode,
             "ps": servers,
-            "workers": [i for i in ids if i not in servers],
+            "chief": chiefs,
+            "workers": [i for i in ids if i not in servers and i not in chiefs],
             "addresses": {w["id"]: w["ip_address"] for w in state["workers"]},
             "failures": state["failures"],
         }

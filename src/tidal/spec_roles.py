@@ -279,6 +279,7 @@ def roles_problems(roles: Sequence[RoleSpec]) -> list[tuple[str, str]]:
         seen.setdefault(role.name, i)
     if roles and all(role.ends_job is False for role in roles):
         problems.append(("roles", "no role ends the job: give one role ends_job: true"))
+    problems.extend(_ps_chief_problems(roles))
     stretchy = [i for i, role in enumerate(roles) if role.replicas.elastic]
     for i in stretchy[1:]:
         problems.append(
@@ -288,4 +289,31 @@ def roles_problems(roles: Sequence[RoleSpec]) -> list[tuple[str, str]]:
                 f"{shown(roles[stretchy[0]].name)} already is: give this one a fixed count",
             )
         )
+    return problems
+
+
+def _ps_chief_problems(roles: Sequence[RoleSpec]) -> list[tuple[str, str]]:
+    """A parameter-server job's ``chief`` (``launcher: ps``) is one observer of the job's
+    servers: exactly one replica, and a ``ps`` role to observe."""
+    problems: list[tuple[str, str]] = []
+    for i, role in enumerate(roles):
+        if role.name != "chief" or role.launcher != "ps":
+            continue
+        r = role.replicas
+        if r.min != 1 or r.max_workers != 1:
+            shown_count = str(r.min) if not r.elastic else f"{r.min}:{r.max_workers}"
+            problems.append(
+                (
+                    f"roles[{i}].replicas",
+                    f"a parameter-server job has exactly 1 chief (got {shown_count})",
+                )
+            )
+        if not any(other.name == "ps" for other in roles):
+            problems.append(
+                (
+                    f"roles[{i}].launcher",
+                    "a chief with launcher 'ps' observes the job's parameter servers: "
+                    "the job needs a 'ps' role",
+                )
+            )
     return problems

@@ -242,3 +242,48 @@ def test_job_views_show_the_goodput_report(served: Served) -> None:
     assert view.goodput is not None and view.goodput["batch_size"] == 256
     (listed,) = c.list()
     assert (listed.batch_size, listed.efficiency, listed.speedup) == (256, 0.8, 3.2)
+
+
+ROLES = """
+name: ps-digits
+roles:
+  - name: ps
+    command: python ps_digits.py
+    replicas: 2
+    launcher: ps
+    resources: {gpus: 0}
+  - name: worker
+    command: python ps_digits.py
+    replicas: "1:3"
+    launcher: ps
+    resources: {gpus: 0}
+"""
+
+
+def test_scale_by_role_counts_that_roles_replicas(served: Served) -> None:
+    c = served.client()
+    job = c.submit(ROLES)
+    served.controller.tick()
+    assert c.get(job.id).workers == 4  # 2 servers, and the slots left: 2 workers
+    # Two workers of the elastic role: the job asks for them plus its two servers.
+    asked = c.scale(job.id, 2, role="worker")
+    assert asked.target_workers == 4
+    served.controller.tick()
+    served.controller.tick()
+    assert c.get(job.id).workers == 4
+    assert c.scale(job.id, 1, role="worker").target_workers == 3
+    served.controller.tick()
+    served.controller.tick()
+    assert c.get(job.id).workers == 3
+    event = [e for e in c.events(job.id) if e.kind == "scale"][-1]
+    assert event.message == "target 1 replica(s) of worker (3 worker(s) in all)"
+    for role, workers, problem in [
+        ("worker", 4, "must be within [1, 3] for role worker"),
+        ("ps", 1, "role ps has a fixed size of 2; only a job's elastic role scales"),
+        ("chief", 1, "has no role 'chief' (it has ['ps', 'worker'])"),
+    ]:
+        with pytest.raises(InvalidRequest) as info:
+            c.scale(job.id, workers, role=role)
+        ((path, message),) = info.value.problems
+        assert problem in message and path == ("workers" if role == "worker" else "role")
+    assert c.get(job.id).target_workers == 3  # nothing refused was recorded

@@ -191,6 +191,8 @@ def test_verbs_against_a_real_server(capsys: pytest.CaptureFixture[str], server:
     assert out == "[0] worker 0 line 4\n"
     code, _, err = run(capsys, "scale", job["id"], "--workers", "9", *d)
     assert code == 2 and "workers: must be within [1, 4]" in err
+    code, _, err = run(capsys, "scale", job["id"], "--workers", "2", "--role", "ps", *d)
+    assert code == 2 and "role: job " in err and "has no role 'ps' (it has ['worker'])" in err
     code, _, _ = run(capsys, "scale-in", job["id"], "--count", "2", *d)
     assert code == 0
     deadline = time.monotonic() + 60

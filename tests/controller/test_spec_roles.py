@@ -133,6 +133,33 @@ def test_a_spec_with_roles_round_trips_through_its_stored_form() -> None:
             {"name": "x", "roles": []},
             [("roles", "List should have at least 1 item after validation, not 0")],
         ),
+        (
+            {
+                "name": "x",
+                "roles": [
+                    {"name": "chief", "command": "c", "launcher": "ps", "replicas": 2},
+                    {"name": "ps", "command": "c", "launcher": "ps"},
+                    {"name": "worker", "command": "c", "launcher": "ps", "replicas": "1:4"},
+                ],
+            },
+            [("roles[0].replicas", "a parameter-server job has exactly 1 chief (got 2)")],
+        ),
+        (
+            {
+                "name": "x",
+                "roles": [
+                    {"name": "worker", "command": "c", "launcher": "ps"},
+                    {"name": "chief", "command": "c", "launcher": "ps"},
+                ],
+            },
+            [
+                (
+                    "roles[1].launcher",
+                    "a chief with launcher 'ps' observes the job's parameter servers: "
+                    "the job needs a 'ps' role",
+                )
+            ],
+        ),
     ],
 )
 def test_bad_roles_name_the_field(data: dict[str, object], expected: list[tuple[str, str]]) -> None:

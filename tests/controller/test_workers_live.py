@@ -163,3 +163,39 @@ def test_run_cluster_trains_digits(live: tuple[Client, Path]) -> None:
     # are released if they outlast its grace): ended, not failed.
     servers = client.await_workers(cluster["ps"], wait_for_completion=True, timeout_seconds=60)
     assert [w["status"] for w in servers["workers"]] in (["exited"], ["released"])
+
+
+def test_run_cluster_with_a_chief_ends_on_the_chief_after_the_workers(
+    live: tuple[Client, Path],
+) -> None:
+    import torch
+    from examples.ps_digits import accuracy, build_data, build_model
+
+    client, tmp_path = live
+    out = tmp_path / "ps-chief-out"
+    script = str(Path(__file__).resolve().parents[2] / "examples" / "ps_digits.py")
+    args = ["--epochs", "2", "--out", str(out), "--eval-every", "1", "--timeout", "240"]
+    missing = _refusal(client, cluster_job_spec(2, 1, worker_script=script, args=args, chief=True))
+    if missing:
+        pytest.skip(f"this server cannot run a ps + worker + chief job: {'; '.join(missing)}")
+    cluster = client.run_cluster(2, 1, 1.0, None, script, "sync", args=args, chief=True)
+    assert cluster["failures"] == []
+    assert (len(cluster["ps"]), len(cluster["workers"]), len(cluster["chief"])) == (1, 2, 1)
+    chief = client.await_workers(cluster["chief"], wait_for_completion=True, timeout_seconds=240)
+    assert chief["failures"] == [], chief
+    until(lambda: client.get(cluster["job"]).state == "succeeded", 60, "the job to succeed")
+    workers = client.await_workers(cluster["workers"], wait_for_completion=True, timeout_seconds=30)
+    assert [(w["status"], w["exit_code"]) for w in workers["workers"]] == [("exited", 0)] * 2
+    # the chief saved the final parameters: a fresh net loaded with them classifies digits
+    saved = torch.load(out / "chief-final.pt", weights_only=True)
+    evaluated = json.loads((out / "chief.json").read_text())
+    assert saved["version"] == evaluated["version"] > 0
+    net = build_model(64, seed=1)
+    net.load_state_dict(saved["model"])
+    assert accuracy(net, build_data(0)[1]) >= 0.9
+    # the servers are stopped once the chief is done, and no process of the job is left
+    servers = client.await_workers(cluster["ps"], wait_for_completion=True, timeout_seconds=60)
+    assert [w["status"] for w in servers["workers"]] in (["exited"], ["released"])
+    pids = [w.pid for w in client.get(cluster["job"]).worker_list]
+    assert len(pids) == 4 and all(pids)
+    until(lambda: all(_gone(p) for p in pids if p), 30, "the job's processes to end")

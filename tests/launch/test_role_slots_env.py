@@ -92,6 +92,8 @@ def test_ps_env_is_the_contract_tidal_ps_reads() -> None:
     assert (worker.role, worker.index, worker.worker_id) == ("worker", 3, "worker-3")
     assert (worker.address_dir, worker.config.max_workers) == ("/tmp/a", 4)
     assert (worker.config.mode, worker.config.checkpoint_dir) == ("async", "/c")
+    chief = ClusterSpec.from_env(ps_env("chief", 0, n_ps=2, max_workers=4, address_dir="/a"))
+    assert (chief.role, chief.index, chief.worker_id) == ("chief", 0, "chief")
 
 
 def test_mpi_hostfile_and_host_list() -> None:

@@ -49,7 +49,11 @@ def test_environment_contract_round_trips(tmp_path) -> None:  # type: ignore[no-
     publish_address(str(tmp_path / "addr"), 1, "tcp://127.0.0.1:4242")
     assert back.server_address(1) == "tcp://127.0.0.1:4242"
     with pytest.raises(ValueError, match="TIDAL_PS_ROLE"):
-        ClusterSpec.from_env({"TIDAL_PS_ROLE": "chief"})
+        ClusterSpec.from_env({"TIDAL_PS_ROLE": "evaluator"})
+    chief = ClusterSpec.from_env({**spec.to_env(), "TIDAL_PS_ROLE": "chief", "TIDAL_PS_INDEX": "0"})
+    assert (chief.role, chief.index) == ("chief", 0)
+    with pytest.raises(ValueError, match="TIDAL_PS_INDEX: a job has one chief"):
+        ClusterSpec.from_env({**spec.to_env(), "TIDAL_PS_ROLE": "chief", "TIDAL_PS_INDEX": "1"})
     with pytest.raises(ValueError, match="TIDAL_PS_ADDRESSES: 1 endpoints for n_ps=2"):
         ClusterSpec.from_env(
             {

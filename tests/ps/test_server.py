@@ -77,6 +77,62 @@ def test_sync_count_follows_the_workers_and_a_silent_one_is_dropped() -> None:
     assert server.members == {"a", "b", "d"}
 
 
+def _chief(server: ShardServer, op: str, now: float = 0.0):  # type: ignore[no-untyped-def]
+    header = {"op": op, "worker": "chief", "seq": 9, "observer": True}
+    if op == "hello":
+        header["digest"] = server.layout.digest
+    return server.handle(b"chief", header, [], now)
+
+
+def test_sync_steps_aggregate_the_workers_gradients_never_the_chiefs() -> None:
+    server = _server(PSConfig(mode="sync", max_workers=2))
+    before = torch.cat([v.detach().clone() for v in server.values])
+    _chief(server, "hello")
+    for w in ("a", "b"):
+        server.handle(
+            w.encode(),
+            {"op": "hello", "worker": w, "seq": 0, "digest": server.layout.digest},
+            [],
+            0,
+        )
+    _chief(server, "beat")
+    ((_, pulled, frames),) = _chief(server, "pull")
+    assert pulled["ok"] and len(frames) == len(server.pieces)
+    assert server.members == {"a", "b"} and server.required() == 2
+    for step in range(3):
+        assert _push(server, "a", 1.0) == []  # waits for b, not for the chief
+        replies = _push(server, "b", 3.0)
+        assert sorted(h["aggregated"] for _, h, _ in replies) == [2, 2]
+        assert server.version == step + 1
+        _chief(server, "beat")
+    after = torch.cat([v.detach() for v in server.values])
+    assert torch.allclose(after, before - 3 * 2.0)  # lr 1 x mean(1, 3), three steps
+    ((_, refused, _),) = _chief(server, "push")
+    assert refused["ok"] is False and "does not push" in refused["error"]
+    assert server.version == 3
+
+
+def test_status_tells_finished_workers_from_lost_ones() -> None:
+    server = _server(PSConfig(mode="async", peer_timeout=2.0))
+    for w in ("a", "b"):
+        server.handle(w.encode(), {"op": "beat", "worker": w, "seq": 0}, [], 0.0)
+    ((_, status, _),) = _chief(server, "status")
+    assert status["workers"] == {"a": "active", "b": "active"}
+    server.handle(b"a", {"op": "leave", "worker": "a", "seq": 1}, [], 0.5)
+    server.handle(b"a", {"op": "beat", "worker": "a", "seq": 2}, [], 0.6)  # a late beat
+    server.expire(3.0)  # b silent for 3 s
+    assert server.status(4.0) == {
+        "version": 0,
+        "workers": {"a": "finished", "b": "lost"},
+        "lost_for": {"b": 1.0},
+    }
+    assert server.members == set()
+    # b restarted under its id: active again; a rejoining worker says hello first
+    server.handle(b"b", {"op": "hello", "worker": "b", "seq": 0, "digest": ""}, [], 3.5)
+    server.handle(b"a", {"op": "hello", "worker": "a", "seq": 0, "digest": ""}, [], 3.5)
+    assert server.status(4.0)["workers"] == {"a": "active", "b": "active"}
+
+
 def test_async_applies_each_push_and_refuses_too_stale_ones() -> None:
     server = _server(PSConfig(mode="async", max_staleness=1))
     assert _push(server, "a", 1.0)[0][1]["applied"] is True

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tidal.ps import LocalCluster, PSConfig
+from tidal.ps import LocalCluster, ParameterServerError, ParameterServerModel, PSConfig
 from tidal.ps.launch import preload_for_fork
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -288,3 +288,58 @@ def test_a_server_that_never_returns_is_an_error_within_seconds(tmp_path: Path) 
     assert "did not return within recover_timeout=3.0s" in worker.output()
     # found lost within the peer timeout, then the bounded wait for a restart
     assert waited < 1.0 + 3.0 + 5.0, waited
+
+
+def test_a_chief_evaluates_waits_for_the_workers_and_saves_the_final_model(
+    tmp_path: Path,
+) -> None:
+    from examples.ps_digits import accuracy, build_data, build_model
+
+    out = tmp_path / "out"
+    config = PSConfig(n_ps=1, mode="sync", max_workers=2, peer_timeout=3.0)
+    args = ["--out", str(out), "--epochs", "3", "--eval-every", "0.5", "--timeout", "120"]
+    with LocalCluster(EXAMPLE, config, tmp_path, args=args) as cluster:
+        cluster.start_servers()
+        chief = cluster.start_chief()  # before the workers: it waits for them to join
+        for i in range(2):
+            cluster.start_worker(i)
+        wait_for("the chief to finish", lambda: chief.poll() is not None, cluster, 120)
+        assert chief.poll() == 0, chief.output()
+        wait_for(
+            "the workers to exit",
+            lambda: all(p.poll() is not None for p in cluster.workers.values()),
+            cluster,
+            30,
+        )
+        assert all(p.poll() == 0 for p in cluster.workers.values())
+        # an observer beside the live servers: it reads, refuses to push, sees the end
+        observer = ParameterServerModel(
+            build_model(64), lambda p: torch.optim.SGD(p, lr=0.1), spec=cluster.spec("chief", 0)
+        )
+        with observer:
+            states = observer.worker_states().states
+            assert states == {"worker-0": "finished", "worker-1": "finished"}
+            assert observer.training_done()
+            _, test_set = build_data(0)
+            assert accuracy(observer, test_set) >= THRESHOLD  # forward pulled
+            final_version = observer.version
+            with pytest.raises(ParameterServerError, match="does not push"):
+                observer.push()
+        servers = list(cluster.servers.values())
+    assert all(p.poll() is not None for p in cluster.processes())
+    for p in servers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(p.pid, 0)
+    chief_result = result(out, "chief")
+    versions = [e["version"] for e in chief_result["evaluations"]]
+    assert versions == sorted(versions) and len(versions) >= 2, versions
+    saved = torch.load(out / "chief-final.pt", weights_only=True)
+    # sync, 2 workers, 3 epochs of ~45 batches each: at least 135 / 2 steps
+    # the chief saved after the last update: it waited for both workers to finish
+    assert saved["version"] == chief_result["version"] == versions[-1] == final_version >= 68
+    fresh = build_model(64, seed=1)
+    fresh.load_state_dict(saved["model"])
+    _, test_set = build_data(0)
+    assert accuracy(fresh, test_set) >= THRESHOLD
+    pushes = [result(out, w)["stats"]["applied"] for w in ("worker-0", "worker-1")]
+    assert pushes == [135, 135]  # every gradient of both workers applied; none by the chief

@@ -14,13 +14,9 @@ from typing import Any
 import pytest
 import torch
 
-from tidal.runtime.adaptive import (
-    AdaptiveBatch,
-    NoiseScaleEstimator,
-    adaptive_lr,
-    adascale_gain,
-    lr_factor,
-)
+from tidal.runtime.adaptive import AdaptiveBatch
+from tidal.runtime.gradient_noise import NoiseScaleEstimator, adascale_gain
+from tidal.runtime.lr_scaling import adaptive_lr, lr_factor
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "adaptive_linear.py"
 DIM, SIGMA = 10, 1.0

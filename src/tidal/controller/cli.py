@@ -1,10 +1,13 @@
-"""The controller's CLI verbs: ``tidal server``, ``tidal submit``, ``tidal list`` and the rest.
+"""The controller's CLI: its typer app, the options its verbs share, and the entry point.
 
-Output is rich tables for people and ``--json`` for scripts. Bad input is one line on
-stderr naming the argument, with exit status 2; a refusal by the server exits 1. The verbs
-that talk to a server share ``--url``, ``--token``, ``--data-dir`` and ``--json`` through
-:func:`with_client_options`. Importing this module stays light (``tidal --help``): the SDK,
-pydantic and the server load inside the verbs.
+The verbs live in their own modules (``server_cli``, ``submit_cli``, ``jobs_cli``,
+``cluster_cli``, ``workers_cli``), which register on :data:`controller_app`; this module
+imports them. Output is rich tables for people (:mod:`tidal.controller.cli_tables`) and
+``--json`` for scripts. Bad input is one line on stderr naming the argument, with exit
+status 2; a refusal by the server exits 1. The verbs that talk to a server share ``--url``,
+``--token``, ``--data-dir`` and ``--json`` through :func:`with_client_options`. Importing
+this module stays light (``tidal --help``): the SDK, pydantic and the server load inside the
+verbs.
 """
 
 from __future__ import annotations
@@ -14,22 +17,18 @@ import json
 import logging
 import re
 import sys
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console, Group
-from rich.table import Table
-from rich.text import Text
+from rich.console import Console
 from typer.exceptions import TyperException
 
 if TYPE_CHECKING:
     from tidal.client import Client
-    from tidal.controller.schema import ClusterView, JobDetail, JobView
+    from tidal.controller.schema import JobView
 
 __all__ = [
     "ClientOptions",
@@ -52,15 +51,6 @@ controller_app = typer.Typer(
 
 _out = Console(highlight=False)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-_STATE_STYLE = {
-    "queued": "yellow",
-    "running": "green",
-    "rescaling": "cyan",
-    "succeeded": "bold green",
-    "failed": "bold red",
-    "cancelled": "dim",
-}
 
 # -- shared options ------------------------------------------------------------------------
 
@@ -203,338 +193,21 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def _age(since: float | None) -> str:
-    if since is None:
-        return "-"
-    seconds = max(0, int(time.time() - since))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def _state(state: str) -> Text:
-    return Text(state, style=_STATE_STYLE.get(state, ""))
-
-
-def _adaptive(job: JobView) -> str:
-    """``256 eff 0.82 ×3.1``: batch, statistical efficiency, predicted speed-up (or -)."""
-    if job.batch_size is None:
-        return "-"
-    text = str(job.batch_size)
-    if job.efficiency is not None:
-        text += f" eff {job.efficiency:.2f}"
-    if job.speedup is not None:
-        text += f" ×{job.speedup:.1f}"
-    return text
-
-
-def _jobs_table(jobs: Iterable[JobView]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("ID", "STATE", "WORKERS", "BATCH", "PRIORITY", "RESTARTS", "AGE", "REASON"):
-        table.add_column(column, no_wrap=column != "REASON")
-    for j in jobs:
-        size = f"{j.workers} [{j.min_workers}-{j.max_workers}]"
-        if j.target_workers is not None:
-            size += f" →{j.target_workers}"
-        table.add_row(
-            j.id,
-            _state(j.state),
-            size,
-            _adaptive(j),
-            str(j.priority),
-            str(j.restarts),
-            _age(j.submitted_at),
-            j.reason,
-        )
-    return table
-
-
-def _role_commands(spec: dict[str, Any] | None) -> list[tuple[str, list[str]]]:
-    """``(label, command)`` per role of a stored spec: ``command`` for a one-role job."""
-    spec = spec or {}
-    roles = spec.get("roles")
-    if not roles:
-        return [("command", list(spec.get("command", [])))]
-    return [(f"{r['name']} ({r.get('launcher', 'tidal')})", list(r["command"])) for r in roles]
-
-
-def _cluster_table(view: ClusterView) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("HOST", "KIND", "GROUP", "SLOTS", "USED", "JOBS"):
-        table.add_column(column)
-    for h in view.hosts:
-        users = sorted({u for u in h.used_by if u})
-        used = sum(1 for u in h.used_by if u)
-        table.add_row(
-            h.name,
-            "gpu" if h.gpu else "cpu",
-            h.group or "-",
-            str(h.slots),
-            str(used),
-            ", ".join(users) or "-",
-        )
-    return table
-
-
 # -- verbs -------------------------------------------------------------------------------
 
 
-# `tidal server`, then `tidal submit` and `tidal export`, live in their own modules;
-# importing them here registers them on controller_app in this place of the help's list
-# (they use the shared options above, hence mid-module).
+# The verbs live in their own modules; importing each registers its verbs on
+# controller_app, in the order the help lists them (they use the shared options above,
+# hence mid-module): `tidal server`, `tidal submit` and `tidal export`, the verbs on jobs,
+# `tidal cluster` and `tidal top`, then `tidal workers launch | await | stop`. Sorting them
+# would reorder the help.
+# isort: off
 from tidal.controller import server_cli as _server_cli  # noqa: E402, F401
-from tidal.controller import submit_cli as _submit_cli  # noqa: E402,F401
+from tidal.controller import submit_cli as _submit_cli  # noqa: E402, F401
+from tidal.controller import jobs_cli as _jobs_cli  # noqa: E402, F401
+from tidal.controller import cluster_cli as _cluster_cli  # noqa: E402, F401
 
-
-@controller_app.command("list")
-@with_client_options()
-def list_jobs(
-    options: ClientOptions,
-    state: Annotated[list[str] | None, typer.Option(help="Filter by state, repeatable.")] = None,
-    name: Annotated[str | None, typer.Option(help="Filter by name.")] = None,
-    label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
-) -> None:
-    """List jobs."""
-    labels = _pairs(label, "--label")
-    client = options.client()
-    jobs = _call(
-        lambda: client.list(state=state, name=name, labels=labels, full=options.as_json),
-        "--state",
-    )
-    if options.as_json:
-        _emit_json(jobs)
-    elif not jobs:
-        _out.print("no jobs")
-    else:
-        _out.print(_jobs_table(jobs))
-
-
-@controller_app.command()
-@with_client_options()
-def get(
-    options: ClientOptions,
-    job: JobArg,
-) -> None:
-    """Show one job: its state, workers and recent events."""
-    client = options.client()
-    detail: JobDetail = _call(lambda: client.get(job))
-    events = _call(lambda: client.events(detail.id, limit=10))
-    if options.as_json:
-        data = detail.model_dump(mode="json")
-        data["events"] = [e.model_dump(mode="json") for e in events]
-        _emit_json(data)
-        return
-    _out.print(_jobs_table([detail]))
-    for role, command in _role_commands(detail.spec):
-        _out.print(f"{role}: {' '.join(command)}", markup=False)
-    if "roles" not in detail.spec:
-        from tidal.model import Launcher
-
-        launcher = Launcher(str(detail.spec.get("launcher", Launcher.TIDAL.value)))
-        _out.print(f"launcher: {launcher.value} ({launcher.resize_mode})", markup=False)
-    several = len(detail.roles) > 1
-    if several:
-        from tidal.controller.cli_roles import conditions_table, roles_table
-
-        _out.print(roles_table(detail))
-        _out.print(conditions_table(detail))
-    if detail.worker_list:
-        table = Table(box=None, header_style="bold", title="workers", title_justify="left")
-        columns = ("WORKER", "ROLE", "SLOT", "PID", "STATE", "EXIT")
-        for column in columns if several else columns[:1] + columns[2:]:
-            table.add_column(column)
-        for w in detail.worker_list:
-            where = [f"{w.role}[{'-' if w.index is None else w.index}]"] if several else []
-            table.add_row(
-                str(w.worker_id),
-                *where,
-                f"{w.host}:{w.slot}",
-                str(w.pid or "-"),
-                w.state,
-                "-" if w.exit_code is None else str(w.exit_code),
-            )
-        _out.print(table)
-    table = Table(box=None, header_style="bold", title="events", title_justify="left")
-    for column in ("TIME", "KIND", "MESSAGE"):
-        table.add_column(column)
-    for e in events:
-        table.add_row(datetime.fromtimestamp(e.time).strftime("%H:%M:%S"), e.kind, e.message)
-    _out.print(table)
-
-
-@controller_app.command()
-@with_client_options(json_output=False)
-def logs(
-    options: ClientOptions,
-    job: JobArg,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Stream until the job ends.")
-    ] = False,
-    tail: Annotated[int, typer.Option(min=0, help="Lines per worker.")] = 100,
-    worker: Annotated[int | None, typer.Option(min=0, help="Only this worker.")] = None,
-    role: Annotated[
-        str | None, typer.Option(help="Only this role's replica (with --index, default 0).")
-    ] = None,
-    index: Annotated[int | None, typer.Option(min=0, help="The replica of --role.")] = None,
-) -> None:
-    """Print a job's logs, each line prefixed with its worker."""
-    client = options.client()
-    if role is not None or index is not None:
-        if worker is not None:
-            raise typer.BadParameter("give --worker, or --role and --index", param_hint="--role")
-        if role is None:
-            raise typer.BadParameter("--index needs --role", param_hint="--index")
-        from tidal.controller.cli_roles import replica_worker
-
-        detail: JobDetail = _call(lambda: client.get(job))
-        try:
-            worker = replica_worker(detail, role, index or 0)
-        except ValueError as exc:
-            flag, _, message = str(exc).partition(": ")
-            raise typer.BadParameter(message, param_hint=flag) from None
-    if not follow:
-        sys.stdout.write(_call(lambda: client.logs(job, tail=tail, worker=worker)))
-        return
-
-    def stream() -> None:
-        try:
-            for line in client.follow_logs(job, tail=tail, worker=worker):
-                sys.stdout.write(line + "\n")
-                sys.stdout.flush()
-        except KeyboardInterrupt:
-            pass
-
-    _call(stream)
-
-
-@controller_app.command()
-@with_client_options()
-def priority(
-    options: ClientOptions,
-    job: JobArg,
-    value: Annotated[int, typer.Argument(metavar="N", help="New priority (higher wins).")],
-) -> None:
-    """Change a job's priority."""
-    client = options.client()
-    view = _call(lambda: client.priority(job, value), "N")
-    options.show(view, f"{view.id}: priority {view.priority}")
-
-
-@controller_app.command()
-@with_client_options()
-def scale(
-    options: ClientOptions,
-    job: JobArg,
-    workers: Annotated[int, typer.Option(min=1, help="Exact number of workers.")],
-) -> None:
-    """Ask for exactly N workers (within the job's min and max)."""
-    client = options.client()
-    view = _call(lambda: client.scale(job, workers), "--workers")
-    options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
-
-
-@controller_app.command("scale-out")
-@with_client_options()
-def scale_out(
-    options: ClientOptions,
-    job: JobArg,
-    count: Annotated[int, typer.Option(min=1, help="Workers to add.")],
-    timeout: Annotated[
-        str | None, typer.Option(help="Roll back if not reached in time, e.g. 10m.")
-    ] = None,
-) -> None:
-    """Grow a running job by K workers."""
-    seconds = None
-    if timeout is not None:
-        try:
-            seconds = parse_duration(timeout)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--timeout") from None
-    client = options.client()
-    view = _call(lambda: client.scale_out(job, count, seconds), "--count")
-    options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
-
-
-@controller_app.command("scale-in")
-@with_client_options()
-def scale_in(
-    options: ClientOptions,
-    job: JobArg,
-    count: Annotated[int, typer.Option(min=1, help="Workers to remove.")],
-) -> None:
-    """Shrink a running job by K workers."""
-    client = options.client()
-    view = _call(lambda: client.scale_in(job, count), "--count")
-    options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
-
-
-@controller_app.command()
-@with_client_options()
-def cancel(
-    options: ClientOptions,
-    job: JobArg,
-    wait: Annotated[bool, typer.Option(help="Wait until the job is cancelled.")] = False,
-) -> None:
-    """Cancel a job; its workers stop on the controller's next tick."""
-    client = options.client()
-    view = _call(lambda: client.cancel(job))
-    if wait:
-        view = _call(lambda: client.wait(view.id, timeout=60))
-    options.show(view, f"{view.id}: {'cancelled' if wait else 'cancel requested'}")
-
-
-@controller_app.command()
-@with_client_options()
-def cluster(
-    options: ClientOptions,
-) -> None:
-    """Show hosts, slots and which jobs hold them."""
-    client = options.client()
-    view: ClusterView = _call(client.cluster)
-    if options.as_json:
-        _emit_json(view)
-        return
-    _out.print(f"policy {view.policy}: {view.used_slots}/{view.total_slots} slots used")
-    _out.print(_cluster_table(view))
-
-
-@controller_app.command()
-@with_client_options(json_output=False)
-def top(
-    options: ClientOptions,
-    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between refreshes.")] = 1.0,
-    iterations: Annotated[int, typer.Option(min=0, hidden=True)] = 0,
-) -> None:
-    """A live view of the cluster and its jobs (Ctrl-C to leave)."""
-    from rich.live import Live
-
-    client = options.client()
-
-    def frame() -> Group:
-        view: ClusterView = _call(client.cluster)
-        jobs = _call(lambda: client.list(state=["queued", "running", "rescaling"]))
-        head = Text(
-            f"tidal {client.url}  policy {view.policy}  "
-            f"{view.used_slots}/{view.total_slots} slots used  {len(jobs)} active job(s)",
-            style="bold",
-        )
-        return Group(head, _cluster_table(view), Text(""), _jobs_table(jobs))
-
-    count = 0
-    try:
-        with Live(frame(), console=_out, auto_refresh=False) as live:
-            while iterations == 0 or count < iterations:
-                count += 1
-                if iterations and count >= iterations:
-                    break
-                time.sleep(interval)
-                live.update(frame(), refresh=True)
-    except KeyboardInterrupt:
-        pass
-
-
-# `tidal workers launch | await | stop` (the SDK's worker verbs) live in their own module.
+# isort: on
 from tidal.controller.workers_cli import workers_app  # noqa: E402
 
 controller_app.add_typer(workers_app, name="workers")

@@ -60,9 +60,12 @@ class PriorityRequest(_Body):
 
 
 class ScaleRequest(_Body):
-    """Ask for exactly ``workers`` workers (within the job's ``[min, max]``)."""
+    """Ask for exactly ``workers`` workers (within the job's ``[min, max]``); with
+    ``role``, ``workers`` counts that role's replicas (the job's elastic role) and the
+    fixed roles keep theirs."""
 
     workers: int = Field(ge=1, le=MAX_WORKERS)
+    role: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 class ScaleByRequest(_Body):

@@ -26,6 +26,9 @@ from tidal.launch.worker import (
     WorkerIds,
     WorkerPhase,
     WorkerSpec,
+    close_outputs,
+    kill_workers,
+    wait_for_exit,
     worker_env,
     worker_output,
 )
@@ -382,12 +385,7 @@ class WorkerGroup:
             worker.phase = WorkerPhase.EXITED
 
     def _terminate_all(self) -> None:
-        for worker in self.workers.values():
-            if worker.process.poll() is None:
-                self._kill(worker)
-            else:
-                worker.process.kill()  # what it started may outlive it (``setsid``)
-            worker.phase = WorkerPhase.EXITED
+        kill_workers(self.workers.values())
 
     def fail(self, reason: str) -> None:
         """End the group as failed (the restart budget is spent): kill every worker."""
@@ -406,18 +404,11 @@ class WorkerGroup:
             self._publish([], reason="release")
             for m in self.generation.members if self.generation else ():
                 self.workers[m].phase = WorkerPhase.LEAVING
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and any(
-                w.process.poll() is None for w in self.workers.values()
-            ):
-                time.sleep(0.02)
+            wait_for_exit(list(self.workers.values()), grace)
         self._terminate_all()
         if self.outcome is None:
             self.outcome = Outcome.STOPPED
-        for worker in self.workers.values():
-            worker.process.drain(timeout=5)
-        for sink in self._log_files:
-            sink.close()
+        close_outputs(self.workers.values(), self._log_files)
 
     def _emit(self, kind: str, message: str, *, stall: float | None = None) -> None:
         event = GroupEvent(

@@ -25,6 +25,9 @@ from tidal.launch.worker import (
     WorkerIds,
     WorkerPhase,
     WorkerSpec,
+    close_outputs,
+    kill_workers,
+    wait_for_exit,
     worker_env,
     worker_output,
 )
@@ -194,7 +197,7 @@ class ReplicaSet:
         if self.outcome is None:
             self._emit("failed", reason)
             self.outcome = Outcome.FAILED
-            self._kill_all()
+            kill_workers(self.workers.values())
 
     def stop(self, grace: float = 30.0) -> None:
         """SIGTERM every replica, wait up to ``grace`` seconds, SIGKILL what is left;
@@ -203,26 +206,11 @@ class ReplicaSet:
         for worker in live:
             worker.killed = True
             worker.process.terminate()
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(w.process.poll() is None for w in live):
-            time.sleep(0.02)
-        self._kill_all()
+        wait_for_exit(live, grace)
+        kill_workers(self.workers.values())
         if self.outcome is None:
             self.outcome = Outcome.STOPPED
-        for worker in self.workers.values():
-            worker.process.drain(timeout=5)
-        for sink in self._log_files:
-            sink.close()
-        self._log_files.clear()
-
-    def _kill_all(self) -> None:
-        for worker in self.workers.values():
-            if worker.phase is not WorkerPhase.EXITED:
-                worker.killed = True
-            worker.process.kill()  # also what it started (``setsid``) after it exited
-            worker.process.wait(timeout=10)
-            if worker.phase is not WorkerPhase.EXITED:
-                worker.phase, worker.exit_code = WorkerPhase.EXITED, worker.process.returncode
+        close_outputs(self.workers.values(), self._log_files)
 
     def _emit(self, kind: str, message: str) -> None:
         log.info("run=%s %s: %s", self.spec.run_id, kind, message)

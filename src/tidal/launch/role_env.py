@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from tidal.ps.config import PREFIX as PS_PREFIX
 
 __all__ = [
+    "CHIEF_ROLE",
     "ENV_HOSTFILE",
     "ENV_HOSTS",
     "ENV_REPLICA_INDEX",
@@ -39,6 +40,9 @@ ENV_HOSTFILE = "TIDAL_HOSTFILE"
 ENV_HOSTS = "TIDAL_HOSTS"
 #: The role of a ``ps``-launched job whose replicas serve the parameters.
 PS_ROLE = "ps"
+#: The role of a ``ps``-launched job that evaluates and checkpoints (one replica; it
+#: reads the parameters and is never counted as a worker).
+CHIEF_ROLE = "chief"
 #: TFJob leaves its evaluator out of the cluster spec: it only reads checkpoints.
 _NOT_IN_TF_CLUSTER = frozenset({"evaluator"})
 
@@ -73,18 +77,21 @@ def ps_env(
     checkpoint_dir: str | None = None,
 ) -> dict[str, str]:
     """The :mod:`tidal.ps.config` contract for replica ``index`` of ``role``: the ``ps``
-    role serves shard ``index``; any other role is a worker reading data stream ``index``
-    under the stable id ``worker-<index>`` (a replacement resumes its data position)."""
+    role serves shard ``index``; the ``chief`` role is the job's observer (id ``chief``);
+    any other role is a worker reading data stream ``index`` under the stable id
+    ``worker-<index>`` (a replacement resumes its data position)."""
     is_ps = role == PS_ROLE
+    kind = "ps" if is_ps else "chief" if role == CHIEF_ROLE else "worker"
     env = {
-        "ROLE": "ps" if is_ps else "worker",
+        "ROLE": kind,
         "INDEX": str(index),
         "N_PS": str(n_ps),
         "MAX_WORKERS": str(max_workers),
         "ADDRESS_DIR": address_dir,
     }
     if not is_ps:
-        env["WORKER_ID"] = f"worker-{index}" if role == "worker" else f"{role}-{index}"
+        names = {"chief": "chief", "worker": f"worker-{index}"}
+        env["WORKER_ID"] = names.get(role, f"{role}-{index}")
     if checkpoint_dir:
         env["CHECKPOINT_DIR"] = checkpoint_dir
     return {PS_PREFIX + k: v for k, v in env.items()}

@@ -33,6 +33,7 @@ from tidal.launch.launchers import Group, make_group
 from tidal.launch.process import Spawner
 from tidal.launch.replicas import ReplicaSet
 from tidal.launch.role_env import (
+    CHIEF_ROLE,
     ENV_REPLICA_INDEX,
     ENV_ROLE,
     PS_ROLE,
@@ -240,7 +241,8 @@ class RoleGroups:
 
     def _ps_env(self, role: RoleLaunch, index: int) -> dict[str, str]:
         servers = next((r for r in self.roles if r.name == PS_ROLE), None)
-        workers = [r.max for r in self.roles if r.name != PS_ROLE] or [1]
+        # the chief reads no data stream: only the workers' count sets the streams
+        workers = [r.max for r in self.roles if r.name not in (PS_ROLE, CHIEF_ROLE)] or [1]
         checkpoints = self.spec.checkpoint_dir
         env = ps_env(
             role.name,

@@ -35,7 +35,16 @@ import torch.distributed as dist
 from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.process import LocalSpawner, Spawner
 from tidal.launch.torchrun_env import TorchrunWorld, torchrun_env
-from tidal.launch.worker import Worker, WorkerIds, WorkerPhase, WorkerSpec, worker_output
+from tidal.launch.worker import (
+    Worker,
+    WorkerIds,
+    WorkerPhase,
+    WorkerSpec,
+    close_outputs,
+    kill_workers,
+    wait_for_exit,
+    worker_output,
+)
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
 __all__ = ["TorchrunGroup"]
@@ -306,14 +315,7 @@ class TorchrunGroup:
         return worker_id
 
     def _kill_all(self) -> None:
-        for worker in self.workers.values():
-            if worker.phase is not WorkerPhase.EXITED:
-                worker.killed = True
-            worker.process.kill()
-            worker.process.wait(timeout=10)
-            if worker.exit_code is None:
-                worker.exit_code = worker.process.returncode
-            worker.phase = WorkerPhase.EXITED
+        kill_workers(self.workers.values())
         self._store = None
 
     def fail(self, reason: str) -> None:
@@ -330,16 +332,11 @@ class TorchrunGroup:
         for worker in live:
             worker.killed = True
             worker.process.terminate()
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(w.process.poll() is None for w in live):
-            time.sleep(0.02)
+        wait_for_exit(live, grace)
         self._kill_all()
         if self.outcome is None:
             self.outcome = Outcome.STOPPED
-        for worker in self.workers.values():
-            worker.process.drain(timeout=5)
-        for sink in self._log_files:
-            sink.close()
+        close_outputs(self.workers.values(), self._log_files)
 
     def _emit(self, kind: str, message: str, *, stall: float | None = None) -> None:
         event = GroupEvent(

@@ -13,7 +13,7 @@ import enum
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -36,8 +36,11 @@ __all__ = [
     "WorkerIds",
     "WorkerPhase",
     "WorkerSpec",
+    "close_outputs",
     "failure_cause",
+    "kill_workers",
     "last_exception",
+    "wait_for_exit",
     "worker_env",
     "worker_log_path",
     "worker_number",
@@ -227,3 +230,36 @@ def failure_cause(worker: Worker, log_dir: Path | None) -> str | None:
     except OSError:
         return None
     return last_exception(tail)
+
+
+def wait_for_exit(workers: Sequence[Worker], grace: float) -> None:
+    """Wait up to ``grace`` seconds for every one of ``workers`` to exit."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(w.process.poll() is None for w in workers):
+        time.sleep(0.02)
+
+
+def kill_workers(workers: Iterable[Worker]) -> None:
+    """SIGKILL every worker's process group and reap it; each is then ``EXITED``.
+
+    One still running is marked ``killed`` (its exit is the group's doing, not a failure).
+    One that exited already is killed too: what it started in its own session may
+    outlive it.
+    """
+    for worker in workers:
+        if worker.process.poll() is None:
+            worker.killed = True
+        worker.process.kill()
+        worker.process.wait(timeout=10)
+        if worker.exit_code is None:
+            worker.exit_code = worker.process.returncode
+        worker.phase = WorkerPhase.EXITED
+
+
+def close_outputs(workers: Iterable[Worker], log_files: list[IO[str]]) -> None:
+    """Read what the workers' pipes still hold, then close their log files."""
+    for worker in workers:
+        worker.process.drain(timeout=5)
+    for sink in log_files:
+        sink.close()
+    log_files.clear()

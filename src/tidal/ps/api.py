@@ -8,7 +8,9 @@ In a script, two lines differ from single-process training::
         loss_fn(model(x), y).backward()     # model(x) pulls the current parameters first
         model.push()                        # the servers' optimizers apply the gradient
 
-On a ``ps`` process the first line serves that process's shard and exits with the job.
+On a ``ps`` process the first line serves that process's shard and exits with the job; on
+the job's ``chief`` it is an observer that pulls and never pushes (``model.is_chief``,
+``model.checkpoints()``, ``model.save(path)``).
 """
 
 from __future__ import annotations

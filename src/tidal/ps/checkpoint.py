@@ -32,8 +32,18 @@ def write_shard(
 ) -> Path:
     """Write one shard's checkpoint atomically and durably; prune this shard's old ones."""
     path = shard_path(directory, shard, n_ps, version)
+    save_atomically(path, payload)
+    for old in sorted(versions_of(directory, shard, n_ps))[:-KEEP]:
+        with contextlib.suppress(FileNotFoundError):
+            shard_path(directory, shard, n_ps, old).unlink()
+    return path
+
+
+def save_atomically(path: Path, payload: dict[str, Any]) -> None:
+    """``torch.save`` ``payload`` to ``path`` so that a file there is always whole: a
+    temporary file, fsynced, renamed into place, the folder fsynced."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     with open(tmp, "wb") as fh:
         torch.save(payload, fh)
         fh.flush()
@@ -44,10 +54,6 @@ def write_shard(
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-    for old in sorted(versions_of(directory, shard, n_ps))[:-KEEP]:
-        with contextlib.suppress(FileNotFoundError):
-            shard_path(directory, shard, n_ps, old).unlink()
-    return path
 
 
 def versions_of(directory: str, shard: int, n_ps: int) -> set[int]:

@@ -5,7 +5,8 @@ every process of a parameter-server job with the same script and tells each what
 through environment variables; :meth:`ClusterSpec.from_env` reads them back:
 
 ==============================  ===========================================================
-``TIDAL_PS_ROLE``               ``ps`` or ``worker``
+``TIDAL_PS_ROLE``               ``ps``, ``worker`` or ``chief`` (the observer that
+                                evaluates and checkpoints; never counted as a worker)
 ``TIDAL_PS_INDEX``              this process's index in its role (a server's shard; a
                                 worker's data stream, ``0 .. max_workers-1``)
 ``TIDAL_PS_WORKER_ID``          a worker's stable name (default ``worker-<index>``); a
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Literal
 
 Mode = Literal["sync", "async"]
-Role = Literal["ps", "worker"]
+Role = Literal["ps", "worker", "chief"]
 PREFIX = "TIDAL_PS_"
 
 
@@ -136,8 +137,8 @@ class ClusterSpec:
                 raise ValueError(f"{PREFIX}{name}: expected a number, got {raw!r}") from None
 
         role = get("ROLE")
-        if role not in ("ps", "worker"):
-            raise ValueError(f"{PREFIX}ROLE: expected 'ps' or 'worker', got {role!r}")
+        if role not in ("ps", "worker", "chief"):
+            raise ValueError(f"{PREFIX}ROLE: expected 'ps', 'worker' or 'chief', got {role!r}")
         config = PSConfig(
             n_ps=number("N_PS", int, "1"),  # type: ignore[arg-type]
             mode=get("MODE", "sync"),  # type: ignore[arg-type]
@@ -155,13 +156,15 @@ class ClusterSpec:
         address_dir = get("ADDRESS_DIR")
         if role == "ps" and index >= config.n_ps:
             raise ValueError(f"{PREFIX}INDEX: server {index} of n_ps={config.n_ps}")
-        if role == "worker":
-            if index >= config.max_workers:
+        if role == "chief" and index != 0:
+            raise ValueError(f"{PREFIX}INDEX: a job has one chief (index 0), got {index}")
+        if role in ("worker", "chief"):
+            if role == "worker" and index >= config.max_workers:
                 raise ValueError(
                     f"{PREFIX}INDEX: worker {index} of max_workers={config.max_workers}"
                 )
             if not addresses and not address_dir:
-                raise ValueError(f"{PREFIX}ADDRESSES or {PREFIX}ADDRESS_DIR: a worker needs one")
+                raise ValueError(f"{PREFIX}ADDRESSES or {PREFIX}ADDRESS_DIR: a {role} needs one")
             if addresses and len(addresses) != config.n_ps:
                 raise ValueError(
                     f"{PREFIX}ADDRESSES: {len(addresses)} endpoints for n_ps={config.n_ps}"
@@ -170,7 +173,7 @@ class ClusterSpec:
             role=role,  # type: ignore[arg-type]
             index=index,
             config=config,
-            worker_id=get("WORKER_ID", f"worker-{index}") or "",
+            worker_id=get("WORKER_ID", "chief" if role == "chief" else f"worker-{index}") or "",
             addresses=addresses,
             address_dir=address_dir,
             bind=get("BIND", "tcp://127.0.0.1:0") or "",

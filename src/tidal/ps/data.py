@@ -33,6 +33,8 @@ class ShardedLoader:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size: expected at least 1, got {batch_size}")
+        if model.spec.role == "chief":
+            raise ValueError("model: the chief reads no data stream (only workers train)")
         self.dataset = dataset
         self.batch_size = batch_size
         self.model = model

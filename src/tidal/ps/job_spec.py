@@ -3,6 +3,9 @@ submits it: a ``ps`` role of ``n_ps`` fixed replicas and a ``worker`` role of
 ``n_workers``, both started by the ``ps`` launcher and running the same script, with the
 training's configuration (:class:`~tidal.ps.config.PSConfig`) in every process's
 environment. The job succeeds when every worker exited 0; the servers are then stopped.
+With ``chief=True`` a ``chief`` role of one replica runs the same script as the job's
+observer (it evaluates and checkpoints) and the job succeeds on the chief's success
+instead (Kubeflow's successPolicy), so the chief waits for the workers to finish.
 
 Light to import (no torch, no ZeroMQ): the SDK builds the spec on the user's side.
 """
@@ -15,10 +18,11 @@ from typing import Any
 from tidal.ps.config import Mode, PSConfig
 from tidal.workers import WorkerArgumentError, launch_spec
 
-__all__ = ["PS_ROLE", "WORKER_ROLE", "cluster_job_spec"]
+__all__ = ["CHIEF_ROLE", "PS_ROLE", "WORKER_ROLE", "cluster_job_spec"]
 
 PS_ROLE = "ps"
 WORKER_ROLE = "worker"
+CHIEF_ROLE = "chief"
 
 
 def cluster_job_spec(
@@ -35,6 +39,7 @@ def cluster_job_spec(
     args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     name: str = "ps",
+    chief: bool = False,
 ) -> dict[str, Any]:
     """The spec of a ``ps`` + ``worker`` job; :class:`WorkerArgumentError` names a bad
     argument (``n_ps: a parameter-server job needs at least 1 server, got 0``)."""
@@ -72,14 +77,16 @@ def cluster_job_spec(
         raise WorkerArgumentError(
             "replicas_to_aggregate/max_staleness: expected integers or None"
         ) from None
-    return {
-        "name": name,
-        "env": config.to_env(),
-        "roles": [
-            {**servers, "launcher": "ps", "ends_job": False},
-            {**workers, "launcher": "ps", "ends_job": True},
-        ],
-    }
+    if not isinstance(chief, bool):
+        raise WorkerArgumentError(f"chief: expected true or false, got {chief!r}")
+    roles = [
+        {**servers, "launcher": "ps", "ends_job": False},
+        {**workers, "launcher": "ps", "ends_job": not chief},
+    ]
+    if chief:
+        lead = _role(1, "chief", command, cpu, memory, gpus, env, CHIEF_ROLE, name)
+        roles.append({**lead, "launcher": "ps", "ends_job": True})
+    return {"name": name, "env": config.to_env(), "roles": roles}
 
 
 def _role(

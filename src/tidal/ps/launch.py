@@ -84,7 +84,8 @@ class RoleProcess:
 
 @dataclass
 class LocalCluster:
-    """A parameter-server job of ``config.n_ps`` servers and elastic workers."""
+    """A parameter-server job of ``config.n_ps`` servers, elastic workers and an optional
+    chief."""
 
     script: str
     config: PSConfig
@@ -94,6 +95,7 @@ class LocalCluster:
     env: dict[str, str] = field(default_factory=dict)
     servers: dict[int, RoleProcess] = field(default_factory=dict)
     workers: dict[str, RoleProcess] = field(default_factory=dict)
+    chief: RoleProcess | None = None
     _restarts: int = 0
 
     def __post_init__(self) -> None:
@@ -131,6 +133,13 @@ class LocalCluster:
         proc = self._spawn("worker", index, name, self.spec("worker", index, worker_id))
         self.workers[name] = proc
         return proc
+
+    def start_chief(self) -> RoleProcess:
+        """Start the job's chief (it evaluates and checkpoints; it is no worker)."""
+        if self.chief is not None and self.chief.poll() is None:
+            raise RuntimeError("start_chief: the job's chief is running already")
+        self.chief = self._spawn("chief", 0, "chief", self.spec("chief", 0, "chief"))
+        return self.chief
 
     def _spawn(self, role: Role, index: int, name: str, spec: ClusterSpec) -> RoleProcess:
         log = self.workdir / "logs" / f"{name}.log"
@@ -189,9 +198,15 @@ class LocalCluster:
             proc.wait(max(0.0, deadline - time.monotonic()))
         return {name: proc.poll() for name, proc in self.workers.items()}
 
+    def processes(self) -> list[RoleProcess]:
+        """Every process started: workers, the chief, servers."""
+        chief = [self.chief] if self.chief is not None else []
+        return [*self.workers.values(), *chief, *self.servers.values()]
+
     def stop(self, grace: float = 15.0) -> None:
-        """Stop every process: workers then servers, SIGTERM then SIGKILL after ``grace``."""
-        procs = [*self.workers.values(), *self.servers.values()]
+        """Stop every process: workers, the chief, then servers; SIGTERM then SIGKILL after
+        ``grace``."""
+        procs = self.processes()
         for proc in procs:
             proc.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace

@@ -8,6 +8,12 @@ backup worker's, too late) is dropped. ``async``: each push is applied on arriva
 ``max_staleness`` a push computed on parameters more than that many versions old is
 refused and its worker pulls. Workers hold leases renewed by their heartbeats; a worker
 silent for ``peer_timeout`` has left (in sync, the step stops waiting for it).
+
+A request marked ``observer`` comes from the job's chief: it may pull and ask for the
+workers' states (``status``), never push, and is no member (no sync step waits for it).
+A worker's state is ``active`` (heard from within the peer timeout), ``finished`` (it
+said ``leave``: its script closed the model) or ``lost`` (silent; it may be restarted
+under the same id, which makes it active again).
 """
 
 from __future__ import annotations
@@ -77,6 +83,8 @@ class ShardServer:
             self._restore()
         # membership and the open sync step
         self.last_seen: dict[str, float] = {}
+        self.finished: set[str] = set()  # workers that left cleanly (said leave)
+        self.lost: dict[str, float] = {}  # workers that went silent -> when they did
         self.members: set[str] = set()
         self.pending: set[str] = set()
         self.pushed: dict[str, tuple[bytes, int]] = {}  # worker -> (identity, seq)
@@ -135,6 +143,7 @@ class ShardServer:
         if worker not in self.last_seen:
             # sync: a worker that joins while a step is open counts from the next one
             (self.pending if self.pushed else self.members).add(worker)
+            self.lost.pop(worker, None)
             log.info("worker %s joined parameter server %d", worker, self.shard)
         self.last_seen[worker] = now
 
@@ -149,6 +158,7 @@ class ShardServer:
             if now - seen > self.config.peer_timeout:
                 log.warning("worker %s left parameter server %d (silent)", worker, self.shard)
                 self._leave(worker)
+                self.lost[worker] = now
         return self._maybe_finish_step()
 
     def required(self) -> int:
@@ -165,7 +175,12 @@ class ShardServer:
         """Answer one request: the replies to send now (possibly to other workers)."""
         op, seq, worker = header.get("op"), header.get("seq"), str(header.get("worker", ""))
         self.stats["bytes_in"] += sum(len(b) for b in buffers)
-        if worker:
+        observer = bool(header.get("observer"))
+        if op == "hello" and not observer:
+            self.finished.discard(worker)  # a worker rejoining under its id
+        # a beat sent after the worker's leave (its heartbeat thread stops last) must not
+        # make it a member again
+        if worker and not observer and not (op == "beat" and worker in self.finished):
             self._seen(worker, now)
         if op == "beat":
             reply = {
@@ -198,8 +213,14 @@ class ShardServer:
             out = [tensor_buffer(v) for v in self.values]
             self.stats["bytes_out"] += sum(len(b) for b in out)
             return [(identity, {"ok": True, "seq": seq, "version": self.version}, out)]
+        if op == "status":
+            return [(identity, {"ok": True, "seq": seq, **self.status(now)}, [])]
+        if observer and op in ("push", "leave"):
+            error = f"{op}: the chief ({worker}) observes the job; it does not {op}"
+            return [(identity, {"ok": False, "seq": seq, "error": error}, [])]
         if op == "leave":
             self._leave(worker)
+            self.finished.add(worker)
             return [
                 (identity, {"ok": True, "seq": seq}, []),
                 *self._wrap(self._maybe_finish_step()),
@@ -207,6 +228,15 @@ class ShardServer:
         if op == "push":
             return self._push(identity, header, buffers)
         return [(identity, {"ok": False, "seq": seq, "error": f"unknown op {op!r}"}, [])]
+
+    def status(self, now: float) -> dict[str, Any]:
+        """This server's version, every worker it has heard of by state, and for how
+        many seconds each lost one has been silent."""
+        workers = {w: "lost" for w in self.lost}
+        workers.update({w: "finished" for w in self.finished})
+        workers.update({w: "active" for w in self.last_seen})
+        lost_for = {w: round(now - t, 3) for w, t in self.lost.items() if workers[w] == "lost"}
+        return {"version": self.version, "workers": workers, "lost_for": lost_for}
 
     @staticmethod
     def _wrap(

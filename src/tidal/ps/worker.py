@@ -8,6 +8,12 @@ pulls the current parameters before each forward pass and sends the gradients wi
 heartbeats with every server, so a dead server is noticed within the peer timeout; the
 worker then waits (up to the recover timeout) for it to come back, restored from its
 checkpoint, and goes on. A gradient in flight when that happens is lost, nothing else.
+
+On the job's ``chief`` the same wrapper is an observer: it pulls the current parameters
+(its first forward pass pulls; :meth:`ParameterServerModel.pull` refreshes them), never
+pushes, and is never counted as a worker; :meth:`~ParameterServerModel.checkpoints`
+yields as training goes on and ends once every worker that joined has finished, and
+:meth:`~ParameterServerModel.save` writes the whole model's state.
 """
 
 from __future__ import annotations
@@ -15,11 +21,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 import zmq
 
+from tidal.ps.checkpoint import save_atomically
+from tidal.ps.chief import WorkerStates, merge_statuses, training_over
 from tidal.ps.config import ClusterSpec
 from tidal.ps.server import OptimizerFactory, serve
 from tidal.ps.shard import layout_of, piece_view, trainable
@@ -39,9 +49,12 @@ log = logging.getLogger(__name__)
 class _Heartbeat(threading.Thread):
     """Beats every server; remembers when each last answered (its own sockets)."""
 
-    def __init__(self, worker: str, endpoints: list[str], period: float) -> None:
+    def __init__(
+        self, worker: str, endpoints: list[str], period: float, observer: bool = False
+    ) -> None:
         super().__init__(daemon=True, name="tidal-ps-heartbeat")
         self.worker = worker
+        self.observer = observer
         self.endpoints = endpoints  # replaced in place by the worker after a restart
         self.period = period
         self.last_reply = [time.monotonic()] * len(endpoints)
@@ -61,7 +74,10 @@ class _Heartbeat(threading.Thread):
                             header, _ = decode(link.socket.recv_multipart(copy=False))
                             self.incarnation[i] = header.get("incarnation")
                             self.last_reply[i] = time.monotonic()
-                        link.send({"op": "beat", "worker": self.worker})
+                        beat: dict[str, Any] = {"op": "beat", "worker": self.worker}
+                        if self.observer:
+                            beat["observer"] = True
+                        link.send(beat)
                     except zmq.ZMQError:
                         pass  # a dead server is found by the age of its last answer
                 self.stopping.wait(self.period)
@@ -89,6 +105,8 @@ class ParameterServerModel(torch.nn.Module):
         self.module = module
         self.spec = spec
         self.worker_id = spec.worker_id
+        #: whether this process is the job's chief (an observer: pulls, never pushes)
+        self.is_chief = spec.role == "chief"
         self.layout = layout_of(module, spec.config.n_ps)
         self._params = trainable(module)
         self._context: zmq.Context[Any] = zmq.Context()
@@ -98,7 +116,7 @@ class ParameterServerModel(torch.nn.Module):
             for i, e in enumerate(endpoints)
         ]
         self._heartbeat = _Heartbeat(
-            self.worker_id, endpoints, min(0.5, spec.config.peer_timeout / 5)
+            self.worker_id, endpoints, min(0.5, spec.config.peer_timeout / 5), self.is_chief
         )
         self._heartbeat.start()
         self.versions = [0] * spec.config.n_ps  # the version of the parameters we hold
@@ -137,9 +155,15 @@ class ParameterServerModel(torch.nn.Module):
             return False
         return time.monotonic() - self._heartbeat.last_reply[i] < self.spec.config.peer_timeout
 
+    def _request(self, op: str) -> dict[str, Any]:
+        header: dict[str, Any] = {"op": op, "worker": self.worker_id}
+        if self.is_chief:
+            header["observer"] = True  # the servers never count the chief as a worker
+        return header
+
     def _hello(self, timeout: float) -> None:
         seqs = [
-            link.send({"op": "hello", "worker": self.worker_id, "digest": self.layout.digest})
+            link.send({**self._request("hello"), "digest": self.layout.digest})
             for link in self._links
         ]
         replies = await_replies(self._links, seqs, lambda i: True, timeout=timeout)
@@ -187,6 +211,8 @@ class ParameterServerModel(torch.nn.Module):
         return self.module(*args, **kwargs)
 
     def _should_pull(self) -> bool:
+        if self.is_chief:  # evaluates one version; pull() refreshes it
+            return self._need_pull
         bound = self.spec.config.max_staleness
         if self._need_pull or bound is None or self.spec.config.mode == "sync":
             return True
@@ -196,7 +222,7 @@ class ParameterServerModel(torch.nn.Module):
         """Copy every shard's current values into the wrapped module."""
         while True:
             try:
-                seqs = [link.send({"op": "pull", "worker": self.worker_id}) for link in self._links]
+                seqs = [link.send(self._request("pull")) for link in self._links]
                 replies = await_replies(self._links, seqs, self._alive)
             except (ServerLost, zmq.Again) as exc:
                 self._recover(exc if isinstance(exc, ServerLost) else ServerLost(str(exc)))
@@ -223,7 +249,13 @@ class ParameterServerModel(torch.nn.Module):
 
         Returns whether every server applied them (``False``: a sync step had already
         closed, the push was too stale, or a server was lost meanwhile). In sync mode the
-        call returns when the step is complete."""
+        call returns when the step is complete. On the chief it raises
+        :class:`ParameterServerError`: the chief observes, only workers push."""
+        if self.is_chief:
+            raise ParameterServerError(
+                "push: this process is the job's chief; a chief reads the parameters"
+                " (pull, forward, save) and does not push gradients"
+            )
         sends = []
         for i, pieces in enumerate(self.layout.shards):
             buffers = []
@@ -260,13 +292,75 @@ class ParameterServerModel(torch.nn.Module):
             self._need_pull = True
         return applied
 
+    # -- the chief's view ----------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """The version of the parameters last pulled (the lowest over the shards; they
+        are equal unless a restored server went back)."""
+        return min(self.versions)
+
+    def worker_states(self) -> WorkerStates:
+        """Every worker the servers have heard of: ``active``, ``finished`` (it closed
+        its model) or ``lost`` (silent; it may come back under its id), see
+        :mod:`tidal.ps.chief`. A lost server is waited for as in :meth:`pull`."""
+        while True:
+            try:
+                seqs = [link.send(self._request("status")) for link in self._links]
+                replies = await_replies(self._links, seqs, self._alive)
+            except (ServerLost, zmq.Again) as exc:
+                self._recover(exc if isinstance(exc, ServerLost) else ServerLost(str(exc)))
+                continue
+            return merge_statuses(header for header, _ in replies)
+
+    def training_done(self, lost_grace: float | None = None) -> bool:
+        """Whether every worker that joined has finished (closed its model), and at
+        least one joined. A lost worker is not finished (it may be restarted) unless it
+        has been silent for more than ``lost_grace`` seconds."""
+        return training_over(self.worker_states(), lost_grace)
+
+    def checkpoints(
+        self, every_seconds: float = 5.0, timeout: float = 3600.0, lost_grace: float | None = None
+    ) -> Iterator[int]:
+        """Pull every ``every_seconds`` and yield the version pulled, until training is
+        done (:meth:`training_done`); the last yield holds the final parameters.
+        ``TimeoutError`` once ``timeout`` seconds pass without the training ending."""
+        deadline = time.monotonic() + timeout
+        while True:
+            done = self.training_done(lost_grace)  # asked before the pull: it is final
+            self.pull()
+            yield self.version
+            if done:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"checkpoints: the workers did not finish within timeout={timeout}s"
+                    f" (workers: {self.worker_states().states})"
+                )
+            time.sleep(min(every_seconds, left))
+
+    def save(self, path: str | Path) -> Path:
+        """Pull, then write the whole module's ``state_dict`` with the version to
+        ``path`` atomically (temporary file, fsync, rename): ``{"model": state_dict,
+        "version": int, "versions": [per shard]}``. Returns the path."""
+        self.pull()
+        target = Path(path)
+        payload = {
+            "model": self.module.state_dict(),
+            "version": self.version,
+            "versions": list(self.versions),
+        }
+        save_atomically(target, payload)
+        return target
+
     def close(self) -> None:
         """Leave the job cleanly (servers stop counting this worker at once)."""
         if self._context.closed:
             return
         try:
-            seqs = [link.send({"op": "leave", "worker": self.worker_id}) for link in self._links]
-            await_replies(self._links, seqs, self._alive, timeout=self.spec.config.peer_timeout)
+            if not self.is_chief:  # the chief was never a member
+                seqs = [link.send(self._request("leave")) for link in self._links]
+                await_replies(self._links, seqs, self._alive, timeout=self.spec.config.peer_timeout)
         except (ParameterServerError, zmq.ZMQError) as exc:
             log.info("leave: %s", exc)
         self._heartbeat.stopping.set()

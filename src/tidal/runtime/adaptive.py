@@ -1,4 +1,4 @@
-"""Adaptive batch size and learning rate, after AdaptDL/Pollux (OSDI'21) and AdaScale.
+"""Adaptive batch size, after AdaptDL/Pollux (OSDI'21).
 
 How fast a job trains depends on its batch size as much as on its worker count: a small
 batch wastes the workers (each step pays the gradient sync for few samples), a large one
@@ -9,58 +9,43 @@ maximises *goodput* = throughput x statistical efficiency for the current world,
 * a **throughput model** (:mod:`tidal.policy.goodput_model`, the Pollux form): the step
   time as ``compute(per-worker batch) + sync(workers)``, fitted to step times measured at
   each configuration the job ran in (median of the recent steps of each);
-* the **gradient noise scale** ``B_noise = tr(Σ) / |G|²`` (McCandlish et al. 2018), estimated
-  without a collective of its own: the gradient hook already holds each rank's gradient
-  before the all-reduce (a mean over its ``b_r`` samples) and the reduced one after it (a
-  mean over the global ``B``), and ``E|g_b|² = |G|² + tr(Σ)/b``. One dot product per bucket
-  and side; each rank's squared norm rides in its own slot of the agreement all-reduce
-  (a MAX: the other ranks put 0 there), so every rank sees all of them one step later and
-  keeps the same estimate. Numerator and denominator are smoothed separately. Alone
-  (world 1) the two gradients are those of two successive steps.
+* the **gradient noise scale** ``B_noise = tr(Σ) / |G|²`` (McCandlish et al. 2018), from
+  the squared gradient norms the gradient hook measures before and after the all-reduce
+  (:mod:`tidal.runtime.gradient_noise`). Each rank's local norm rides in its own slot of
+  the agreement all-reduce (a MAX: the other ranks put 0 there), so every rank sees all of
+  them one step later and keeps the same estimate, without a collective of its own.
 
-Decisions are made on rank 0 only and carried to the others inside the agreement
-collective every rank already runs at the step boundary (:class:`tidal.State`), so all
-ranks switch to the new batch at the same step. The batch is re-chosen when the world
-changes and at epoch boundaries when the predicted goodput gain exceeds
-:data:`RECHOOSE_GAIN` (5%). Everything here is part of the loader's state: it travels to
-newcomers, is rolled back with a failed step, and is saved in durable checkpoints.
+:class:`AdaptiveBatch` gathers both and applies the choice; the choice itself is a pure
+function of them (:mod:`tidal.runtime.batch_choice`). Decisions are made on rank 0 only
+and carried to the others inside the agreement collective every rank already runs at the
+step boundary (:class:`tidal.State`), so all ranks switch to the new batch at the same
+step. The batch is re-chosen when the world changes and at epoch boundaries when the
+predicted goodput gain exceeds :data:`~tidal.runtime.batch_choice.RECHOOSE_GAIN` (5%).
+Everything here is part of the loader's state: it travels to newcomers, is rolled back
+with a failed step, and is saved in durable checkpoints.
 
-The learning rate follows the batch through :func:`adaptive_lr`: AdaScale (multiply by the
-gain ``r = (var + sqr) / (var / scale + sqr)``, in ``[1, scale]``) for SGD, ``sqrt(r)``
-(AdamScale) for Adam-like optimizers.
+The learning rate follows the batch through :func:`tidal.runtime.lr_scaling.adaptive_lr`.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import statistics
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import torch
-
 from tidal.policy.api import ThroughputModel
-from tidal.policy.goodput_model import (
-    StepSample,
-    fit_throughput_model,
-    model_to_dict,
-    statistical_gain,
-    step_time,
-)
+from tidal.policy.goodput_model import model_to_dict, statistical_gain
+from tidal.runtime import batch_choice
+from tidal.runtime.batch_choice import BatchLimits, Configuration, Profile
 from tidal.runtime.context import WorkerContext
+from tidal.runtime.gradient_noise import GradientRecorder, NoiseScaleEstimator, adascale_gain
 from tidal.runtime.report import reporter
 
 log = logging.getLogger("tidal.runtime")
 
-#: A new batch at an epoch boundary must promise at least this much more goodput.
-RECHOOSE_GAIN = 1.05
-#: Smoothing of the gradient statistics (effective window ~ (1 + s) / (1 - s) steps).
-NOISE_SMOOTHING = 0.98
 #: Gradient samples needed before the noise scale is trusted for a decision.
 MIN_NOISE_SAMPLES = 10
 #: Step-time samples needed at the current configuration before a decision.
@@ -69,160 +54,6 @@ MIN_TIMING_SAMPLES = 3
 TIMING_WINDOW = 16
 #: Seconds between goodput reports to the launcher (rank 0).
 REPORT_INTERVAL = 2.0
-#: Candidate global batches tried per decision (log-spaced).
-BATCH_CANDIDATES = 48
-
-
-class NoiseScaleEstimator:
-    """Smoothed estimates of ``|G|²`` and ``tr(Σ)`` (per-sample gradient covariance).
-
-    Each :meth:`update` takes the squared norm of a gradient averaged over ``small``
-    samples and of one averaged over ``big`` samples of the same step (the second
-    containing the first, or independent of it: both are unbiased). Numerator and
-    denominator are averaged separately (bias-corrected, like Adam's moments), then
-    divided: the ratio of two noisy means is far more stable than the mean of ratios.
-    """
-
-    def __init__(self, smoothing: float = NOISE_SMOOTHING) -> None:
-        self.smoothing = smoothing
-        self.sqr = 0.0
-        self.var = 0.0
-        self.weight = 0.0
-        self.count = 0
-
-    def update(self, small_sqr: float, small: float, big_sqr: float, big: float) -> None:
-        """Add one step's pair of squared norms (batches ``small < big``)."""
-        if not big > small > 0 or not (math.isfinite(small_sqr) and math.isfinite(big_sqr)):
-            return
-        grad_sqr = (big * big_sqr - small * small_sqr) / (big - small)
-        trace = (small_sqr - big_sqr) / (1.0 / small - 1.0 / big)
-        s = self.smoothing
-        self.sqr = s * self.sqr + (1 - s) * grad_sqr
-        self.var = s * self.var + (1 - s) * trace
-        self.weight = s * self.weight + (1 - s)
-        self.count += 1
-
-    @property
-    def grad_sqr(self) -> float:
-        """Smoothed ``|G|²``."""
-        return self.sqr / self.weight if self.weight > 0 else 0.0
-
-    @property
-    def grad_var(self) -> float:
-        """Smoothed ``tr(Σ)``, the per-sample gradient variance."""
-        return self.var / self.weight if self.weight > 0 else 0.0
-
-    @property
-    def noise_scale(self) -> float:
-        """``tr(Σ) / |G|²`` in samples; ``inf`` when no signal is left, 0 before data."""
-        if self.weight <= 0:
-            return 0.0
-        if self.grad_sqr <= 0:
-            return math.inf
-        return max(self.grad_var, 0.0) / self.grad_sqr
-
-    def state_dict(self) -> dict[str, float]:
-        """Plain numbers."""
-        return {"sqr": self.sqr, "var": self.var, "weight": self.weight, "count": self.count}
-
-    def load_state_dict(self, state: dict[str, float]) -> None:
-        """Adopt :meth:`state_dict`."""
-        self.sqr = float(state["sqr"])
-        self.var = float(state["var"])
-        self.weight = float(state["weight"])
-        self.count = int(state["count"])
-
-
-def adascale_gain(noise_scale: float, init_batch: int, batch: float) -> float:
-    """Initial-batch steps one step at ``batch`` is worth: ``(var + sqr) / (var / scale +
-    sqr)`` with ``scale = batch / init_batch``; 1 at the initial batch, within
-    ``[1, scale]`` above it (``[scale, 1]`` below)."""
-    scale = batch / max(init_batch, 1)
-    ratio = noise_scale / max(init_batch, 1)
-    gain = scale if math.isinf(ratio) else (ratio + 1.0) / (ratio / scale + 1.0)
-    low, high = min(1.0, scale), max(1.0, scale)
-    return min(max(gain, low), high)
-
-
-class GradientRecorder:
-    """What the gradient hook measures in one step (see :mod:`tidal.runtime.parallel`).
-
-    ``before`` runs on the bucket as the hook receives it (this rank's gradient, before
-    weighting and all-reduce); ``after`` on the reduced bucket, on the communication
-    thread. Each adds one dot product per bucket, kept as a tensor: on a GPU, reading it
-    in the hook would stall the backward pass, so the sums are read once per step, in
-    :meth:`totals`, after the backward pass is over anyway.
-    """
-
-    def __init__(self, context: WorkerContext) -> None:
-        self.context = context
-        self._lock = threading.Lock()
-        self._local: list[torch.Tensor] = []
-        self._global: list[torch.Tensor] = []
-        self._cross: list[torch.Tensor] = []
-        self.last_hook = 0.0
-        self.last_done = 0.0
-        # Alone: the previous step's gradient per bucket, and its squared norm.
-        self._previous: dict[int, torch.Tensor] = {}
-        self.previous_sqr = 0.0
-        self.paired = True
-
-    def reset(self) -> None:
-        """Start a new step."""
-        with self._lock:
-            self._local, self._global, self._cross = [], [], []
-            self.paired = True
-            self.last_hook = self.last_done = 0.0
-
-    def forget_previous(self) -> None:
-        """Drop the previous step's gradient (the world or the batch changed)."""
-        self._previous.clear()
-        self.previous_sqr = 0.0
-
-    def before(self, index: int, tensor: torch.Tensor) -> None:
-        """This rank's own gradient of one bucket."""
-        flat = tensor.detach().reshape(-1)
-        sqr = torch.dot(flat, flat)
-        cross = None
-        if self.context.world_size == 1:
-            previous = self._previous.get(index)
-            if previous is not None and previous.shape == flat.shape:
-                cross = torch.dot(previous, flat)
-                previous.copy_(flat)
-            else:
-                self._previous[index] = flat.clone()
-        with self._lock:
-            self._local.append(sqr)
-            self.last_hook = time.perf_counter()
-            if cross is None:
-                self.paired = False
-            else:
-                self._cross.append(cross)
-
-    def after(self, tensor: torch.Tensor) -> torch.Tensor:
-        """The reduced gradient of one bucket (returned unchanged)."""
-        flat = tensor.detach().reshape(-1)
-        sqr = torch.dot(flat, flat)
-        with self._lock:
-            self._global.append(sqr)
-            self.last_done = time.perf_counter()
-        return tensor
-
-    def totals(self) -> tuple[float, float, float]:
-        """This step's squared norms: local, global (reduced), and the cross term with the
-        previous step's gradient (alone)."""
-
-        def total(parts: list[torch.Tensor]) -> float:
-            return float(torch.stack(parts).sum()) if parts else 0.0
-
-        with self._lock:
-            return total(self._local), total(self._global), total(self._cross)
-
-    @property
-    def sync_time(self) -> float:
-        """Communication not hidden behind the backward pass: from the last bucket being
-        ready to the last all-reduce being done (when the host saw them)."""
-        return max(0.0, self.last_done - self.last_hook) if self.last_done else 0.0
 
 
 class AdaptiveBatch:
@@ -256,7 +87,7 @@ class AdaptiveBatch:
         self.gradient_accumulation = gradient_accumulation
         self.noise = NoiseScaleEstimator()
         #: ``(workers, nodes, local batch, accumulation steps)`` -> recent step and sync times.
-        self.profile: dict[tuple[int, int, float, int], list[tuple[float, float]]] = {}
+        self.profile: Profile = {}
         #: Training progress in steps at the initial batch (the sum of the gains).
         self.progress = 0.0
         self.recorder = GradientRecorder(context)
@@ -365,14 +196,9 @@ class AdaptiveBatch:
         reason, self._pending = self._pending, None
         world = self.context.world_size
         model = self.model()
-        best = self.best_batch(world, model)
         current = self.loader.batch_size
+        best, gain = batch_choice.next_batch(model, self.limits, world, current, reason)
         if best == current:
-            return 0
-        gain = self.predicted_goodput(world, best, model) / max(
-            self.predicted_goodput(world, current, model), 1e-30
-        )
-        if reason == "epoch" and gain < RECHOOSE_GAIN:
             return 0
         log.info(
             "batch %d -> %d for %d worker(s) (%s; predicted goodput x%.2f, noise scale %.0f)",
@@ -408,71 +234,28 @@ class AdaptiveBatch:
         key = self._config(self.context.world_size, self.loader.batch_size)
         return len(self.profile.get(key, ())) >= MIN_TIMING_SAMPLES
 
+    @property
+    def limits(self) -> BatchLimits:
+        """The batch limits as they stand (``init_batch`` changes with a loaded state)."""
+        return BatchLimits(
+            self.init_batch, self.max_global, self.local_bounds, self.gradient_accumulation
+        )
+
     def model(self) -> ThroughputModel:
         """The fitted throughput model with the current noise scale and batch limits."""
-        template = ThroughputModel(
-            alpha_compute=0.0,
-            beta_compute=0.0,
-            alpha_sync_local=0.0,
-            beta_sync_local=0.0,
-            alpha_sync_node=0.0,
-            beta_sync_node=0.0,
-            grad_noise_scale=self.noise.noise_scale,
-            init_batch_size=self.init_batch,
-            max_local_batch=self.local_bounds[1],
-            max_global_batch=self.max_global,
-        )
-        samples = []
-        for (workers, nodes, local, accumulation), times in self.profile.items():
-            if not times:
-                continue
-            step = statistics.median(t for t, _ in times)
-            sync = min(statistics.median(s for _, s in times), step)
-            # Per micro-batch compute, so accumulation steps fit the same line.
-            compute = (step - sync) / accumulation
-            samples.append(StepSample(workers, nodes, local / accumulation, compute + sync, sync))
-        if not samples:
-            return template
-        # The controller's simulator fits its profiles with the same function. With one
-        # batch size seen it splits compute half fixed, half per sample (as AdaptDL does),
-        # so that neither larger nor smaller batches look free before they are measured.
-        return fit_throughput_model(samples, template)
-
-    def _accumulation(self, local: float) -> int:
-        hi = self.local_bounds[1]
-        return max(1, math.ceil(local / hi)) if self.gradient_accumulation else 1
+        return batch_choice.fitted_model(self.profile, self.noise.noise_scale, self.limits)
 
     def predicted_step_time(self, workers: int, batch: float, model: ThroughputModel) -> float:
         """Seconds per step at global ``batch`` (with gradient accumulation if needed)."""
-        local = batch / max(workers, 1)
-        steps = self._accumulation(local)
-        # Every micro-batch but the last computes alone; the last overlaps the sync.
-        compute = float(step_time(model, 1, 1, local / steps))
-        return (steps - 1) * compute + float(step_time(model, workers, 1, local / steps))
+        return batch_choice.predicted_step_time(model, self.limits, workers, batch)
 
     def predicted_goodput(self, workers: int, batch: float, model: ThroughputModel) -> float:
         """Initial-batch steps per second at global ``batch`` on ``workers``."""
-        return float(statistical_gain(model, batch)) / self.predicted_step_time(
-            workers, batch, model
-        )
-
-    def batch_range(self, workers: int) -> tuple[int, int]:
-        """The global batches allowed for ``workers``."""
-        lo, hi = self.local_bounds
-        high = self.max_global
-        if not self.gradient_accumulation:
-            high = min(high, hi * workers)
-        low = min(max(self.init_batch, lo * workers, workers), high)
-        return low, max(high, low)
+        return batch_choice.predicted_goodput(model, self.limits, workers, batch)
 
     def best_batch(self, workers: int, model: ThroughputModel | None = None) -> int:
         """The global batch that maximises predicted goodput for ``workers``."""
-        model = model or self.model()
-        low, high = self.batch_range(workers)
-        grid = np.unique(np.round(np.geomspace(low, high, BATCH_CANDIDATES)).astype(int))
-        candidates = sorted({*grid.tolist(), low, high})
-        values = [self.predicted_goodput(workers, b, model) for b in candidates]
-        return int(candidates[int(np.argmax(values))])
+        return batch_choice.best_global_batch(model or self.model(), self.limits, workers)
 
     def gain(self) -> float:
         """AdaScale gain of the current batch (1 at the initial batch)."""
@@ -484,9 +267,8 @@ class AdaptiveBatch:
         self._gain_cache = (batch, self.noise.count, value)
         return value
 
-    def _config(self, workers: int, batch: int) -> tuple[int, int, float, int]:
-        local = batch / max(workers, 1)
-        return (workers, 1, round(local, 3), self._accumulation(local))
+    def _config(self, workers: int, batch: int) -> Configuration:
+        return batch_choice.configuration(self.limits, workers, batch)
 
     # -- reports and state ------------------------------------------------------------------
 
@@ -509,7 +291,7 @@ class AdaptiveBatch:
             "batch_size": batch,
             "workers": world,
             "local_batch": batch / max(world, 1),
-            "accumulation": self._accumulation(batch / max(world, 1)),
+            "accumulation": batch_choice.accumulation_steps(self.limits, batch / max(world, 1)),
             "noise_scale": self.noise.noise_scale
             if math.isfinite(self.noise.noise_scale)
             else None,
@@ -551,59 +333,3 @@ class AdaptiveBatch:
         self._pending = state.get("pending")
         self._gain_cache = None
         self._last_end = None
-
-
-def lr_factor(rule: str, gain: float, scale: float) -> float:
-    """Multiplier of the learning rate at batch ``scale`` x the initial one.
-
-    ``adascale``: the gain (SGD); ``adamscale``: its square root (Adam-like); ``sqrt``:
-    ``sqrt(scale)``; ``linear``: ``scale``.
-    """
-    if rule == "adascale":
-        return gain
-    if rule == "adamscale":
-        return math.sqrt(gain)
-    if rule == "sqrt":
-        return math.sqrt(scale)
-    if rule == "linear":
-        return scale
-    raise ValueError(f"rule: expected adascale, adamscale, sqrt or linear, got {rule!r}")
-
-
-def adaptive_lr(
-    optimizer: torch.optim.Optimizer, loader: Any, rule: str = "auto"
-) -> torch.optim.Optimizer:
-    """Make ``optimizer`` follow the adaptive batch: each ``step()`` runs with every
-    group's learning rate multiplied by :func:`lr_factor` of the current batch, then puts
-    the rates back (so LR schedulers and checkpoints see the base rates).
-
-    ``rule="auto"`` is ``adamscale`` for optimizers with ``betas`` (Adam, AdamW, ...) and
-    ``adascale`` otherwise. Returns the same optimizer; call it before building
-    :class:`tidal.State`. Without autoscale on the loader the factor is 1.
-    """
-    if rule == "auto":
-        rule = "adamscale" if "betas" in optimizer.defaults else "adascale"
-    lr_factor(rule, 1.0, 1.0)  # reject an unknown rule now, not at the first step
-    original: Callable[..., Any] = optimizer.step
-
-    # wraps() keeps the marker an LR scheduler sets on the method it wrapped.
-    @functools.wraps(original)
-    def step(*args: Any, **kwargs: Any) -> Any:
-        adaptive: AdaptiveBatch | None = getattr(loader, "adaptive", None)
-        if adaptive is None:
-            return original(*args, **kwargs)
-        scale = loader.batch_size / max(adaptive.init_batch, 1)
-        factor = lr_factor(rule, adaptive.gain(), scale)
-        if factor == 1.0:
-            return original(*args, **kwargs)
-        saved = [group["lr"] for group in optimizer.param_groups]
-        for group in optimizer.param_groups:
-            group["lr"] = group["lr"] * factor
-        try:
-            return original(*args, **kwargs)
-        finally:
-            for group, lr in zip(optimizer.param_groups, saved, strict=True):
-                group["lr"] = lr
-
-    optimizer.step = step  # type: ignore[method-assign]
-    return optimizer

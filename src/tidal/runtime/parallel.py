@@ -24,9 +24,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tidal.runtime.adaptive import GradientRecorder
 from tidal.runtime.batchnorm import GlobalBatchNorm, convert_batchnorm
 from tidal.runtime.context import WorkerContext, current
+from tidal.runtime.gradient_noise import GradientRecorder
 from tidal.runtime.sample_rng import per_sample_dropout
 
 # Buffers are synchronised at membership changes only (the state broadcast). torch 2.13

@@ -300,8 +300,10 @@ def set_priority(ref: str, body: PriorityRequest, store: StoreDep) -> JobView:
 
 @router.post("/jobs/{ref}/scale", response_model=JobView)
 def scale(ref: str, body: ScaleRequest, store: StoreDep) -> JobView:
-    """Ask for exactly ``workers`` workers."""
+    """Ask for exactly ``workers`` workers (of ``role``, when given)."""
     job = job_or_404(store, ref)
+    if body.role is not None:
+        return _scale_role(store, job, body.role, body.workers)
     if not job.min_workers <= body.workers <= job.max_workers:
         raise invalid(
             "workers",
@@ -312,6 +314,39 @@ def scale(ref: str, body: ScaleRequest, store: StoreDep) -> JobView:
         job,
         Resize(body.workers, "scale"),
         Event("scale", f"target {body.workers} worker(s)", {"to": body.workers}),
+    )
+
+
+def _scale_role(store: Store, job: JobRecord, role_name: str, replicas: int) -> JobView:
+    """A job's slots are its fixed roles' replicas plus its elastic role's: asking the
+    elastic role for ``replicas`` asks the job for that many plus the fixed ones."""
+    try:
+        model = job.job
+    except ValueError:  # a stored spec this release cannot read has no roles to scale
+        raise invalid("role", f"job {job.id}'s spec cannot be read; scale it by workers") from None
+    names = [r.name for r in model.roles]
+    if role_name not in names:
+        raise invalid("role", f"job {job.id} has no role {role_name!r} (it has {names})")
+    role = model.role_named(role_name)
+    if not role.replicas.elastic:
+        raise invalid(
+            "role",
+            f"role {role_name} has a fixed size of {role.replicas.max}; "
+            "only a job's elastic role scales",
+        )
+    low, high = role.replicas.min, role.replicas.max
+    if not low <= replicas <= high:
+        raise invalid("workers", f"must be within [{low}, {high}] for role {role_name}")
+    target = model.fixed_slots + replicas
+    return _ask(
+        store,
+        job,
+        Resize(target, "scale"),
+        Event(
+            "scale",
+            f"target {replicas} replica(s) of {role_name} ({target} worker(s) in all)",
+            {"to": target, "role": role_name, "replicas": replicas},
+        ),
     )
 
 

@@ -1,0 +1,148 @@
+"""How the CLI shows jobs and the cluster to people: the rich tables of ``tidal list``,
+``tidal get``, ``tidal cluster`` and ``tidal top``.
+
+Importing this module stays light (``tidal --help``): the views are only named in type hints,
+and the parts of ``tidal get`` that need more load when it prints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from tidal.controller.schema import ClusterView, EventView, JobDetail, JobView
+
+__all__ = ["cluster_table", "jobs_table", "print_job_detail"]
+
+_STATE_STYLE = {
+    "queued": "yellow",
+    "running": "green",
+    "rescaling": "cyan",
+    "succeeded": "bold green",
+    "failed": "bold red",
+    "cancelled": "dim",
+}
+
+
+def _age(since: float | None) -> str:
+    if since is None:
+        return "-"
+    seconds = max(0, int(time.time() - since))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _state(state: str) -> Text:
+    return Text(state, style=_STATE_STYLE.get(state, ""))
+
+
+def _adaptive(job: JobView) -> str:
+    """``256 eff 0.82 ×3.1``: batch, statistical efficiency, predicted speed-up (or -)."""
+    if job.batch_size is None:
+        return "-"
+    text = str(job.batch_size)
+    if job.efficiency is not None:
+        text += f" eff {job.efficiency:.2f}"
+    if job.speedup is not None:
+        text += f" ×{job.speedup:.1f}"
+    return text
+
+
+def jobs_table(jobs: Iterable[JobView]) -> Table:
+    """One row per job: its state, workers (and target), batch, priority, restarts, age."""
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "STATE", "WORKERS", "BATCH", "PRIORITY", "RESTARTS", "AGE", "REASON"):
+        table.add_column(column, no_wrap=column != "REASON")
+    for j in jobs:
+        size = f"{j.workers} [{j.min_workers}-{j.max_workers}]"
+        if j.target_workers is not None:
+            size += f" →{j.target_workers}"
+        table.add_row(
+            j.id,
+            _state(j.state),
+            size,
+            _adaptive(j),
+            str(j.priority),
+            str(j.restarts),
+            _age(j.submitted_at),
+            j.reason,
+        )
+    return table
+
+
+def _role_commands(spec: dict[str, Any] | None) -> list[tuple[str, list[str]]]:
+    """``(label, command)`` per role of a stored spec: ``command`` for a one-role job."""
+    spec = spec or {}
+    roles = spec.get("roles")
+    if not roles:
+        return [("command", list(spec.get("command", [])))]
+    return [(f"{r['name']} ({r.get('launcher', 'tidal')})", list(r["command"])) for r in roles]
+
+
+def cluster_table(view: ClusterView) -> Table:
+    """One row per host: its kind, group, slots, slots in use and the jobs using them."""
+    table = Table(box=None, header_style="bold")
+    for column in ("HOST", "KIND", "GROUP", "SLOTS", "USED", "JOBS"):
+        table.add_column(column)
+    for h in view.hosts:
+        users = sorted({u for u in h.used_by if u})
+        used = sum(1 for u in h.used_by if u)
+        table.add_row(
+            h.name,
+            "gpu" if h.gpu else "cpu",
+            h.group or "-",
+            str(h.slots),
+            str(used),
+            ", ".join(users) or "-",
+        )
+    return table
+
+
+def print_job_detail(console: Console, detail: JobDetail, events: Sequence[EventView]) -> None:
+    """Print one job for ``tidal get``: its row, commands and launcher, roles and
+    conditions (a job of several roles), workers, and ``events``."""
+    console.print(jobs_table([detail]))
+    for role, command in _role_commands(detail.spec):
+        console.print(f"{role}: {' '.join(command)}", markup=False)
+    if "roles" not in detail.spec:
+        from tidal.model import Launcher
+
+        launcher = Launcher(str(detail.spec.get("launcher", Launcher.TIDAL.value)))
+        console.print(f"launcher: {launcher.value} ({launcher.resize_mode})", markup=False)
+    several = len(detail.roles) > 1
+    if several:
+        from tidal.controller.cli_roles import conditions_table, roles_table
+
+        console.print(roles_table(detail))
+        console.print(conditions_table(detail))
+    if detail.worker_list:
+        table = Table(box=None, header_style="bold", title="workers", title_justify="left")
+        columns = ("WORKER", "ROLE", "SLOT", "PID", "STATE", "EXIT")
+        for column in columns if several else columns[:1] + columns[2:]:
+            table.add_column(column)
+        for w in detail.worker_list:
+            where = [f"{w.role}[{'-' if w.index is None else w.index}]"] if several else []
+            table.add_row(
+                str(w.worker_id),
+                *where,
+                f"{w.host}:{w.slot}",
+                str(w.pid or "-"),
+                w.state,
+                "-" if w.exit_code is None else str(w.exit_code),
+            )
+        console.print(table)
+    table = Table(box=None, header_style="bold", title="events", title_justify="left")
+    for column in ("TIME", "KIND", "MESSAGE"):
+        table.add_column(column)
+    for e in events:
+        table.add_row(datetime.fromtimestamp(e.time).strftime("%H:%M:%S"), e.kind, e.message)
+    console.print(table)

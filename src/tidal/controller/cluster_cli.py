@@ -1,0 +1,80 @@
+"""``tidal cluster`` and ``tidal top``: the cluster's hosts and slots, once or live.
+
+Importing this module registers the verbs on :data:`tidal.controller.cli.controller_app`,
+which imports it in the place of the help's list these verbs take. Importing it stays light
+(``tidal --help``): the SDK loads inside the verbs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Group
+from rich.text import Text
+
+from tidal.controller.cli import (
+    ClientOptions,
+    _call,
+    _emit_json,
+    _out,
+    controller_app,
+    with_client_options,
+)
+from tidal.controller.cli_tables import cluster_table, jobs_table
+
+if TYPE_CHECKING:
+    from tidal.controller.schema import ClusterView
+
+__all__ = ["cluster", "top"]
+
+
+@controller_app.command()
+@with_client_options()
+def cluster(
+    options: ClientOptions,
+) -> None:
+    """Show hosts, slots and which jobs hold them."""
+    client = options.client()
+    view: ClusterView = _call(client.cluster)
+    if options.as_json:
+        _emit_json(view)
+        return
+    _out.print(f"policy {view.policy}: {view.used_slots}/{view.total_slots} slots used")
+    _out.print(cluster_table(view))
+
+
+@controller_app.command()
+@with_client_options(json_output=False)
+def top(
+    options: ClientOptions,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between refreshes.")] = 1.0,
+    iterations: Annotated[int, typer.Option(min=0, hidden=True)] = 0,
+) -> None:
+    """A live view of the cluster and its jobs (Ctrl-C to leave)."""
+    from rich.live import Live
+
+    client = options.client()
+
+    def frame() -> Group:
+        view: ClusterView = _call(client.cluster)
+        jobs = _call(lambda: client.list(state=["queued", "running", "rescaling"]))
+        head = Text(
+            f"tidal {client.url}  policy {view.policy}  "
+            f"{view.used_slots}/{view.total_slots} slots used  {len(jobs)} active job(s)",
+            style="bold",
+        )
+        return Group(head, cluster_table(view), Text(""), jobs_table(jobs))
+
+    count = 0
+    try:
+        with Live(frame(), console=_out, auto_refresh=False) as live:
+            while iterations == 0 or count < iterations:
+                count += 1
+                if iterations and count >= iterations:
+                    break
+                time.sleep(interval)
+                live.update(frame(), refresh=True)
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,72 @@
+"""Stopping a group's workers (the steps every group kind shares): who counts as killed,
+what exit status is kept, and that nothing a worker started survives it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from tidal.launch.process import LocalSpawner
+from tidal.launch.worker import Worker, WorkerPhase, close_outputs, kill_workers, wait_for_exit
+
+#: Starts a grandchild in its own session (out of reach of a kill of the worker's
+#: process group), writes its pid, then runs until killed.
+_DETACHING = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                         start_new_session=True)
+open(sys.argv[1], "w").write(str(child.pid))
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead: it only waits for its parent to reap it.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ", 1)[1][0] != "Z"
+
+
+def test_kill_workers_marks_only_running_ones_killed_and_reaps_their_sessions(
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    spawner = LocalSpawner()
+
+    def start(worker_id: str, *argv: str) -> Worker:
+        process = spawner.spawn(
+            worker_id=worker_id, slot="h:0", argv=argv, env={}, cwd=None, on_line=lines.append
+        )
+        return Worker(worker_id, "h:0", process, phase=WorkerPhase.MEMBER)
+
+    pid_file = tmp_path / "grandchild"
+    running = start("w0", sys.executable, "-c", _DETACHING, str(pid_file))
+    done = start("w1", sys.executable, "-c", "print('bye')")
+    assert done.process.wait(timeout=60) == 0
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the worker never started its grandchild"
+        time.sleep(0.02)
+    grandchild = int(pid_file.read_text())
+    assert _alive(grandchild)
+
+    wait_for_exit([running], 0.1)  # bounded: returns although the worker keeps running
+    assert running.process.poll() is None
+    log_files = [(tmp_path / "log").open("w")]
+    kill_workers([running, done])
+    close_outputs([running, done], log_files)
+
+    assert (running.killed, running.exit_code, running.phase) == (True, -9, WorkerPhase.EXITED)
+    # It ended on its own: its own status is kept and it is not the group's doing.
+    assert (done.killed, done.exit_code, done.phase) == (False, 0, WorkerPhase.EXITED)
+    deadline = time.monotonic() + 30
+    while _alive(grandchild):
+        assert time.monotonic() < deadline, "the detached grandchild outlived its worker"
+        time.sleep(0.02)
+    assert log_files == [] and "bye\n" in lines and "ready\n" in lines
