@@ -3,8 +3,10 @@
 One cluster for the module: a head node without slots and nodes of 4 ``tidal_slot`` each,
 all on 127.0.0.1. Scenes: two jobs share two nodes fairly; a node dies mid-training and
 both jobs go on with the remaining slots and finish correctly; a node joins and a job
-grows onto it, and once cancelled its workers end on every node. Then the backend
-conformance suite, on a backend in this process joined to the same cluster.
+grows onto it, and once cancelled its workers end on every node; multi-role jobs (a ``tf``
+chief and workers over both nodes reach each other at their TF_CONFIG addresses; a ``ps``
+job trains through its server). Then the backend conformance suite, on a backend in this
+process joined to the same cluster.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.py"
+TF_MESH = Path(__file__).resolve().parents[1] / "scripts" / "tf_mesh.py"
+PS_DIGITS = Path(__file__).resolve().parents[2] / "examples" / "ps_digits.py"
 SLOTS_PER_NODE = 4
 DIGITS = 1797
 # The loader leaves out an epoch's tail smaller than the world (1797 = 28 x 64 + 5 would
@@ -383,6 +387,82 @@ def _world(out: Path) -> int:
             if record["step"] > latest["step"]:
                 latest = record
     return int(latest["world"])
+
+
+def test_a_tf_job_of_several_roles_reaches_every_replica(server: Server) -> None:
+    """A chief and four workers, ``launcher: tf``, over both nodes: each replica listens
+    at its TF_CONFIG address (its node's address, a port free there) and reaches every
+    other one. The job succeeds with the chief, and its workers are stopped."""
+    client, tmp = server.client, server.data.parent
+    out = tmp / "mesh"
+
+    def role(name: str, replicas: int) -> dict[str, object]:
+        command = ["python", str(TF_MESH), str(out)]
+        return {"name": name, "command": command, "replicas": replicas, "launcher": "tf"}
+
+    job = client.submit({"name": "mesh", "roles": [role("chief", 1), role("worker", 4)]}).id
+    state = client.wait(job, timeout=90).state
+    assert state == "succeeded", (state, [(e.kind, e.message) for e in client.events(job)])
+
+    reports = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert set(reports) == {"chief-0", *(f"worker-{i}" for i in range(4))}, sorted(reports)
+    cluster = reports["chief-0"]["cluster"]
+    assert sorted(cluster) == ["chief", "worker"] and len(cluster["worker"]) == 4, cluster
+    names = {
+        f"{r}-{i}": address
+        for r, addresses in cluster.items()
+        for i, address in enumerate(addresses)
+    }
+    assert len(set(names.values())) == 5, names
+    for name, report in reports.items():
+        assert report["cluster"] == cluster and report["me"] == names[name], report
+        others = {address: other for other, address in names.items() if other != name}
+        assert report["reached"] == others, (name, report["reached"])
+
+    workers = client.get(job).worker_list
+    for w in workers:
+        # Each replica listened on its own node's address.
+        assert w.index is not None and names[f"{w.role}-{w.index}"].startswith(
+            f"{w.ip_address}:"
+        ), (w, names)
+    assert len({w.host for w in workers}) == 2, "the replicas span both nodes"
+    states = sorted((w.role, w.state) for w in workers)
+    assert states == [("chief", "exited"), *[("worker", "released")] * 4], states
+    _until(lambda: not _replicas(f"tf_mesh.py {out}"), 30, "the replicas to end")
+
+
+def test_a_parameter_server_job_trains_and_its_server_stops(server: Server) -> None:
+    """A ``ps`` job (one server, two workers): the server binds its node's address and
+    publishes it in the job's folder, the workers train digits through it, and the job
+    succeeds once they finished; the server is then stopped."""
+    client, tmp = server.client, server.data.parent
+    out = tmp / "ps-out"
+    command = ["python", str(PS_DIGITS), "--out", str(out), "--epochs", "2"]
+    roles = [
+        {"name": "ps", "command": command, "replicas": 1, "launcher": "ps"},
+        {"name": "worker", "command": command, "replicas": 2, "launcher": "ps"},
+    ]
+    env = {"TIDAL_PS_MODE": "async", "TIDAL_PS_PEER_TIMEOUT": "5"}
+    job = client.submit({"name": "ps", "env": env, "roles": roles}).id
+    state = client.wait(job, timeout=120).state
+    assert state == "succeeded", (state, [(e.kind, e.message) for e in client.events(job)])
+
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("worker-*.json"))]
+    assert [r["worker"] for r in results] == ["worker-0", "worker-1"], results
+    assert all(r["accuracy"] >= 0.85 for r in results), results
+    detail = client.get(job)
+    (server_ip,) = {w.ip_address for w in detail.worker_list if w.role == "ps"}
+    published = (server.data / "jobs" / job / "ps-addresses" / "ps-0.addr").read_text()
+    assert published.startswith(f"tcp://{server_ip}:"), published
+    assert [(r.name, r.active, r.failed) for r in detail.roles] == [("ps", 0, 0), ("worker", 0, 0)]
+    assert {w.state for w in detail.worker_list} <= {"exited", "released"}, detail.worker_list
+    _until(lambda: not _replicas(f"ps_digits.py --out {out}"), 30, "the replicas to end")
+
+
+def _replicas(pattern: str) -> list[str]:
+    """Processes whose command line matches ``pattern`` (a test's own folder is in it)."""
+    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return found.stdout.split()
 
 
 class TestRayConformance(BackendConformance):

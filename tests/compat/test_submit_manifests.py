@@ -30,7 +30,7 @@ def _post_yaml(served: Served, text: str) -> httpx.Response:
 def test_a_manifest_this_server_cannot_run_is_refused_naming_each_role(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A backend that runs one group per job (the Ray backend) refuses a multi-role job.
+    # A backend that runs one group per job refuses a multi-role job.
     monkeypatch.setattr(served.backend, "capabilities", ONE_GROUP, raising=False)
     response = _post_yaml(served, (HERE / "tfjob-ps.yaml").read_text())
     assert response.status_code == 422

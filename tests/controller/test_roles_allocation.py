@@ -94,12 +94,12 @@ def test_the_launch_carries_every_role(tmp_path: Path) -> None:
 def test_what_each_backend_refuses() -> None:
     job = job_from_spec(parse_spec_yaml(PS_JOB))
     assert unsupported(job, capabilities=LOCAL) == []
-    ray = unsupported(job, capabilities=ONE_GROUP)
-    assert ray[0] == (
+    one_group = unsupported(job, capabilities=ONE_GROUP)
+    assert one_group[0] == (
         "roles",
         "a job with several roles (ps, worker) is not available on this server",
     )
-    assert ("roles.ps.launcher", "the 'ps' launcher is not available on this server") in ray
+    assert ("roles.ps.launcher", "the 'ps' launcher is not available on this server") in one_group
     elastic_tf = parse_spec(
         {
             "name": "t",

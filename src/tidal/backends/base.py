@@ -198,7 +198,7 @@ class Capabilities:
     name: str = "this server"
 
 
-#: The local backend: every launcher and restart policy, several roles.
+#: The local and Ray backends: every launcher and restart policy, several roles.
 LOCAL = Capabilities(name="the local backend")
 #: A backend that runs a job as one group: ``tidal`` or ``torchrun``, one role.
 ONE_GROUP = Capabilities(

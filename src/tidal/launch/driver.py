@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tidal.backends.base import JobStatus, RoleLaunch, WorkerState, WorkerStatus
+from tidal.launch.endpoints import SlotNetwork
 from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.launchers import Group, make_group
 from tidal.launch.process import Spawner
@@ -93,11 +94,13 @@ class GroupDriver:
         first_worker_id: int = 0,
         roles: Sequence[RoleLaunch] = (),
         work_dir: Path | None = None,
+        network: SlotNetwork | None = None,
     ) -> None:
         """``stop_grace``: how long released workers get to leave when the job stops
         (rank 0 checkpoints first); ``first_worker_id``: see :class:`WorkerGroup`;
         ``roles``: a multi-role job's roles, run as :class:`RoleGroups` (launcher files
-        in ``work_dir``) instead of one group of ``spec``."""
+        in ``work_dir``, replicas reached as ``network`` says) instead of one group of
+        ``spec``."""
         self.job_id = job_id
         self.stop_grace = stop_grace
         self.group: Group | RoleGroups
@@ -110,6 +113,7 @@ class GroupDriver:
                 store_host=store_host,
                 first_worker_id=first_worker_id,
                 work_dir=work_dir,
+                network=network,
             )
         else:
             self.group = make_group(

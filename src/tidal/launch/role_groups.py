@@ -1,4 +1,5 @@
-"""A multi-role job's processes on one agent: one group per role.
+"""A multi-role job's processes: one group per role (in the local backend's agent, or a
+thread of the Ray backend).
 
 The controller gives the job one set of slots; :func:`~tidal.launch.role_slots.
 assign_roles` splits it among the roles (fixed roles keep their slots, the elastic role
@@ -10,12 +11,15 @@ across roles.
 
 The job succeeds once every role that ends it succeeded (:func:`~tidal.policy.
 role_restart.job_outcome`); the other roles (parameter servers) are then stopped.
+
+A ``tf`` replica's address is its slot's host and a port free there, fixed at the first
+assignment; where a slot is reached is the backend's :class:`~tidal.launch.endpoints.
+SlotNetwork` (this machine by default; the node's address on Ray).
 """
 
 from __future__ import annotations
 
 import logging
-import socket
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tidal.backends.base import RoleLaunch
+from tidal.launch.endpoints import LoopbackNetwork, SlotNetwork
 from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.launchers import Group, make_group
 from tidal.launch.process import Spawner
@@ -40,9 +45,10 @@ from tidal.launch.role_env import (
 from tidal.launch.role_slots import RoleShape, assign_roles
 from tidal.launch.worker import Worker, WorkerIds, WorkerSpec
 from tidal.policy.role_restart import RoleProgress, job_outcome
+from tidal.ps.config import PREFIX as PS_PREFIX
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
-__all__ = ["PROTOCOL_LAUNCHERS", "RoleGroups", "free_port"]
+__all__ = ["PROTOCOL_LAUNCHERS", "RoleGroups"]
 
 log = logging.getLogger("tidal.launch")
 
@@ -51,13 +57,6 @@ log = logging.getLogger("tidal.launch")
 PROTOCOL_LAUNCHERS = frozenset({"tidal", "torchrun"})
 #: Seconds the roles left running get to stop once the job succeeded.
 _STOP_GRACE = 10.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS gave for ``host`` (bound at 0 and read back, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class RoleGroups:
@@ -75,9 +74,13 @@ class RoleGroups:
         store_host: str = "127.0.0.1",
         first_worker_id: int = 0,
         work_dir: Path | None = None,
+        network: SlotNetwork | None = None,
     ) -> None:
         """``spec``: what every role shares (the job's run id, logs, checkpoints);
-        ``work_dir``: where launcher files (hostfiles, server addresses) go."""
+        ``work_dir``: where launcher files (hostfiles, server addresses) go;
+        ``network``: where each slot is reached (``tf`` addresses, ``mpi`` hosts), when
+        the slots are not all on this machine (default: ``tf`` replicas at ``127.0.0.1``,
+        hostfiles naming the slots' hosts)."""
         self.roles = list(roles)
         self.spec = spec
         self.ids = WorkerIds(first_worker_id)
@@ -87,6 +90,7 @@ class RoleGroups:
         self.assigned: dict[str, list[str]] = {}
         self.outcome: Outcome | None = None
         self._on_event = on_event
+        self._network = network
         self._addresses: dict[str, list[str]] = {}
         self.groups: dict[str, Group | ReplicaSet] = {}
         protocol: Group | None = None
@@ -135,10 +139,6 @@ class RoleGroups:
                 store=self.host.address,
                 ids=self.ids,
             )
-        # tf replicas find each other at fixed addresses: one port per replica, for good.
-        for role in self.roles:
-            if role.launcher == "tf":
-                self._addresses[role.name] = [f"127.0.0.1:{free_port()}" for _ in range(role.max)]
 
     # -- what the driver reads ---------------------------------------------------------
 
@@ -179,6 +179,7 @@ class RoleGroups:
                 self._write_hostfile(role)
         for name, group in self.groups.items():
             group.assign(self.assigned[name])
+        self._place_tf()  # before the next poll starts any replica
 
     def poll(self) -> Outcome | None:
         """Advance every role; the job's outcome once it has one."""
@@ -231,6 +232,7 @@ class RoleGroups:
                 env["TF_CONFIG"] = tf_config(self._addresses, role.name, index)
             elif role.launcher == "ps":
                 env.update(self._ps_env(role, index))
+                env.update(self._ps_bind(role, slot))
             elif role.launcher == "mpi":
                 env.update(mpi_env(str(self._hostfile(role)), self._others(role)))
             return env
@@ -253,8 +255,41 @@ class RoleGroups:
         # The user's own settings (mode, replicas_to_aggregate, ...) are left as given.
         return {k: v for k, v in env.items() if k not in role.env or k.endswith(("ROLE", "INDEX"))}
 
+    def _place_tf(self) -> None:
+        """Give each ``tf`` replica its address on its slot's host: once, at the first
+        assignment (a restarted replica keeps it), and anew only where a replica moved to
+        another host. Ports are asked for in one batch."""
+        network = self._network or LoopbackNetwork()
+        wanted: list[tuple[str, int, str, str]] = []
+        for role in self.roles:
+            group = self.groups[role.name]
+            if role.launcher != "tf" or not isinstance(group, ReplicaSet):
+                continue
+            addresses = self._addresses.setdefault(role.name, [""] * role.max)
+            for slot, index in group.indices.items():
+                host = network.address(slot)
+                if index < len(addresses) and addresses[index].rpartition(":")[0] != host:
+                    wanted.append((role.name, index, slot, host))
+        if not wanted:
+            return
+        ports = network.free_ports([slot for _, _, slot, _ in wanted])
+        for (name, index, _, host), port in zip(wanted, ports, strict=True):
+            self._addresses[name][index] = f"{host}:{port}"
+
+    def _ps_bind(self, role: RoleLaunch, slot: str) -> dict[str, str]:
+        """A server whose workers may be on other hosts listens on its host's address
+        (``tidal.ps`` binds ``127.0.0.1`` by default), unless the job says where."""
+        key = PS_PREFIX + "BIND"
+        if self._network is None or role.name != PS_ROLE or key in {**self.spec.env, **role.env}:
+            return {}
+        return {key: f"tcp://{self._network.address(slot)}:0"}
+
     def _others(self, role: RoleLaunch) -> list[str]:
-        return [s for name, slots in self.assigned.items() if name != role.name for s in slots]
+        slots = [s for name, held in self.assigned.items() if name != role.name for s in held]
+        if self._network is None:
+            return slots
+        # Hosts as the launcher's program reaches them: ``address:i``.
+        return [f"{self._network.address(s)}:{s.rpartition(':')[2]}" for s in slots]
 
     def _hostfile(self, role: RoleLaunch) -> Path:
         return self.work_dir / f"hostfile-{role.name}"

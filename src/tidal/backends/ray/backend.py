@@ -5,7 +5,9 @@ by a thread of its own through the same :class:`~tidal.launch.driver.GroupDriver
 local backend's agents: it hosts the job's rendezvous store (on an address the nodes can
 reach), publishes generations and handles resizes and failures exactly as they do. Only
 the processes differ: a worker is a :class:`WorkerActor` pinned to the node of its slot,
-running the user's command there (see :mod:`.worker`).
+running the user's command there (see :mod:`.worker`). A job of several roles (or of a
+``tf``, ``mpi`` or ``ps`` launcher) runs as :class:`~tidal.launch.role_groups.RoleGroups`
+the same way, its replicas reached at their nodes' addresses (see :mod:`.network`).
 
 Hosts are the cluster's alive nodes that offer slots: one slot per unit of the custom
 resource ``tidal_slot`` (nodes started with ``--resources '{"tidal_slot": 4}'``), or per
@@ -30,13 +32,14 @@ from typing import Any
 import ray
 
 from tidal.backends.base import (
-    ONE_GROUP,
+    LOCAL,
     DiscoveredHost,
     JobLaunch,
     JobStatus,
     read_reports,
     worker_logs,
 )
+from tidal.backends.ray.network import RayNetwork
 from tidal.backends.ray.worker import RaySpawner
 from tidal.launch.driver import GroupDriver, slot_name
 from tidal.launch.worker import WorkerSpec
@@ -57,6 +60,8 @@ class _Node:
     node_id: str
     #: What one worker takes on the node: ``tidal_slot`` or ``GPU``.
     resource: str
+    #: The node's IP address, where its workers are reached.
+    address: str
 
 
 @dataclass
@@ -92,9 +97,9 @@ class _Job:
 class RayBackend:
     """Runs every job's workers as actors on a Ray cluster; see the module docstring."""
 
-    #: One group per job (``tidal`` or ``torchrun``): several roles, and the ``tf``,
-    #: ``mpi`` and ``ps`` launchers, are refused at submit (422 naming the field).
-    capabilities = replace(ONE_GROUP, name="the Ray backend")
+    #: What the local backend runs: several roles, every launcher and restart policy
+    #: (a ``tf`` replica is reached at its node's address, see :mod:`.network`).
+    capabilities = replace(LOCAL, name="the Ray backend")
 
     def __init__(
         self,
@@ -161,7 +166,7 @@ class RayBackend:
             }
             address = str(node["NodeManagerAddress"])
             hosts.append(DiscoveredHost(name, count, gpu=gpu, labels=labels, address=address))
-            nodes[name] = _Node(str(node["NodeID"]), resource)
+            nodes[name] = _Node(str(node["NodeID"]), resource, address)
         with self._lock:
             self._hosts, self._nodes = hosts, nodes
             self._refreshed = time.monotonic()
@@ -212,6 +217,11 @@ class RayBackend:
             spawner=RaySpawner(self._placement, on_lost=self.refresh),
             store_host=self.store_host,
             stop_grace=_STOP_GRACE,
+            roles=launch.roles,
+            # Hostfiles and parameter servers' address files: the job's folder, which
+            # replicas on other nodes see only on a shared filesystem (docs/ray.md).
+            work_dir=launch.log_dir.parent if launch.log_dir is not None else None,
+            network=RayNetwork(self._node_address),
         )
         job = _Job(launch, driver, JobStatus(launch.job_id, -1))
         job.requested = self._reachable(slots)
@@ -232,6 +242,10 @@ class RayBackend:
     def _placement(self, host: str) -> tuple[str, str] | None:
         node = self._node(host)
         return None if node is None else (node.node_id, node.resource)
+
+    def _node_address(self, host: str) -> tuple[str, str] | None:
+        node = self._node(host)
+        return None if node is None else (node.node_id, node.address)
 
     def _reachable(self, slots: Sequence[Slot]) -> list[str]:
         """The slots whose node is alive: a worker placed on a dead node would only fail,
