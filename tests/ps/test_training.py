@@ -343,3 +343,30 @@ def test_a_chief_evaluates_waits_for_the_workers_and_saves_the_final_model(
     assert accuracy(fresh, test_set) >= THRESHOLD
     pushes = [result(out, w)["stats"]["applied"] for w in ("worker-0", "worker-1")]
     assert pushes == [135, 135]  # every gradient of both workers applied; none by the chief
+
+
+def test_a_worker_stopped_with_sigterm_leaves_and_the_chief_sees_it_finished(
+    tmp_path: Path,
+) -> None:
+    """A shrink stops a worker with SIGTERM: it leaves cleanly (exit 143 through the
+    script's ``with model:``), the servers count it finished at once, and the chief's
+    ``checkpoints()`` ends without a ``lost_grace`` once the other worker is done."""
+    out = tmp_path / "out"
+    config = PSConfig(n_ps=1, mode="sync", max_workers=2, peer_timeout=30.0)
+    args = ["--out", str(out), "--epochs", "3", "--step-delay", "0.01"]
+    args += ["--eval-every", "0.5", "--timeout", "150"]
+    with LocalCluster(EXAMPLE, config, tmp_path, args=args) as cluster:
+        cluster.start_servers()
+        chief = cluster.start_chief()
+        cluster.start_worker(0)
+        stopped = cluster.start_worker(1)
+        wait_for("worker-1 to train", lambda: len(trace(out, "worker-1")) >= 20, cluster, 90)
+        stopped.signal(signal.SIGTERM)
+        # Left within a few steps: with peer_timeout 30 s, a silent exit would not be
+        # counted before the chief's timeout made this test fail.
+        assert stopped.wait(30) == 128 + signal.SIGTERM, stopped.output()
+        wait_for("the chief to finish", lambda: chief.poll() is not None, cluster, 150)
+        assert chief.poll() == 0, chief.output()
+        assert cluster.workers["worker-0-0"].wait(30) == 0
+    assert result(out, "worker-0")["accuracy"] >= THRESHOLD
+    assert result(out, "chief")["accuracy"] >= THRESHOLD

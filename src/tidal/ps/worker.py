@@ -33,6 +33,7 @@ from tidal.ps.chief import WorkerStates, merge_statuses, training_over
 from tidal.ps.config import ClusterSpec
 from tidal.ps.server import OptimizerFactory, serve
 from tidal.ps.shard import layout_of, piece_view, trainable
+from tidal.ps.termination import close_at_exit, exchange, leave_on_sigterm
 from tidal.ps.transport import (
     ParameterServerError,
     ServerLink,
@@ -135,6 +136,9 @@ class ParameterServerModel(torch.nn.Module):
         self._need_pull = True
         self._incarnations: list[str | None] = [None] * spec.config.n_ps
         self._hello(timeout=spec.config.recover_timeout)
+        if not self.is_chief:
+            leave_on_sigterm()
+            close_at_exit(self)  # a script that never closes its model still leaves
 
     # -- connection -------------------------------------------------------------------
     def _wait_address(self, i: int) -> str:
@@ -218,6 +222,7 @@ class ParameterServerModel(torch.nn.Module):
             return True
         return max(s - v for s, v in zip(self.server_versions, self.versions, strict=True)) > bound
 
+    @exchange
     def pull(self) -> None:
         """Copy every shard's current values into the wrapped module."""
         while True:
@@ -244,6 +249,7 @@ class ParameterServerModel(torch.nn.Module):
         self.stats["pulls"] += 1
         self._need_pull = False
 
+    @exchange
     def push(self) -> bool:
         """Send the gradients of the last backward pass to the servers and clear them.
 
@@ -299,6 +305,7 @@ class ParameterServerModel(torch.nn.Module):
         are equal unless a restored server went back)."""
         return min(self.versions)
 
+    @exchange
     def worker_states(self) -> WorkerStates:
         """Every worker the servers have heard of: ``active``, ``finished`` (it closed
         its model) or ``lost`` (silent; it may come back under its id), see
@@ -353,6 +360,7 @@ class ParameterServerModel(torch.nn.Module):
         save_atomically(target, payload)
         return target
 
+    @exchange
     def close(self) -> None:
         """Leave the job cleanly (servers stop counting this worker at once)."""
         if self._context.closed:
