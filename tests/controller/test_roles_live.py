@@ -222,3 +222,66 @@ def test_a_parameter_server_job_trains_digits_and_its_servers_stop(tmp_path: Pat
     # Nothing is shown running; the server left on the job's SIGTERM.
     assert {w.state for w in detail.worker_list} <= {"exited", "released"}, detail.worker_list
     assert (data / "jobs" / job.id / "ps-addresses" / "ps-0.addr").exists()
+
+
+def test_a_parameter_server_killed_mid_training_comes_back_from_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL the job's only server mid-training: the restart policy starts it again on
+    its slot, it restores its shard from the latest checkpoint, the workers wait for it,
+    reconnect and finish, and the job succeeds with one restart spent."""
+    process = start_server(tmp_path, "--interval", "0.2", slots=3)
+    data = tmp_path / "data"
+    out = tmp_path / "out"
+    command = [sys.executable, PS_DIGITS, "--out", str(out), "--epochs", "5"]
+    command += ["--step-delay", "0.01"]
+    env = {
+        "TIDAL_PS_MODE": "async",
+        "TIDAL_PS_PEER_TIMEOUT": "3",
+        "TIDAL_PS_RECOVER_TIMEOUT": "120",
+        "TIDAL_PS_CHECKPOINT_EVERY": "10",
+    }
+    role = {"command": command, "launcher": "ps", "resources": {"gpus": 0}}
+    try:
+        with Client(data_dir=data, timeout=30) as client:
+            job = client.submit(
+                {
+                    "name": "ps-restore",
+                    "env": env,
+                    "restart": {"max_restarts": 2},
+                    "roles": [
+                        {"name": "ps", "replicas": 1, **role},
+                        {"name": "worker", "replicas": 2, **role},
+                    ],
+                }
+            )
+            shards = data / "jobs" / job.id / "checkpoints" / "ps"
+
+            def trained(worker: str) -> int:
+                path = out / f"{worker}.jsonl"
+                return len(path.read_text().splitlines()) if path.exists() else 0
+
+            until(
+                lambda: trained("worker-0") >= 40 and any(shards.glob("shard0-*.pt")),
+                180,
+                "the workers to train and the server to checkpoint",
+            )
+            (server,) = [w for w in client.get(job.id).worker_list if w.role == "ps"]
+            assert server.pid is not None
+            os.kill(server.pid, 9)
+            until(lambda: client.get(job.id).state in TERMINAL, 240, "the ps job")
+            detail = client.get(job.id)
+            events = [(e.kind, e.message) for e in client.events(job.id)]
+    finally:
+        stop_server(process)
+    assert detail.state == "succeeded", (detail.reason, events, _logs(data, job.id))
+    assert detail.restarts == 1, events
+    servers = [w for w in detail.worker_list if w.role == "ps"]
+    assert len(servers) == 2 and {w.index for w in servers} == {0}  # one more, same shard
+    log = "\n".join(p.read_text() for p in (data / "jobs" / job.id / "logs").glob("*.log"))
+    assert "restored" in log, log[-3000:]
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("worker-*.json"))]
+    assert [r["worker"] for r in results] == ["worker-0", "worker-1"]
+    assert all(r["accuracy"] >= THRESHOLD for r in results), results
+    # Each worker lost at most the gradient in flight, and waited for the server.
+    assert all(r["stats"]["recoveries"] >= 1 for r in results), results
