@@ -107,3 +107,30 @@ def test_an_agent_killed_mid_job_is_replaced_at_once(tmp_path: Path) -> None:
             time.sleep(0.05)
     finally:
         backend.close()
+
+
+def test_an_agent_whose_job_ended_before_it_was_looked_at_is_not_a_failed_start(
+    tmp_path: Path,
+) -> None:
+    """A job whose workers end at once: its agent writes its final status, removes its
+    record and exits before the backend's first look. That is a job started and over,
+    not an agent that failed to start (which failed such jobs under load)."""
+    import subprocess
+    from dataclasses import asdict
+
+    from tidal.backends.local import _Agent
+    from tidal.launch.agent import AgentStatus, final_path
+
+    backend = LocalBackend(tmp_path)
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert finished.wait(timeout=60) == 0
+    agent = _Agent("quick", finished.pid, None, None, process=finished)
+    final = final_path(backend.state_dir, "quick")
+    final.write_text(json.dumps(asdict(AgentStatus("quick", 1, outcome="succeeded"))))
+    backend._connect(agent, deadline=time.monotonic() + 5)  # returns: the job is over
+    backend._agents["quick"] = agent
+    status = backend.poll()["quick"]
+    assert status.finished and not status.failed
+    final.unlink()
+    with pytest.raises(RuntimeError, match="agent exited with status 0"):
+        backend._connect(agent, deadline=time.monotonic() + 5)  # no final status: failed

@@ -217,9 +217,23 @@ class LocalBackend:
                 log.warning("job=%s: the new agent did not start: %s", dead.job_id, exc)
 
     def _connect(self, agent: _Agent, *, deadline: float) -> None:
+        """Connect to the agent's store once its record is there. A job whose workers end
+        at once may be over first: the agent writes its final status, removes the record
+        and exits before this looks; the job is then started and over, and :meth:`poll`
+        reads the final status."""
         record = record_path(self.state_dir, agent.job_id)
-        while not record.exists():
+        final = final_path(self.state_dir, agent.job_id)
+        while True:
+            try:
+                text = record.read_text()
+                break
+            except FileNotFoundError:
+                pass
+            if final.exists():
+                return
             if agent.process is not None and agent.process.poll() is not None:
+                if final.exists():  # written before the record went and the agent exited
+                    return
                 raise RuntimeError(
                     f"job {agent.job_id}: agent exited with status {agent.process.returncode}; "
                     f"see {self.state_dir / (agent.job_id + '.agent.log')}"
@@ -227,8 +241,13 @@ class LocalBackend:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {agent.job_id}: agent did not start in time")
             time.sleep(0.01)
-        host, _, port = str(json.loads(record.read_text())["store"]).rpartition(":")
-        agent.store = connect_store(host, int(port), timeout=10)
+        host, _, port = str(json.loads(text)["store"]).rpartition(":")
+        try:
+            agent.store = connect_store(host, int(port), timeout=10)
+        except Exception:
+            if not final.exists():
+                raise
+            # Over between the record and the connection: poll reads the final status.
 
     def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
         """Set the job's slots (applied at its next step boundary)."""
