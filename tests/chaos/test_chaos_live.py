@@ -343,8 +343,10 @@ def _check_job(run: Run, job_id: str, view: dict[str, Any]) -> None:
         events = api.get(f"/jobs/{job_id}/events").json()
     kinds = Counter(e["kind"] for e in events)
     # No runaway respawn: restarts are the kills, in the view and in the events alike.
-    assert view["restarts"] == kills, (view["restarts"], kills, view["reason"])
-    assert kinds["worker_failed"] + kinds["failed"] * (kills > plan.max_restarts) == kills
+    trail = [(e["kind"], e.get("message", "")) for e in events]
+    assert view["restarts"] == kills, (view["restarts"], kills, view["reason"], trail)
+    failures = kinds["worker_failed"] + kinds["failed"] * (kills > plan.max_restarts)
+    assert failures == kills, (failures, kills, trail)
     worker_ids = {w["worker_id"] for w in view["worker_list"]}
     bound = plan.workers * (1 + kills + kinds["lost"]) + run.grown[job_id]
     assert len(worker_ids) <= bound, (worker_ids, bound)

@@ -8,8 +8,18 @@ import sys
 import time
 from pathlib import Path
 
+from tidal.backends.base import WorkerState
+from tidal.launch.driver import worker_state
+from tidal.launch.group import WorkerGroup
 from tidal.launch.process import LocalSpawner
-from tidal.launch.worker import Worker, WorkerPhase, close_outputs, kill_workers, wait_for_exit
+from tidal.launch.worker import (
+    Worker,
+    WorkerPhase,
+    WorkerSpec,
+    close_outputs,
+    kill_workers,
+    wait_for_exit,
+)
 
 #: Starts a grandchild in its own session (out of reach of a kill of the worker's
 #: process group), writes its pid, then runs until killed.
@@ -70,3 +80,35 @@ def test_kill_workers_marks_only_running_ones_killed_and_reaps_their_sessions(
         assert time.monotonic() < deadline, "the detached grandchild outlived its worker"
         time.sleep(0.02)
     assert log_files == [] and "bye\n" in lines and "ready\n" in lines
+
+
+def test_a_leaver_that_exits_with_an_error_is_released_and_a_member_that_does_failed() -> None:
+    # A worker on its way out can end with an error when a peer dies in the handover (its
+    # last collective breaks): the job asked it to go, so that is no failure to count.
+    group = WorkerGroup(WorkerSpec(argv=["unused"], run_id="leave"))
+    try:
+        leaver, member = (
+            Worker(
+                worker_id,
+                f"h:{i}",
+                LocalSpawner().spawn(
+                    worker_id=worker_id,
+                    slot=f"h:{i}",
+                    argv=[sys.executable, "-c", "raise SystemExit(1)"],
+                    env={},
+                    cwd=None,
+                    on_line=lambda _line: None,
+                ),
+                phase=phase,
+            )
+            for i, (worker_id, phase) in enumerate(
+                (("w0", WorkerPhase.LEAVING), ("w1", WorkerPhase.MEMBER))
+            )
+        )
+        group.workers = {"w0": leaver, "w1": member}
+        assert leaver.process.wait(timeout=60) == 1 and member.process.wait(timeout=60) == 1
+        group.poll()
+        assert (worker_state(leaver), leaver.exit_code) == (WorkerState.RELEASED, 1)
+        assert (worker_state(member), member.exit_code) == (WorkerState.FAILED, 1)
+    finally:
+        group.stop(grace=1.0)

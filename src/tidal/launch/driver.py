@@ -61,7 +61,7 @@ def worker_state(worker: Worker) -> WorkerState:
         return WorkerState.FAILED
     if worker.exit_code == 0:
         return WorkerState.EXITED
-    if worker.exit_code == EXIT_RELEASED or worker.killed:
+    if worker.exit_code == EXIT_RELEASED or worker.killed or worker.left:
         return WorkerState.RELEASED  # a worker the group stopped itself did not fail
     return WorkerState.FAILED
 

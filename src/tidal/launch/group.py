@@ -186,8 +186,10 @@ class WorkerGroup:
                 self._finish(training=False)
                 self._emit("finished", f"{worker.id} on slot {worker.slot} finished")
             elif code == EXIT_RELEASED and was in (WorkerPhase.LEAVING, WorkerPhase.MEMBER):
+                worker.left = True
                 self._emit("released", f"{worker.id} released from slot {worker.slot}")
             elif was is WorkerPhase.LEAVING:
+                worker.left = True
                 self._emit("released", f"{worker.id} left with status {code}")
             elif self._finishing and (code != 0 and not worker.killed):
                 self._failed_while_finishing = True

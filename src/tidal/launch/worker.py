@@ -112,6 +112,9 @@ class Worker:
     killed: bool = False
     #: Exited without being asked to: its slot waits to be assigned again.
     failed: bool = False
+    #: Exited while it was leaving: whatever its status, it was on its way out (a peer's
+    #: crash in the handover can end it with an error), so it did not fail.
+    left: bool = False
     #: The role it is a replica of, and its index there (a multi-role job's groups set
     #: them; a one-role job's workers are all ``worker``).
     role: str = "worker"
