@@ -104,6 +104,30 @@ def test_stopped_workers_end_and_leave_no_process(live: tuple[Client, Path]) -> 
     assert client.cluster().used_slots == 0
 
 
+def test_stopping_one_worker_ends_it_and_the_others_run_on(live: tuple[Client, Path]) -> None:
+    client, _ = live
+    ids = client.launch_workers(3, command=["python", "-c", "import time; time.sleep(300)"])
+    job_id = ids[0].split("/")[0]
+    assert client.await_workers(ids, timeout_seconds=60)["failures"] == []
+    pids = {w.worker_id: w.pid for w in client.get(job_id).worker_list}
+    assert len(pids) == 3 and all(pids.values())
+    assert client.stop_workers([ids[1]]) == [job_id]
+    ended = client.await_workers([ids[1]], wait_for_completion=True, timeout_seconds=60)
+    assert ended["workers"][0]["status"] == "released"
+    until(lambda: _gone(pids[1]), 30, "the stopped worker's process to end")
+    # The shrink is a rescale: the job is running again once its agent reports it done.
+    until(lambda: client.get(job_id).state == "running", 30, "the job to run on")
+    job = client.get(job_id)
+    assert (job.max_workers, len(job.slots)) == (2, 2)
+    assert not _gone(pids[0]) and not _gone(pids[2])
+    running = {w.worker_id for w in job.worker_list if w.state in ("starting", "running")}
+    assert running == {0, 2}  # not replaced
+    until(lambda: client.cluster().used_slots == 2, 30, "the stopped worker's slot to free")
+    assert client.stop_workers(ids) == [job_id]
+    until(lambda: client.get(job_id).state == "cancelled", 60, "the job to be cancelled")
+    until(lambda: all(_gone(p) for p in pids.values() if p), 30, "every process to end")
+
+
 def test_cli_verbs(live: tuple[Client, Path], capsys: pytest.CaptureFixture[str]) -> None:
     _, tmp_path = live
     where = ["--data-dir", str(tmp_path / "data")]

@@ -10,7 +10,7 @@ from typing import Any
 from tidal.backends.base import WorkerState
 from tidal.controller.stored_specs import load_stored_spec
 from tidal.controller.tables import JobRow, slots_of
-from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM, Job, JobState, job_from_spec
+from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM, Job, JobState, Replicas, job_from_spec
 from tidal.policy.api import Slot
 from tidal.spec import JobSpec
 
@@ -22,6 +22,7 @@ __all__ = [
     "JobRecord",
     "MetricRecord",
     "WorkerRecord",
+    "bounded",
 ]
 
 
@@ -60,6 +61,8 @@ class JobRecord:
     updated_at: float
     owner: str = DEFAULT_OWNER
     team: str = DEFAULT_TEAM
+    #: Slots of workers a user stopped, which the job gives up at its next allocation.
+    release_slots: tuple[Slot, ...] = ()
 
     @cached_property
     def spec(self) -> JobSpec:
@@ -71,7 +74,7 @@ class JobRecord:
     def job(self) -> Job:
         """The job model, with the priority the job has now."""
         job = job_from_spec(self.spec, job_id=self.id, owner=self.owner, team=self.team)
-        return replace(job, priority=self.priority)
+        return bounded(replace(job, priority=self.priority), self.max_workers)
 
     @classmethod
     def of_row(cls, row: JobRow) -> JobRecord:
@@ -102,7 +105,24 @@ class JobRecord:
             updated_at=row.updated_at,
             owner=row.owner,
             team=row.team,
+            release_slots=slots_of(row.release_slots or []),
         )
+
+
+def bounded(job: Job, max_slots: int) -> Job:
+    """``job`` holding at most ``max_slots`` slots: a fixed job some of whose workers were
+    stopped for good runs that many fewer (its scaling role's replicas are lowered)."""
+    whole = job.slot_range
+    if max_slots >= whole.max:
+        return job
+    role = job.role
+    cut = whole.max - max_slots
+    top = role.replicas.max - cut
+    replicas = Replicas(
+        min=min(role.replicas.min, top), max=top, initial=min(role.replicas.initial, top)
+    )
+    roles = tuple(replace(r, replicas=replicas) if r is role else r for r in job.roles)
+    return replace(job, roles=roles)
 
 
 @dataclass(frozen=True)

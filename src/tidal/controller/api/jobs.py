@@ -52,7 +52,7 @@ from tidal.controller.support import Capabilities, capabilities_of
 from tidal.model import ACTIVE_STATES, JobState, JobStateError
 from tidal.spec import SpecError, locate_problems
 
-__all__ = ["router"]
+__all__ = ["ask", "router"]
 
 router = APIRouter(tags=["jobs"])
 
@@ -96,7 +96,7 @@ def _current(store: Store, job: JobRecord) -> JobView:
     return job_view(fresh, None, pending)
 
 
-def _ask(store: Store, job: JobRecord, request: UserRequest, event: Event) -> JobView:
+def ask(store: Store, job: JobRecord, request: UserRequest, event: Event) -> JobView:
     """Record ``request`` for the loop; 409 when the job is over."""
     try:
         store.add_request(job.id, request, expect=ACTIVE_STATES, event=event)
@@ -282,7 +282,7 @@ def _role_statuses(job: JobRecord, workers: Sequence[WorkerRecord]) -> list[Role
 def cancel(ref: str, store: StoreDep) -> JobView:
     """Ask for the job to be cancelled; its workers stop on the controller's next tick."""
     job = job_or_404(store, ref)
-    return _ask(store, job, Cancel(), Event("cancel_requested"))
+    return ask(store, job, Cancel(), Event("cancel_requested"))
 
 
 @router.put("/jobs/{ref}/priority", response_model=JobView)
@@ -290,7 +290,7 @@ def set_priority(ref: str, body: PriorityRequest, store: StoreDep) -> JobView:
     """Change the job's priority; the next allocation takes it into account."""
     job = job_or_404(store, ref)
     before = _current(store, job).priority
-    return _ask(
+    return ask(
         store,
         job,
         SetPriority(body.priority),
@@ -309,7 +309,7 @@ def scale(ref: str, body: ScaleRequest, store: StoreDep) -> JobView:
             "workers",
             f"must be within [{job.min_workers}, {job.max_workers}] (got {body.workers})",
         )
-    return _ask(
+    return ask(
         store,
         job,
         Resize(body.workers, "scale"),
@@ -338,7 +338,7 @@ def _scale_role(store: Store, job: JobRecord, role_name: str, replicas: int) -> 
     if not low <= replicas <= high:
         raise invalid("workers", f"must be within [{low}, {high}] for role {role_name}")
     target = model.fixed_slots + replicas
-    return _ask(
+    return ask(
         store,
         job,
         Resize(target, "scale"),
@@ -361,7 +361,7 @@ def scale_out(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
             "count", f"would make {target} workers, above the job's max of {job.max_workers}"
         )
     deadline = time.time() + body.timeout_s if body.timeout_s else None
-    return _ask(
+    return ask(
         store,
         job,
         Resize(target, "scale_out", deadline),
@@ -379,7 +379,7 @@ def scale_in(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
         raise invalid(
             "count", f"would leave {target} workers, below the job's min of {job.min_workers}"
         )
-    return _ask(
+    return ask(
         store,
         job,
         Resize(target, "scale_in"),
