@@ -150,23 +150,24 @@ def test_requests_apply_in_order() -> None:
 
 def test_stopping_workers_lowers_a_fixed_job_and_names_the_slots_it_gives_up() -> None:
     job = _record(4, held=4)
-    first = StopWorkers((1,), (("h", 1),), fixed=True)
-    again = StopWorkers((1, 3), (("h", 1), ("h", 3)), fixed=True)  # worker 1 asked twice
+    first = StopWorkers((1,), (("h", 1),), "worker", fixed=True)
+    again = StopWorkers((1, 3), (("h", 1), ("h", 3)), "worker", fixed=True)  # 1 asked twice
     decided = apply_requests(job, _pending(first, again))
     assert decided.changes == {
         "min_workers": 2,
         "max_workers": 2,
         "target_workers": None,
+        "stopped_replicas": {"worker": 2},
         "release_slots": (("h", 1), ("h", 3)),
     }
     # Its model runs that many fewer workers from then on.
-    lowered = replace(job, min_workers=2, max_workers=2)
+    lowered = replace(job, stopped_replicas={"worker": 2})
     assert (job.job.slot_range.max, lowered.job.slot_range) == (4, Replicas(2, 2, 2))
 
 
 def test_stopping_workers_of_an_elastic_job_lowers_its_target_from_what_it_holds() -> None:
     job = _record("1:4", held=3)
-    decided = apply_requests(job, _pending(StopWorkers((0,), (("h", 0),), fixed=False)))
+    decided = apply_requests(job, _pending(StopWorkers((0,), (("h", 0),), "worker", fixed=False)))
     assert decided.changes == {
         "target_workers": 2,
         "scale_deadline": None,
@@ -181,7 +182,7 @@ def test_requests_round_trip_through_rows() -> None:
         SetPriority(3),
         Resize(2, "scale_in"),
         Resize(5, "scale_out", 1.5),
-        StopWorkers((1, 4), (("h", 1), ("g", 0)), fixed=True),
+        StopWorkers((1, 4), (("h", 1), ("g", 0)), "worker", fixed=True),
         Cancel(),
     ):
         assert request_from_row(*request_to_row(request)) == request

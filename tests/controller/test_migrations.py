@@ -105,6 +105,8 @@ def assert_record_holds_row(job: JobRecord, row: dict[str, Any]) -> None:
             assert job.spec.name == row["name"]
         elif column in ("slots", "release_slots"):
             assert [list(s) for s in getattr(job, column)] == sorted(_json(stored))
+        elif column == "stopped_replicas":
+            assert dict(job.stopped_replicas) == _json(stored)
         elif column == "labels":
             assert dict(job.labels) == _json(stored)
         elif column == "state":
@@ -155,7 +157,7 @@ def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     allocation counter ``reallocations`` and gives every job the single admin as owner;
     0005 numbers no change of a stored job (``change`` 0); 0006 makes every stored worker
     a replica of the one role a job had, ``worker``, at an unknown index; 0007 gives every
-    job an empty list of slots to give up."""
+    job an empty list of slots to give up and no stopped replicas."""
     if table == "workers":
         return [{**row, "role": "worker", "replica_index": None} for row in rows]
     if table != "jobs":
@@ -165,7 +167,14 @@ def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row = dict(row)
         row["reallocations"] = row.pop("generation")
         revised.append(
-            {**row, "owner": "admin", "team": "default", "change": 0, "release_slots": []}
+            {
+                **row,
+                "owner": "admin",
+                "team": "default",
+                "change": 0,
+                "release_slots": [],
+                "stopped_replicas": {},
+            }
         )
     return revised
 

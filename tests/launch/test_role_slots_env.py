@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tidal.launch.role_env import hostfile_text, hosts_text, mpi_env, ps_env, tf_config
-from tidal.launch.role_slots import RoleShape, assign_roles, replica_indices
+from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes, replica_indices
 from tidal.ps.config import ClusterSpec
 
 PS = RoleShape("ps", 2, 2)
@@ -43,6 +43,19 @@ def test_a_fixed_role_that_lost_a_slot_refills_from_free_slots_first() -> None:
     # h:1's host left; the policy gave h:4 instead.
     after = assign_roles([PS, WORKER], ["h:0", "h:2", "h:3", "h:4"], before)
     assert after == {"ps": ["h:0", "h:4"], "worker": ["h:2", "h:3"]}
+
+
+def test_a_fixed_role_whose_replicas_were_stopped_runs_fewer_and_others_stay() -> None:
+    before = {"ps": ["h:0"], "worker": ["h:1", "h:2", "h:3"]}
+    fixed_workers = RoleShape("worker", 3, 3)
+    # The controller stopped the worker on h:2 for good: one slot short, lost by worker.
+    shapes = fit_shapes([RoleShape("ps", 1, 1), fixed_workers], ["h:0", "h:1", "h:3"], before)
+    assert shapes == [RoleShape("ps", 1, 1), RoleShape("worker", 2, 2)]
+    split = assign_roles(shapes, ["h:0", "h:1", "h:3"], before)
+    assert split == {"ps": ["h:0"], "worker": ["h:1", "h:3"]}
+    # A slot lost while the count stays (a host left) is refilled, the shapes unchanged.
+    roles = [RoleShape("ps", 1, 1), fixed_workers]
+    assert fit_shapes(roles, ["h:0", "h:1", "h:3", "h:9"], before) == roles
 
 
 def test_too_few_slots_is_an_error_naming_the_role() -> None:

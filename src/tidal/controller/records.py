@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -22,7 +22,7 @@ __all__ = [
     "JobRecord",
     "MetricRecord",
     "WorkerRecord",
-    "bounded",
+    "without_stopped",
 ]
 
 
@@ -63,6 +63,8 @@ class JobRecord:
     team: str = DEFAULT_TEAM
     #: Slots of workers a user stopped, which the job gives up at its next allocation.
     release_slots: tuple[Slot, ...] = ()
+    #: Replicas of each fixed role a user stopped for good (the model runs that many fewer).
+    stopped_replicas: Mapping[str, int] = field(default_factory=dict)
 
     @cached_property
     def spec(self) -> JobSpec:
@@ -74,7 +76,7 @@ class JobRecord:
     def job(self) -> Job:
         """The job model, with the priority the job has now."""
         job = job_from_spec(self.spec, job_id=self.id, owner=self.owner, team=self.team)
-        return bounded(replace(job, priority=self.priority), self.max_workers)
+        return without_stopped(replace(job, priority=self.priority), self.stopped_replicas)
 
     @classmethod
     def of_row(cls, row: JobRow) -> JobRecord:
@@ -106,23 +108,27 @@ class JobRecord:
             owner=row.owner,
             team=row.team,
             release_slots=slots_of(row.release_slots or []),
+            stopped_replicas={str(k): int(v) for k, v in (row.stopped_replicas or {}).items()},
         )
 
 
-def bounded(job: Job, max_slots: int) -> Job:
-    """``job`` holding at most ``max_slots`` slots: a fixed job some of whose workers were
-    stopped for good runs that many fewer (its scaling role's replicas are lowered)."""
-    whole = job.slot_range
-    if max_slots >= whole.max:
+def without_stopped(job: Job, stopped: Mapping[str, int]) -> Job:
+    """``job`` with ``stopped[role]`` fewer replicas of each of those roles: what it runs
+    once a user stopped some of its workers for good (:mod:`tidal.controller.worker_stops`).
+    """
+    if not stopped:
         return job
-    role = job.role
-    cut = whole.max - max_slots
-    top = role.replicas.max - cut
-    replicas = Replicas(
-        min=min(role.replicas.min, top), max=top, initial=min(role.replicas.initial, top)
-    )
-    roles = tuple(replace(r, replicas=replicas) if r is role else r for r in job.roles)
-    return replace(job, roles=roles)
+    roles = []
+    for role in job.roles:
+        cut = stopped.get(role.name, 0)
+        r = role.replicas
+        if cut > 0 and r.max - cut >= 1:
+            top = r.max - cut
+            role = replace(
+                role, replicas=Replicas(min=min(r.min, top), max=top, initial=min(r.initial, top))
+            )
+        roles.append(role)
+    return replace(job, roles=tuple(roles))
 
 
 @dataclass(frozen=True)

@@ -55,11 +55,13 @@ class Resize:
 @dataclass(frozen=True)
 class StopWorkers:
     """Stop these workers of a running job for good (:mod:`tidal.controller.worker_stops`
-    decides whether that is possible): the job gives up their ``slots`` and its size drops
-    by as many, its fixed size (``fixed``) or else its target."""
+    decides whether that is possible): the job gives up their ``slots``, and its ``role``
+    runs as many fewer replicas: a fixed role's size drops (``fixed``), an elastic role's
+    target does."""
 
     worker_ids: tuple[int, ...]
     slots: tuple[Slot, ...]
+    role: str
     fixed: bool
 
 
@@ -103,6 +105,7 @@ def request_to_row(request: UserRequest) -> tuple[str, dict[str, Any]]:
         return "stop_workers", {
             "worker_ids": list(request.worker_ids),
             "slots": [[host, index] for host, index in request.slots],
+            "role": request.role,
             "fixed": request.fixed,
         }
     return "cancel", {}
@@ -123,6 +126,7 @@ def request_from_row(kind: str, data: Mapping[str, Any]) -> UserRequest:
         return StopWorkers(
             tuple(int(i) for i in data["worker_ids"]),
             tuple((str(host), int(index)) for host, index in data["slots"]),
+            str(data["role"]),
             bool(data["fixed"]),
         )
     if kind == "cancel":
@@ -135,13 +139,14 @@ def apply_requests(job: JobRecord, pending: Sequence[PendingRequest]) -> Request
 
     Later requests of a kind supersede earlier ones; a scale-out remembers the target it
     replaced, to restore it if its deadline passes. Stopping workers adds their slots to
-    the ones the job gives up and lowers its size by as many: a fixed job's bounds, or an
-    elastic job's target (from the slots it holds).
+    the ones the job gives up and lowers its size by as many: a fixed role's replicas (and
+    so the job's bounds), or the elastic role's target (from the slots the job holds).
     """
     changes: dict[str, Any] = {}
     target = job.target_workers
     low, high = job.min_workers, job.max_workers
     release = list(job.release_slots)
+    stopped = dict(job.stopped_replicas)
     for item in pending:
         request = item.request
         if isinstance(request, SetPriority):
@@ -158,9 +163,15 @@ def apply_requests(job: JobRecord, pending: Sequence[PendingRequest]) -> Request
             gone = [s for s in request.slots if s not in release]
             release += gone
             if request.fixed:
-                low, high = min(low, high - len(gone)), high - len(gone)
-                target = None if target is None else min(target, high)
-                changes.update(min_workers=low, max_workers=high, target_workers=target)
+                stopped[request.role] = stopped.get(request.role, 0) + len(gone)
+                low, high = low - len(gone), high - len(gone)
+                target = None if target is None else max(low, min(target - len(gone), high))
+                changes.update(
+                    min_workers=low,
+                    max_workers=high,
+                    target_workers=target,
+                    stopped_replicas=dict(stopped),
+                )
             else:
                 held = len(job.slots) if target is None else min(target, len(job.slots))
                 target = max(low, held - len(gone))

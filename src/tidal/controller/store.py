@@ -72,6 +72,7 @@ _UPDATABLE = frozenset(
         "max_workers",
         "target_workers",
         "release_slots",
+        "stopped_replicas",
         "scale_deadline",
         "scale_previous",
         "reallocations",

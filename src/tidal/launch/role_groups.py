@@ -42,7 +42,7 @@ from tidal.launch.role_env import (
     ps_env,
     tf_config,
 )
-from tidal.launch.role_slots import RoleShape, assign_roles
+from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes
 from tidal.launch.worker import Worker, WorkerIds, WorkerSpec
 from tidal.policy.role_restart import RoleProgress, job_outcome
 from tidal.ps.config import PREFIX as PS_PREFIX
@@ -173,6 +173,7 @@ class RoleGroups:
     def assign(self, slots: Sequence[str]) -> None:
         """Split ``slots`` among the roles (:func:`assign_roles`) and assign each its own;
         a failed replica on a slot that stays gets a new one."""
+        self.shapes = fit_shapes(self.shapes, list(slots), self.assigned)
         self.assigned = assign_roles(self.shapes, list(slots), self.assigned)
         for role in self.roles:
             if role.launcher == "mpi":

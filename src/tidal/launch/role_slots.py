@@ -4,6 +4,8 @@ The controller gives a multi-role job one set of slots (the policy sees one requ
 job: every fixed role's replicas plus the elastic role's range). The job's agent splits
 that set among the roles with :func:`assign_roles`: a fixed role keeps the slots it holds
 (a resize never moves a parameter server or a chief), the elastic role takes the rest.
+A fixed role some of whose replicas the controller stopped for good runs that many fewer
+(:func:`fit_shapes`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["RoleShape", "assign_roles", "replica_indices"]
+__all__ = ["RoleShape", "assign_roles", "fit_shapes", "replica_indices"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,31 @@ def assign_roles(
             )
         taken[stretchy.name] = mine
     return {role.name: taken[role.name] for role in roles}
+
+
+def fit_shapes(
+    roles: Sequence[RoleShape],
+    slots: Sequence[str],
+    previous: Mapping[str, Sequence[str]],
+) -> list[RoleShape]:
+    """``roles`` as ``slots`` can hold them: when there are too few for every fixed role's
+    replicas and the elastic role's ``min``, the fixed roles that lost slots they held in
+    ``previous`` run as many fewer replicas (the controller stopped those replicas for
+    good); otherwise ``roles`` unchanged. A fixed role that lost a slot while the count
+    stays (a host left, another slot given instead) refills in :func:`assign_roles`."""
+    need = sum(r.max for r in roles if not r.elastic) + sum(r.min for r in roles if r.elastic)
+    short = need - len(slots)
+    if short <= 0:
+        return list(roles)
+    offered = set(slots)
+    shaped: list[RoleShape] = []
+    for role in roles:
+        lost = sum(s not in offered for s in previous.get(role.name, ()))
+        cut = 0 if role.elastic else min(lost, short, role.max - 1)
+        short -= cut
+        top = role.max - cut
+        shaped.append(RoleShape(role.name, min(role.min, top), top))
+    return shaped
 
 
 def replica_indices(slots: Sequence[str], previous: Mapping[str, int]) -> dict[str, int]:

@@ -22,8 +22,8 @@ router = APIRouter(tags=["jobs"])
 
 @router.post("/jobs/{ref}/workers/stop", response_model=JobView)
 def stop_workers(ref: str, body: StopWorkersRequest, store: StoreDep) -> JobView:
-    """Stop the workers ``workers`` names; the job goes on without them (a fixed job runs
-    that many fewer, an elastic one gives up exactly their slots)."""
+    """Stop the workers ``workers`` names; the job goes on without them, giving up exactly
+    their slots (:mod:`tidal.controller.worker_stops` says which workers can be stopped)."""
     job = job_or_404(store, ref)
     try:
         model = job.job
@@ -42,6 +42,6 @@ def stop_workers(ref: str, body: StopWorkersRequest, store: StoreDep) -> JobView
         Event(
             "stop_workers",
             f"stop worker(s) {stopped}",
-            {"workers": list(decision.worker_ids), "fixed": decision.fixed},
+            {"workers": list(decision.worker_ids), "role": decision.role, "fixed": decision.fixed},
         ),
     )
