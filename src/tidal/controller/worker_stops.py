@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from tidal.backends.base import WorkerState
 from tidal.controller.records import JobRecord, WorkerRecord
 from tidal.controller.requests import StopWorkers
-from tidal.model import WORKER_ROLE, Job, Launcher, Role
+from tidal.model import Job, Launcher, Role, stops_alone
 from tidal.ps.config import PREFIX as PS_PREFIX
 
 __all__ = ["StopRefused", "plan_stop"]
@@ -127,8 +127,8 @@ def _stoppable(
             )
         if role.replicas.elastic:
             return role, "elastic"
-        if role.launcher is Launcher.PS and role.name == WORKER_ROLE:
-            return role, "fixed"  # a ps worker leaves cleanly; the servers go on
+        if stops_alone(role.launcher.value, role.name, elastic=False):
+            return role, "fixed"
         return StopRefused(
             f"workers[{i}]",
             f"worker {worker_id} is a replica of role {role.name} of job {job.id}, which the "

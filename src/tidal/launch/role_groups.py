@@ -44,6 +44,7 @@ from tidal.launch.role_env import (
 )
 from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes
 from tidal.launch.worker import Worker, WorkerIds, WorkerSpec
+from tidal.model import stops_alone
 from tidal.policy.role_restart import RoleProgress, job_outcome
 from tidal.ps.config import PREFIX as PS_PREFIX
 from tidal.runtime.rendezvous import Generation, RendezvousHost
@@ -86,7 +87,10 @@ class RoleGroups:
         self.ids = WorkerIds(first_worker_id)
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=f"tidal-{spec.run_id}-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.shapes = [RoleShape(r.name, r.min, r.max) for r in self.roles]
+        self.shapes = [
+            RoleShape(r.name, r.min, r.max, stops_alone(r.launcher, r.name, r.min != r.max))
+            for r in self.roles
+        ]
         self.assigned: dict[str, list[str]] = {}
         self.outcome: Outcome | None = None
         self._on_event = on_event

@@ -23,6 +23,8 @@ class RoleShape:
     name: str
     min: int
     max: int
+    #: A fixed role whose replicas may be stopped for good (:func:`tidal.model.stops_alone`).
+    shrinkable: bool = False
 
     @property
     def elastic(self) -> bool:
@@ -95,24 +97,33 @@ def fit_shapes(
     slots: Sequence[str],
     previous: Mapping[str, Sequence[str]],
 ) -> list[RoleShape]:
-    """``roles`` as ``slots`` can hold them: when there are too few for every fixed role's
-    replicas and the elastic role's ``min``, the fixed roles that lost slots they held in
-    ``previous`` run as many fewer replicas (the controller stopped those replicas for
-    good); otherwise ``roles`` unchanged. A fixed role that lost a slot while the count
-    stays (a host left, another slot given instead) refills in :func:`assign_roles`."""
+    """``roles`` as ``slots`` can hold them. When there are too few for every fixed role's
+    replicas and the elastic role's ``min``, the controller stopped replicas of a
+    shrinkable role for good: those roles run as many fewer, the ones that lost slots they
+    held in ``previous`` first (an agent started afresh has no ``previous``: then any
+    shrinkable role, in order). Otherwise ``roles`` unchanged: a fixed role that lost a
+    slot while the count stays (a host left, another slot given) refills in
+    :func:`assign_roles`."""
     need = sum(r.max for r in roles if not r.elastic) + sum(r.min for r in roles if r.elastic)
     short = need - len(slots)
     if short <= 0:
         return list(roles)
     offered = set(slots)
-    shaped: list[RoleShape] = []
-    for role in roles:
-        lost = sum(s not in offered for s in previous.get(role.name, ()))
-        cut = 0 if role.elastic else min(lost, short, role.max - 1)
-        short -= cut
-        top = role.max - cut
-        shaped.append(RoleShape(role.name, min(role.min, top), top))
-    return shaped
+    lost = {r.name: sum(s not in offered for s in previous.get(r.name, ())) for r in roles}
+    cuts = {r.name: 0 for r in roles}
+    # With no previous split (a fresh agent) every shrinkable role may be the one.
+    for first in (True,) if previous else (True, False):
+        for role in roles:
+            if role.elastic or not role.shrinkable or short <= 0:
+                continue
+            room = role.max - 1 - cuts[role.name]
+            cut = min(lost[role.name] if first else room, room, short)
+            cuts[role.name] += cut
+            short -= cut
+    return [
+        RoleShape(r.name, min(r.min, r.max - cuts[r.name]), r.max - cuts[r.name], r.shrinkable)
+        for r in roles
+    ]
 
 
 def replica_indices(slots: Sequence[str], previous: Mapping[str, int]) -> dict[str, int]:
