@@ -120,6 +120,9 @@ def test_an_elastic_job_is_not_stopped_below_its_minimum(served: Served) -> None
         assert _stored(served) == before
         assert client.stop_workers([f"{job_id}/0"]) == [job_id]
         assert client.get(job_id).target_workers == 2
+        # Asked before the loop applied the first: together they would go below the min.
+        with pytest.raises(Conflict, match=r"would leave job .* 1, below its minimum of 2"):
+            client.stop_workers([f"{job_id}/1"])
         _tick(served)
         job = client.get(job_id)
         assert sorted(w.worker_id for w in job.worker_list if w.state == "running") == [1, 2]

@@ -7,10 +7,13 @@ next tick (:mod:`tidal.controller.requests`); whether it can be made is decided 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, HTTPException
 
 from tidal.controller.api.deps import StoreDep, invalid, job_or_404
-from tidal.controller.api.jobs import ask
+from tidal.controller.api.jobs import ask, fresh
+from tidal.controller.requests import apply_requests
 from tidal.controller.schema import JobView, StopWorkersRequest
 from tidal.controller.store import Event
 from tidal.controller.worker_stops import StopRefused, plan_stop
@@ -29,7 +32,13 @@ def stop_workers(ref: str, body: StopWorkersRequest, store: StoreDep) -> JobView
         model = job.job
     except ValueError:  # a stored spec this release cannot read has no roles to check
         raise invalid("workers", f"job {job.id}'s spec cannot be read; cancel it") from None
-    decision = plan_stop(job, model, store.workers(job.id), body.workers)
+    # Decided on the job as its pending requests leave it: two stops asked before the
+    # loop applies either must not, together, go below what each alone respects.
+    stored, pending = fresh(store, job)
+    planned = replace(stored, **apply_requests(stored, pending).changes)
+    if planned.cancel_requested:
+        raise HTTPException(status_code=409, detail=f"job {job.id} is being cancelled")
+    decision = plan_stop(planned, model, store.workers(job.id), body.workers)
     if isinstance(decision, StopRefused):
         if decision.status == 409:
             raise HTTPException(status_code=409, detail=f"{decision.field}: {decision.message}")

@@ -52,7 +52,7 @@ from tidal.controller.support import Capabilities, capabilities_of
 from tidal.model import ACTIVE_STATES, JobState, JobStateError
 from tidal.spec import SpecError, locate_problems
 
-__all__ = ["ask", "router"]
+__all__ = ["ask", "fresh", "router"]
 
 router = APIRouter(tags=["jobs"])
 
@@ -79,7 +79,7 @@ def _can(request: Request) -> Capabilities:
     return capabilities_of(request.app.state.controller.backend)
 
 
-def _fresh(store: Store, job: JobRecord) -> tuple[JobRecord, list[PendingRequest]]:
+def fresh(store: Store, job: JobRecord) -> tuple[JobRecord, list[PendingRequest]]:
     """``job`` read again, with its requests still pending.
 
     The pending requests are read first: the loop applies a request and deletes it in
@@ -92,8 +92,8 @@ def _fresh(store: Store, job: JobRecord) -> tuple[JobRecord, list[PendingRequest
 
 def _current(store: Store, job: JobRecord) -> JobView:
     """The job's view with every request still pending."""
-    fresh, pending = _fresh(store, job)
-    return job_view(fresh, None, pending)
+    current, pending = fresh(store, job)
+    return job_view(current, None, pending)
 
 
 def ask(store: Store, job: JobRecord, request: UserRequest, event: Event) -> JobView:
@@ -197,7 +197,7 @@ def list_jobs(
         raise invalid("after", str(exc), where="query") from None
     if since is not None and cursor is not None:
         raise invalid("since", "cannot be combined with after (got both)", where="query")
-    # Pending requests before the page, for the reason _fresh gives; there are few.
+    # Pending requests before the page, for the reason fresh gives; there are few.
     pending = store.pending_requests()
     page = store.job_page(
         states=state, name=name, labels=labels, limit=limit, after=cursor, since=since
@@ -232,7 +232,7 @@ def get_job(ref: str, controller: ControllerDep) -> JobDetail:
     """A job by id (or the latest job with that name), with its workers and the IP
     address of each worker's host."""
     store = controller.store
-    job, pending = _fresh(store, job_or_404(store, ref))
+    job, pending = fresh(store, job_or_404(store, ref))
     addresses = {h.name: h.address for h in controller.cluster.hosts}
     records = store.workers(job.id)
     workers = [
