@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tidal.controller.deadlines import DeadlineMet, DeadlineMissed, decide_deadline
@@ -10,11 +12,13 @@ from tidal.controller.requests import (
     PendingRequest,
     Resize,
     SetPriority,
+    StopWorkers,
+    UserRequest,
     apply_requests,
     request_from_row,
     request_to_row,
 )
-from tidal.controller.store import Store
+from tidal.controller.store import JobRecord, Store
 from tidal.model import (
     TRANSITIONS,
     WORKER_ROLE,
@@ -112,12 +116,21 @@ def test_the_store_refuses_an_illegal_transition() -> None:
     store.close()
 
 
-def _pending(*requests: SetPriority | Resize | Cancel) -> list[PendingRequest]:
+def _pending(*requests: UserRequest) -> list[PendingRequest]:
     return [PendingRequest(i, "j", float(i), r) for i, r in enumerate(requests)]
 
 
+def _record(workers: str | int, target: int | None = None, held: int = 2) -> JobRecord:
+    """A stored job of ``workers`` holding ``held`` slots ``h:0 ..``."""
+    store = Store("sqlite://")
+    job = store.add_job(parse_spec({"name": "j", "command": "a", "workers": workers}))
+    store.close()
+    return replace(job, target_workers=target, slots=tuple(("h", i) for i in range(held)))
+
+
 def test_requests_apply_in_order() -> None:
-    decided = apply_requests(2, _pending(SetPriority(7), Resize(4, "scale_out", 99.0)))
+    job = _record("1:4", target=2)
+    decided = apply_requests(job, _pending(SetPriority(7), Resize(4, "scale_out", 99.0)))
     assert decided.changes == {
         "priority": 7,
         "target_workers": 4,
@@ -125,18 +138,53 @@ def test_requests_apply_in_order() -> None:
         "scale_previous": 2,
     }
     assert decided.applied == (0, 1)
-    later = apply_requests(2, _pending(Resize(4, "scale_out", 99.0), Resize(3), Cancel()))
+    later = apply_requests(job, _pending(Resize(4, "scale_out", 99.0), Resize(3), Cancel()))
     assert later.changes == {
         "target_workers": 3,
         "scale_deadline": None,
         "scale_previous": None,
         "cancel_requested": True,
     }
-    assert apply_requests(None, []).changes == {}
+    assert apply_requests(_record("1:4"), []).changes == {}
+
+
+def test_stopping_workers_lowers_a_fixed_job_and_names_the_slots_it_gives_up() -> None:
+    job = _record(4, held=4)
+    first = StopWorkers((1,), (("h", 1),), "worker", fixed=True)
+    again = StopWorkers((1, 3), (("h", 1), ("h", 3)), "worker", fixed=True)  # 1 asked twice
+    decided = apply_requests(job, _pending(first, again))
+    assert decided.changes == {
+        "min_workers": 2,
+        "max_workers": 2,
+        "target_workers": None,
+        "stopped_replicas": {"worker": 2},
+        "release_slots": (("h", 1), ("h", 3)),
+    }
+    # Its model runs that many fewer workers from then on.
+    lowered = replace(job, stopped_replicas={"worker": 2})
+    assert (job.job.slot_range.max, lowered.job.slot_range) == (4, Replicas(2, 2, 2))
+
+
+def test_stopping_workers_of_an_elastic_job_lowers_its_target_from_what_it_holds() -> None:
+    job = _record("1:4", held=3)
+    decided = apply_requests(job, _pending(StopWorkers((0,), (("h", 0),), "worker", fixed=False)))
+    assert decided.changes == {
+        "target_workers": 2,
+        "scale_deadline": None,
+        "scale_previous": None,
+        "release_slots": (("h", 0),),
+    }
+    assert job.job.slot_range == Replicas(1, 4, 4)  # its range is the spec's still
 
 
 def test_requests_round_trip_through_rows() -> None:
-    for request in (SetPriority(3), Resize(2, "scale_in"), Resize(5, "scale_out", 1.5), Cancel()):
+    for request in (
+        SetPriority(3),
+        Resize(2, "scale_in"),
+        Resize(5, "scale_out", 1.5),
+        StopWorkers((1, 4), (("h", 1), ("g", 0)), "worker", fixed=True),
+        Cancel(),
+    ):
         assert request_from_row(*request_to_row(request)) == request
     with pytest.raises(ValueError, match="unknown request kind"):
         request_from_row("reboot", {})

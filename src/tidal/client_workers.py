@@ -155,37 +155,45 @@ class WorkerVerbs:
         }
 
     def stop_workers(self, ids: str | Iterable[str]) -> builtins.list[str]:
-        """Stop the workers ``ids`` name; returns the ids of the jobs asked to stop.
+        """Stop the workers ``ids`` name; returns the ids of the jobs asked to stop some
+        or all of their workers.
 
-        A job whose every worker is named ends ``cancelled`` (its processes are stopped
-        on the controller's next tick; :meth:`await_workers` with
-        ``wait_for_completion`` waits for them). Stopping only some of a job's workers
-        is refused (:class:`~tidal.client.Conflict`): a job's replicas are stopped
-        together.
+        A job whose every worker is named ends ``cancelled``. A job of which only some are
+        named goes on without them: a fixed-size job (:meth:`launch_workers`) runs that
+        many fewer from then on, an elastic one is scaled in by as many and gives up
+        exactly their slots. The workers stop on the controller's next tick
+        (:meth:`await_workers` with ``wait_for_completion`` waits for them; they end
+        ``released``). Refused (:class:`~tidal.client.Conflict`, naming the id) for a
+        worker that is not running, a replica of a multi-role job's fixed role (a
+        parameter server, a chief) and an elastic job that would go below its minimum:
+        nothing of that job is stopped (jobs named before it in ``ids`` may be).
         """
-        from tidal.client import Conflict
+        from tidal.controller.schema import JobView
 
         refs = parse_worker_ids(ids)
         jobs = self._jobs_of(refs, "ids")
-        plan: builtins.list[str] = []
+        whole: builtins.list[str] = []
+        some: dict[str, builtins.list[int]] = {}
         for job_id, job in jobs.items():
+            if job.state in ("succeeded", "failed", "cancelled"):
+                continue  # nothing of it runs any more
             named = {r.index for r in refs if r.job == job_id}
             ended = {w.worker_id for w in job.worker_list if w.state in ENDED_STATES}
             known = {w.worker_id for w in job.worker_list} | set(range(job.max_workers))
-            rest = sorted(known - ended - named)
-            if job.state in ("succeeded", "failed", "cancelled"):
-                continue  # nothing of it runs any more
-            if rest:
-                shown = ", ".join(str(WorkerRef(job_id, i)) for i in rest)
-                raise Conflict(
-                    f"ids: stopping some of a job's workers is not available: job {job_id} "
-                    f"also runs {shown}; name all of its workers to stop them together",
-                    409,
+            if known - ended - named:
+                some[job_id] = sorted(named - ended)
+            else:
+                whole.append(job_id)
+        # The stops the server may refuse go first: a refusal then cancels nothing.
+        for job_id, workers in some.items():
+            if workers:
+                response = self._request(
+                    "POST", f"/jobs/{job_id}/workers/stop", json={"workers": workers}
                 )
-            plan.append(job_id)
-        for job_id in plan:
+                JobView.model_validate(response.json())
+        for job_id in whole:
             self.cancel(job_id)
-        return plan
+        return [*whole, *(j for j, w in some.items() if w)]
 
     def run_cluster(
         self,

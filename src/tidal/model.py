@@ -46,6 +46,7 @@ __all__ = [
     "Role",
     "check_transition",
     "job_from_spec",
+    "stops_alone",
 ]
 
 #: Every job belongs to the single administrator until the server knows more users.
@@ -289,6 +290,14 @@ class Job:
             if role.name == name:
                 return role
         raise KeyError(name)
+
+
+def stops_alone(launcher: str, role: str, elastic: bool) -> bool:
+    """Whether some replicas of a role can be stopped for good while its job goes on: an
+    elastic role's, or a parameter-server job's workers (each leaves cleanly, the servers
+    go on). The other replicas of a multi-role job count on each other (a server holds a
+    shard, ``TF_CONFIG`` and hostfiles list every replica)."""
+    return elastic or (launcher == Launcher.PS.value and role == WORKER_ROLE)
 
 
 #: Kubeflow's default successPolicy: the first of these roles a job has ends it.

@@ -103,8 +103,10 @@ def assert_record_holds_row(job: JobRecord, row: dict[str, Any]) -> None:
         if column == "spec":
             assert dict(job.spec_data) == _json(stored)
             assert job.spec.name == row["name"]
-        elif column == "slots":
-            assert [list(s) for s in job.slots] == sorted(_json(stored))
+        elif column in ("slots", "release_slots"):
+            assert [list(s) for s in getattr(job, column)] == sorted(_json(stored))
+        elif column == "stopped_replicas":
+            assert dict(job.stopped_replicas) == _json(stored)
         elif column == "labels":
             assert dict(job.labels) == _json(stored)
         elif column == "state":
@@ -154,7 +156,8 @@ def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A release's rows as the revisions after the baseline leave them: 0003 names the
     allocation counter ``reallocations`` and gives every job the single admin as owner;
     0005 numbers no change of a stored job (``change`` 0); 0006 makes every stored worker
-    a replica of the one role a job had, ``worker``, at an unknown index."""
+    a replica of the one role a job had, ``worker``, at an unknown index; 0007 gives every
+    job an empty list of slots to give up and no stopped replicas."""
     if table == "workers":
         return [{**row, "role": "worker", "replica_index": None} for row in rows]
     if table != "jobs":
@@ -163,7 +166,16 @@ def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows:
         row = dict(row)
         row["reallocations"] = row.pop("generation")
-        revised.append({**row, "owner": "admin", "team": "default", "change": 0})
+        revised.append(
+            {
+                **row,
+                "owner": "admin",
+                "team": "default",
+                "change": 0,
+                "release_slots": [],
+                "stopped_replicas": {},
+            }
+        )
     return revised
 
 

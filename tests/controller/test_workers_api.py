@@ -74,22 +74,59 @@ def test_a_failed_worker_is_a_failure(served: Served) -> None:
     assert result["workers"][0]["exit_code"] == 3
 
 
-def test_stopping_every_worker_cancels_the_job_and_some_is_refused(served: Served) -> None:
+def test_stopping_some_workers_lowers_the_job_and_every_worker_cancels_it(
+    served: Served,
+) -> None:
     with served.client() as client:
-        ids = client.launch_workers(2, command="sleep 100")
+        ids = client.launch_workers(3, command="sleep 100")
         job_id = ids[0].split("/")[0]
         _tick(served)
+        slot_of = {w.worker_id: (w.host, w.slot) for w in client.get(job_id).worker_list}
+        assert client.stop_workers(ids[1:2]) == [job_id]
+        asked = client.get(job_id)  # the answer shows what was asked, before the tick
+        assert (asked.min_workers, asked.max_workers) == (2, 2)
+        _tick(served)
+        job = client.get(job_id)
+        assert job.state == "running"
+        assert sorted(tuple(s) for s in job.slots) == sorted([slot_of[0], slot_of[2]])
+        states = {w.worker_id: w.state for w in job.worker_list}
+        assert states == {0: "running", 1: "released", 2: "running"}
+        kinds = [e.kind for e in client.events(job_id)]
+        assert "stop_workers" in kinds
+        _tick(served)  # a stopped worker is not replaced
+        assert len(client.get(job_id).worker_list) == 3
+        assert client.stop_workers(ids[1:2]) == []  # already stopped: nothing to ask
         before = _stored(served)
-        with pytest.raises(Conflict, match=rf"^ids: .*{job_id} also runs {job_id}/1"):
-            client.stop_workers(ids[:1])
+        with pytest.raises(Conflict, match=rf"^workers\[0\]: worker 1 of job {job_id} is "):
+            client._request("POST", f"/jobs/{job_id}/workers/stop", json={"workers": [1]})
         assert _stored(served) == before
         assert client.stop_workers(ids) == [job_id]
         _tick(served)
         assert client.get(job_id).state == "cancelled"
         stopped = client.await_workers(ids, wait_for_completion=True, timeout_seconds=5)
-        assert [w["status"] for w in stopped["workers"]] == ["released", "released"]
+        assert [w["status"] for w in stopped["workers"]] == ["released"] * 3
         assert stopped["failures"] == ids
         assert client.stop_workers(ids) == []  # nothing runs any more
+
+
+def test_an_elastic_job_is_not_stopped_below_its_minimum(served: Served) -> None:
+    with served.client() as client:
+        job_id = client.submit({"name": "el", "command": "sleep 100", "workers": "2:3"}).id
+        _tick(served)
+        assert len(client.get(job_id).slots) == 3
+        before = _stored(served)
+        with pytest.raises(Conflict, match=r"^workers: stopping 2 worker\(s\) would leave"):
+            client.stop_workers([f"{job_id}/0", f"{job_id}/1"])
+        assert _stored(served) == before
+        assert client.stop_workers([f"{job_id}/0"]) == [job_id]
+        assert client.get(job_id).target_workers == 2
+        # Asked before the loop applied the first: together they would go below the min.
+        with pytest.raises(Conflict, match=r"would leave job .* 1, below its minimum of 2"):
+            client.stop_workers([f"{job_id}/1"])
+        _tick(served)
+        job = client.get(job_id)
+        assert sorted(w.worker_id for w in job.worker_list if w.state == "running") == [1, 2]
+        assert job.max_workers == 3  # still elastic: it may grow again
 
 
 def test_unknown_ids_are_named_and_bad_arguments_store_nothing(served: Served) -> None:

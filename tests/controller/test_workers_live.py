@@ -104,6 +104,30 @@ def test_stopped_workers_end_and_leave_no_process(live: tuple[Client, Path]) -> 
     assert client.cluster().used_slots == 0
 
 
+def test_stopping_one_worker_ends_it_and_the_others_run_on(live: tuple[Client, Path]) -> None:
+    client, _ = live
+    ids = client.launch_workers(3, command=["python", "-c", "import time; time.sleep(300)"])
+    job_id = ids[0].split("/")[0]
+    assert client.await_workers(ids, timeout_seconds=60)["failures"] == []
+    pids = {w.worker_id: w.pid for w in client.get(job_id).worker_list}
+    assert len(pids) == 3 and all(pids.values())
+    assert client.stop_workers([ids[1]]) == [job_id]
+    ended = client.await_workers([ids[1]], wait_for_completion=True, timeout_seconds=60)
+    assert ended["workers"][0]["status"] == "released"
+    until(lambda: _gone(pids[1]), 30, "the stopped worker's process to end")
+    # The shrink is a rescale: the job is running again once its agent reports it done.
+    until(lambda: client.get(job_id).state == "running", 30, "the job to run on")
+    job = client.get(job_id)
+    assert (job.max_workers, len(job.slots)) == (2, 2)
+    assert not _gone(pids[0]) and not _gone(pids[2])
+    running = {w.worker_id for w in job.worker_list if w.state in ("starting", "running")}
+    assert running == {0, 2}  # not replaced
+    until(lambda: client.cluster().used_slots == 2, 30, "the stopped worker's slot to free")
+    assert client.stop_workers(ids) == [job_id]
+    until(lambda: client.get(job_id).state == "cancelled", 60, "the job to be cancelled")
+    until(lambda: all(_gone(p) for p in pids.values() if p), 30, "every process to end")
+
+
 def test_cli_verbs(live: tuple[Client, Path], capsys: pytest.CaptureFixture[str]) -> None:
     _, tmp_path = live
     where = ["--data-dir", str(tmp_path / "data")]
@@ -164,6 +188,46 @@ def test_run_cluster_trains_digits(live: tuple[Client, Path]) -> None:
     # are released if they outlast its grace): ended, not failed.
     servers = client.await_workers(cluster["ps"], wait_for_completion=True, timeout_seconds=60)
     assert [w["status"] for w in servers["workers"]] in (["exited"], ["released"])
+
+
+def test_a_parameter_server_jobs_worker_stopped_mid_training_leaves_and_the_rest_finish(
+    live: tuple[Client, Path],
+) -> None:
+    client, tmp_path = live
+    out = tmp_path / "ps-stop-out"
+    script = str(Path(__file__).resolve().parents[2] / "examples" / "ps_digits.py")
+    args = ["--epochs", "4", "--step-delay", "0.1", "--out", str(out)]
+    missing = _refusal(client, cluster_job_spec(3, 1, worker_script=script, args=args))
+    if missing:
+        pytest.skip(f"this server cannot run a ps + worker job: {'; '.join(missing)}")
+    cluster = client.run_cluster(3, 1, 1.0, None, script, "async", args=args)
+    assert cluster["failures"] == []
+    job_id = cluster["job"]
+    trace = out / "worker-2.jsonl"
+    until(
+        lambda: trace.exists() and len(trace.read_text().splitlines()) >= 10,
+        120,
+        "worker-2 to train ten batches",
+    )
+    replica = next(w for w in client.get(job_id).worker_list if (w.role, w.index) == ("worker", 2))
+    stopped = f"{job_id}/{replica.worker_id}"
+    assert client.stop_workers([stopped]) == [job_id]
+    left = client.await_workers([stopped], wait_for_completion=True, timeout_seconds=60)
+    assert left["workers"][0]["status"] == "released"
+    rest = [w for w in cluster["workers"] if w != stopped]
+    done = client.await_workers(rest, wait_for_completion=True, timeout_seconds=240)
+    assert done["failures"] == [], done
+    until(lambda: client.get(job_id).state == "succeeded", 60, "the job to succeed")
+    job = client.get(job_id)
+    assert job.max_workers == 3  # one server and the two workers left
+    # Not replaced: the job's workers are its first four, one of them stopped.
+    assert len([w for w in job.worker_list if w.role == "worker"]) == 3
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("worker-*.json"))]
+    assert [r["worker"] for r in results] == ["worker-0", "worker-1"]
+    assert all(r["accuracy"] >= 0.9 for r in results), results
+    # The stopped worker left mid-training: its trace ends before its stream did.
+    steps = len(trace.read_text().splitlines())
+    assert 10 <= steps < len((out / "worker-0.jsonl").read_text().splitlines())
 
 
 def test_run_cluster_with_a_chief_ends_on_the_chief_after_the_workers(

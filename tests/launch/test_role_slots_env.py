@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tidal.launch.role_env import hostfile_text, hosts_text, mpi_env, ps_env, tf_config
-from tidal.launch.role_slots import RoleShape, assign_roles, replica_indices
+from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes, replica_indices
 from tidal.ps.config import ClusterSpec
 
 PS = RoleShape("ps", 2, 2)
@@ -43,6 +43,28 @@ def test_a_fixed_role_that_lost_a_slot_refills_from_free_slots_first() -> None:
     # h:1's host left; the policy gave h:4 instead.
     after = assign_roles([PS, WORKER], ["h:0", "h:2", "h:3", "h:4"], before)
     assert after == {"ps": ["h:0", "h:4"], "worker": ["h:2", "h:3"]}
+
+
+def test_a_fixed_role_whose_replicas_were_stopped_runs_fewer_and_others_stay() -> None:
+    before = {"ps": ["h:0"], "worker": ["h:1", "h:2", "h:3"]}
+    server, workers = RoleShape("ps", 1, 1), RoleShape("worker", 3, 3, shrinkable=True)
+    # The controller stopped the worker on h:2 for good: one slot short, lost by worker.
+    shapes = fit_shapes([server, workers], ["h:0", "h:1", "h:3"], before)
+    assert shapes == [server, RoleShape("worker", 2, 2, shrinkable=True)]
+    split = assign_roles(shapes, ["h:0", "h:1", "h:3"], before)
+    assert split == {"ps": ["h:0"], "worker": ["h:1", "h:3"]}
+    # An agent started afresh on the job's slots knows of no loss: the shrinkable role
+    # is the one that runs fewer.
+    assert fit_shapes([server, workers], ["h:0", "h:1", "h:3"], {}) == shapes
+    # A slot lost while the count stays (a host left) is refilled, the shapes unchanged.
+    assert fit_shapes([server, workers], ["h:0", "h:1", "h:3", "h:9"], before) == [
+        server,
+        workers,
+    ]
+    # A role that cannot run fewer (servers) is never cut: too few slots stay an error.
+    with pytest.raises(ValueError, match="'ps'"):
+        roles = fit_shapes([RoleShape("ps", 2, 2), workers], ["h:1", "h:2", "h:3"], before)
+        assign_roles(roles, ["h:1", "h:2", "h:3"], before)
 
 
 def test_too_few_slots_is_an_error_naming_the_role() -> None:

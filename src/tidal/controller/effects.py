@@ -32,16 +32,18 @@ class LoopEffects:
         self.backend = backend
         self.metrics = metrics
         self._noted: dict[str, str] = {}
-        # Jobs never change after submission (but for their priority, which the record
-        # holds): parsing each one once keeps ticks cheap.
-        self._models: dict[str, Job] = {}
+        # A job's spec never changes after submission (its priority and, once workers were
+        # stopped, its bounds are the record's): parsing each one once keeps ticks cheap.
+        self._specs: dict[str, Job] = {}
         self._unloadable: set[str] = set()
 
     def model(self, job: JobRecord) -> Job:
         """The job model of ``job``."""
-        found = self._models.get(job.id)
+        found = self._specs.get(job.id)
         if found is None:
-            found = self._models[job.id] = job.job
+            found = self._specs[job.id] = job.job
+        if found.priority != job.priority or found.slot_range.max > job.max_workers:
+            found = self._specs[job.id] = job.job
         return found
 
     def loadable(self, job: JobRecord) -> bool:
@@ -59,7 +61,7 @@ class LoopEffects:
 
     def forget_models(self, keep: Collection[str]) -> None:
         """Drop the parsed models of jobs not in ``keep`` (they ended)."""
-        self._models = {k: v for k, v in self._models.items() if k in keep}
+        self._specs = {k: v for k, v in self._specs.items() if k in keep}
 
     def call(self, job_id: str, what: str, action: Callable[[], None]) -> bool:
         """Run a backend call for ``job_id``; a failure becomes a ``backend_error`` event

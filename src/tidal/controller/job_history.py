@@ -31,6 +31,7 @@ from tidal.controller.tables import (
     WorkerRow,
     slots_of,
 )
+from tidal.policy.api import Slot
 
 __all__ = ["JobHistory"]
 
@@ -147,6 +148,18 @@ class JobHistory(Database):
                 )
                 for r in s.scalars(query)
             ]
+
+    def previous_slots(self, job_id: str) -> tuple[Slot, ...] | None:
+        """The slots the job held before its latest allocation (``None``: it had none)."""
+        query = (
+            select(AllocationRow.slots)
+            .where(AllocationRow.job_id == job_id)
+            .order_by(AllocationRow.time.desc(), AllocationRow.id.desc())
+            .limit(2)
+        )
+        with self._transaction() as s:
+            rows = list(s.scalars(query))
+        return slots_of(rows[1]) if len(rows) == 2 else None
 
     def add_metrics(
         self, job_id: str, step: int, values: Mapping[str, float], now: float | None = None

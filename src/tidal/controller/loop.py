@@ -178,8 +178,13 @@ class Controller:
         requests = [
             policy_request(j, self.effects.model(j), now, models.get(j.id)) for j in placeable
         ]
+        # Slots of workers a user stopped are not the job's any more: the policy keeps
+        # the rest, so exactly those workers leave.
+        previous = {
+            j.id: tuple(s for s in j.slots if s not in j.release_slots) for j in jobs if j.slots
+        }
         try:
-            proposed = self.policy.allocate(requests, self.cluster.to_policy(), dict(held))
+            proposed = self.policy.allocate(requests, self.cluster.to_policy(), previous)
         except Exception as exc:
             log.exception("policy %s failed", getattr(self.policy, "name", "?"))
             self.effects.note_policy_error(f"{type(exc).__name__}: {exc}")

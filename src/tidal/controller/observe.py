@@ -8,7 +8,7 @@ workers lost, the job finished or failed, failed workers handed to
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tidal.backends.base import JobStatus, WorkerState
@@ -18,7 +18,7 @@ from tidal.controller.failures import end_workers, fail, on_failures
 from tidal.controller.requests import PendingRequest, apply_requests
 from tidal.controller.store import Event, JobRecord
 from tidal.model import JobState
-from tidal.policy.api import ThroughputModel
+from tidal.policy.api import Slot, ThroughputModel
 from tidal.policy.goodput_model import model_from_dict
 
 __all__ = ["apply_pending", "observe", "settled", "throughput_models"]
@@ -32,7 +32,7 @@ def apply_pending(
     """Carry out the requests users made of ``job`` since the last tick."""
     if not pending:
         return job
-    decided = apply_requests(job.target_workers, pending)
+    decided = apply_requests(job, pending)
     return effects.store.update_job(job.id, now, applied=decided.applied, **decided.changes)
 
 
@@ -100,7 +100,9 @@ def observe(
         return on_failures(effects, cluster, job, newly_failed, status, now)
     changes: dict[str, Any] = {"attained_service": job.attained_service + elapsed * len(job.slots)}
     event = None
-    if job.state is JobState.RESCALING and settled(job, status):
+    if job.state is JobState.RESCALING and settled(
+        job, status, lambda: store.previous_slots(job.id)
+    ):
         stall = now - (job.rescale_started_at or now)
         effects.metrics.rescale_stall.observe(stall)
         changes.update(
@@ -112,10 +114,22 @@ def observe(
     return store.update_job(job.id, now, event=event, **changes)
 
 
-def settled(job: JobRecord, status: JobStatus) -> bool:
-    """Whether every slot the job was given runs a worker, and no other slot does."""
+def settled(job: JobRecord, status: JobStatus, before: Callable[[], Sequence[Slot] | None]) -> bool:
+    """Whether every slot the job was given runs a worker that joined, and no other slot
+    does.
+
+    Workers that never join a group (plain processes: ``launch_workers``) never report
+    running: a job of them that only gave slots up (``before``: the slots it held until
+    this rescale) is settled once the workers on those slots are gone.
+    """
+    alive = status.alive_slots()
+    if alive != set(job.slots):
+        return False
     running = {w.slot for w in status.workers if w.state is WorkerState.RUNNING}
-    return status.alive_slots() == set(job.slots) and running == set(job.slots)
+    if running:
+        return running == set(job.slots)
+    held = before()
+    return held is not None and set(job.slots) <= set(held)
 
 
 def _record_reports(effects: LoopEffects, job: JobRecord, status: JobStatus, now: float) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from tidal.backends.base import WorkerState
 from tidal.controller.stored_specs import load_stored_spec
 from tidal.controller.tables import JobRow, slots_of
-from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM, Job, JobState, job_from_spec
+from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM, Job, JobState, Replicas, job_from_spec
 from tidal.policy.api import Slot
 from tidal.spec import JobSpec
 
@@ -22,6 +22,7 @@ __all__ = [
     "JobRecord",
     "MetricRecord",
     "WorkerRecord",
+    "without_stopped",
 ]
 
 
@@ -60,6 +61,10 @@ class JobRecord:
     updated_at: float
     owner: str = DEFAULT_OWNER
     team: str = DEFAULT_TEAM
+    #: Slots of workers a user stopped, which the job gives up at its next allocation.
+    release_slots: tuple[Slot, ...] = ()
+    #: Replicas of each fixed role a user stopped for good (the model runs that many fewer).
+    stopped_replicas: Mapping[str, int] = field(default_factory=dict)
 
     @cached_property
     def spec(self) -> JobSpec:
@@ -71,7 +76,7 @@ class JobRecord:
     def job(self) -> Job:
         """The job model, with the priority the job has now."""
         job = job_from_spec(self.spec, job_id=self.id, owner=self.owner, team=self.team)
-        return replace(job, priority=self.priority)
+        return without_stopped(replace(job, priority=self.priority), self.stopped_replicas)
 
     @classmethod
     def of_row(cls, row: JobRow) -> JobRecord:
@@ -102,7 +107,28 @@ class JobRecord:
             updated_at=row.updated_at,
             owner=row.owner,
             team=row.team,
+            release_slots=slots_of(row.release_slots or []),
+            stopped_replicas={str(k): int(v) for k, v in (row.stopped_replicas or {}).items()},
         )
+
+
+def without_stopped(job: Job, stopped: Mapping[str, int]) -> Job:
+    """``job`` with ``stopped[role]`` fewer replicas of each of those roles: what it runs
+    once a user stopped some of its workers for good (:mod:`tidal.controller.worker_stops`).
+    """
+    if not stopped:
+        return job
+    roles = []
+    for role in job.roles:
+        cut = stopped.get(role.name, 0)
+        r = role.replicas
+        if cut > 0 and r.max - cut >= 1:
+            top = r.max - cut
+            role = replace(
+                role, replicas=Replicas(min=min(r.min, top), max=top, initial=min(r.initial, top))
+            )
+        roles.append(role)
+    return replace(job, roles=tuple(roles))
 
 
 @dataclass(frozen=True)

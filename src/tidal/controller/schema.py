@@ -27,6 +27,7 @@ __all__ = [
     "SpecCheck",
     "SpecProblem",
     "SpecWarning",
+    "StopWorkersRequest",
     "Submitted",
     "UtilisationPoint",
     "WorkerView",
@@ -74,6 +75,15 @@ class ScaleByRequest(_Body):
 
     count: int = Field(ge=1, le=MAX_WORKERS)
     timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+
+
+class StopWorkersRequest(_Body):
+    """Stop these workers of the job (their worker ids) for good; the job goes on without
+    them (:mod:`tidal.controller.worker_stops`)."""
+
+    workers: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] = Field(
+        min_length=1, max_length=MAX_WORKERS
+    )
 
 
 class MetricsReport(_Body):

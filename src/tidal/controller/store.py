@@ -68,7 +68,11 @@ _UPDATABLE = frozenset(
         "state",
         "reason",
         "priority",
+        "min_workers",
+        "max_workers",
         "target_workers",
+        "release_slots",
+        "stopped_replicas",
         "scale_deadline",
         "scale_previous",
         "reallocations",
@@ -258,9 +262,13 @@ class Store(JobHistory):
             if new.terminal and not old.terminal:
                 s.execute(delete(RequestRow).where(RequestRow.job_id == job_id))
             for key, value in changes.items():
+                if key == "release_slots":
+                    value = slots_json(value)
                 setattr(row, key, value.value if isinstance(value, Enum) else value)
             if slots is not None:
                 row.slots = slots_json(slots)
+                # A stopped worker's slot is given up once an allocation leaves it out.
+                row.release_slots = [s for s in (row.release_slots or []) if s in row.slots]
                 s.add(
                     AllocationRow(
                         job_id=job_id, time=now, count=len(slots), slots=slots_json(slots)

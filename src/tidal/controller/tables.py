@@ -65,6 +65,12 @@ class JobRow(TableBase):
     scale_previous: Mapped[int | None] = mapped_column(Integer, nullable=True)
     #: The slots the controller has told the backend to use: ``[[host, index], ...]``.
     slots: Mapped[list[list[Any]]] = mapped_column(JSON, default=list)
+    #: Slots of workers a user stopped, given up at the job's next allocation.
+    release_slots: Mapped[list[list[Any]]] = mapped_column(JSON, default=list, server_default="[]")
+    #: Replicas of each fixed role a user stopped for good: the job runs that many fewer.
+    stopped_replicas: Mapped[dict[str, int]] = mapped_column(
+        JSON, default=dict, server_default="{}"
+    )
     #: How many times the job's allocation changed (started, resized, worker replaced).
     reallocations: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)

@@ -134,7 +134,7 @@ def await_(
 @workers_app.command("stop")
 @with_client_options()
 def stop(options: ClientOptions, ids: IdsArg) -> None:
-    """Stop workers: every worker of a job (the job ends cancelled)."""
+    """Stop workers: all of a job's (it ends cancelled) or some (it runs on without them)."""
     client = options.client()
     jobs: list[str] = _checked(lambda: client.stop_workers(ids))
     if options.as_json:

@@ -42,8 +42,9 @@ from tidal.launch.role_env import (
     ps_env,
     tf_config,
 )
-from tidal.launch.role_slots import RoleShape, assign_roles
+from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes
 from tidal.launch.worker import Worker, WorkerIds, WorkerSpec
+from tidal.model import stops_alone
 from tidal.policy.role_restart import RoleProgress, job_outcome
 from tidal.ps.config import PREFIX as PS_PREFIX
 from tidal.runtime.rendezvous import Generation, RendezvousHost
@@ -86,7 +87,10 @@ class RoleGroups:
         self.ids = WorkerIds(first_worker_id)
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=f"tidal-{spec.run_id}-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.shapes = [RoleShape(r.name, r.min, r.max) for r in self.roles]
+        self.shapes = [
+            RoleShape(r.name, r.min, r.max, stops_alone(r.launcher, r.name, r.min != r.max))
+            for r in self.roles
+        ]
         self.assigned: dict[str, list[str]] = {}
         self.outcome: Outcome | None = None
         self._on_event = on_event
@@ -173,6 +177,7 @@ class RoleGroups:
     def assign(self, slots: Sequence[str]) -> None:
         """Split ``slots`` among the roles (:func:`assign_roles`) and assign each its own;
         a failed replica on a slot that stays gets a new one."""
+        self.shapes = fit_shapes(self.shapes, list(slots), self.assigned)
         self.assigned = assign_roles(self.shapes, list(slots), self.assigned)
         for role in self.roles:
             if role.launcher == "mpi":

@@ -4,6 +4,8 @@ The controller gives a multi-role job one set of slots (the policy sees one requ
 job: every fixed role's replicas plus the elastic role's range). The job's agent splits
 that set among the roles with :func:`assign_roles`: a fixed role keeps the slots it holds
 (a resize never moves a parameter server or a chief), the elastic role takes the rest.
+A fixed role some of whose replicas the controller stopped for good runs that many fewer
+(:func:`fit_shapes`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["RoleShape", "assign_roles", "replica_indices"]
+__all__ = ["RoleShape", "assign_roles", "fit_shapes", "replica_indices"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,8 @@ class RoleShape:
     name: str
     min: int
     max: int
+    #: A fixed role whose replicas may be stopped for good (:func:`tidal.model.stops_alone`).
+    shrinkable: bool = False
 
     @property
     def elastic(self) -> bool:
@@ -86,6 +90,40 @@ def assign_roles(
             )
         taken[stretchy.name] = mine
     return {role.name: taken[role.name] for role in roles}
+
+
+def fit_shapes(
+    roles: Sequence[RoleShape],
+    slots: Sequence[str],
+    previous: Mapping[str, Sequence[str]],
+) -> list[RoleShape]:
+    """``roles`` as ``slots`` can hold them. When there are too few for every fixed role's
+    replicas and the elastic role's ``min``, the controller stopped replicas of a
+    shrinkable role for good: those roles run as many fewer, the ones that lost slots they
+    held in ``previous`` first (an agent started afresh has no ``previous``: then any
+    shrinkable role, in order). Otherwise ``roles`` unchanged: a fixed role that lost a
+    slot while the count stays (a host left, another slot given) refills in
+    :func:`assign_roles`."""
+    need = sum(r.max for r in roles if not r.elastic) + sum(r.min for r in roles if r.elastic)
+    short = need - len(slots)
+    if short <= 0:
+        return list(roles)
+    offered = set(slots)
+    lost = {r.name: sum(s not in offered for s in previous.get(r.name, ())) for r in roles}
+    cuts = {r.name: 0 for r in roles}
+    # With no previous split (a fresh agent) every shrinkable role may be the one.
+    for first in (True,) if previous else (True, False):
+        for role in roles:
+            if role.elastic or not role.shrinkable or short <= 0:
+                continue
+            room = role.max - 1 - cuts[role.name]
+            cut = min(lost[role.name] if first else room, room, short)
+            cuts[role.name] += cut
+            short -= cut
+    return [
+        RoleShape(r.name, min(r.min, r.max - cuts[r.name]), r.max - cuts[r.name], r.shrinkable)
+        for r in roles
+    ]
 
 
 def replica_indices(slots: Sequence[str], previous: Mapping[str, int]) -> dict[str, int]:

@@ -52,7 +52,7 @@ from tidal.controller.support import Capabilities, capabilities_of
 from tidal.model import ACTIVE_STATES, JobState, JobStateError
 from tidal.spec import SpecError, locate_problems
 
-__all__ = ["router"]
+__all__ = ["ask", "fresh", "router"]
 
 router = APIRouter(tags=["jobs"])
 
@@ -79,7 +79,7 @@ def _can(request: Request) -> Capabilities:
     return capabilities_of(request.app.state.controller.backend)
 
 
-def _fresh(store: Store, job: JobRecord) -> tuple[JobRecord, list[PendingRequest]]:
+def fresh(store: Store, job: JobRecord) -> tuple[JobRecord, list[PendingRequest]]:
     """``job`` read again, with its requests still pending.
 
     The pending requests are read first: the loop applies a request and deletes it in
@@ -92,11 +92,11 @@ def _fresh(store: Store, job: JobRecord) -> tuple[JobRecord, list[PendingRequest
 
 def _current(store: Store, job: JobRecord) -> JobView:
     """The job's view with every request still pending."""
-    fresh, pending = _fresh(store, job)
-    return job_view(fresh, None, pending)
+    current, pending = fresh(store, job)
+    return job_view(current, None, pending)
 
 
-def _ask(store: Store, job: JobRecord, request: UserRequest, event: Event) -> JobView:
+def ask(store: Store, job: JobRecord, request: UserRequest, event: Event) -> JobView:
     """Record ``request`` for the loop; 409 when the job is over."""
     try:
         store.add_request(job.id, request, expect=ACTIVE_STATES, event=event)
@@ -197,7 +197,7 @@ def list_jobs(
         raise invalid("after", str(exc), where="query") from None
     if since is not None and cursor is not None:
         raise invalid("since", "cannot be combined with after (got both)", where="query")
-    # Pending requests before the page, for the reason _fresh gives; there are few.
+    # Pending requests before the page, for the reason fresh gives; there are few.
     pending = store.pending_requests()
     page = store.job_page(
         states=state, name=name, labels=labels, limit=limit, after=cursor, since=since
@@ -232,7 +232,7 @@ def get_job(ref: str, controller: ControllerDep) -> JobDetail:
     """A job by id (or the latest job with that name), with its workers and the IP
     address of each worker's host."""
     store = controller.store
-    job, pending = _fresh(store, job_or_404(store, ref))
+    job, pending = fresh(store, job_or_404(store, ref))
     addresses = {h.name: h.address for h in controller.cluster.hosts}
     records = store.workers(job.id)
     workers = [
@@ -282,7 +282,7 @@ def _role_statuses(job: JobRecord, workers: Sequence[WorkerRecord]) -> list[Role
 def cancel(ref: str, store: StoreDep) -> JobView:
     """Ask for the job to be cancelled; its workers stop on the controller's next tick."""
     job = job_or_404(store, ref)
-    return _ask(store, job, Cancel(), Event("cancel_requested"))
+    return ask(store, job, Cancel(), Event("cancel_requested"))
 
 
 @router.put("/jobs/{ref}/priority", response_model=JobView)
@@ -290,7 +290,7 @@ def set_priority(ref: str, body: PriorityRequest, store: StoreDep) -> JobView:
     """Change the job's priority; the next allocation takes it into account."""
     job = job_or_404(store, ref)
     before = _current(store, job).priority
-    return _ask(
+    return ask(
         store,
         job,
         SetPriority(body.priority),
@@ -309,7 +309,7 @@ def scale(ref: str, body: ScaleRequest, store: StoreDep) -> JobView:
             "workers",
             f"must be within [{job.min_workers}, {job.max_workers}] (got {body.workers})",
         )
-    return _ask(
+    return ask(
         store,
         job,
         Resize(body.workers, "scale"),
@@ -338,7 +338,7 @@ def _scale_role(store: Store, job: JobRecord, role_name: str, replicas: int) -> 
     if not low <= replicas <= high:
         raise invalid("workers", f"must be within [{low}, {high}] for role {role_name}")
     target = model.fixed_slots + replicas
-    return _ask(
+    return ask(
         store,
         job,
         Resize(target, "scale"),
@@ -361,7 +361,7 @@ def scale_out(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
             "count", f"would make {target} workers, above the job's max of {job.max_workers}"
         )
     deadline = time.time() + body.timeout_s if body.timeout_s else None
-    return _ask(
+    return ask(
         store,
         job,
         Resize(target, "scale_out", deadline),
@@ -379,7 +379,7 @@ def scale_in(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
         raise invalid(
             "count", f"would leave {target} workers, below the job's min of {job.min_workers}"
         )
-    return _ask(
+    return ask(
         store,
         job,
         Resize(target, "scale_in"),

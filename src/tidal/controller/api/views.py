@@ -45,7 +45,7 @@ def job_view(
     without its spec unless ``with_spec`` (the listing's summary view)."""
     report = goodput.report if goodput is not None else None
     batch = _number(report, "batch_size")
-    asked = apply_requests(job.target_workers, pending).changes
+    asked = apply_requests(job, pending).changes
     # model_construct: the store's data is already valid, and validating every field of
     # every job again made listing jobs the API's slowest call.
     return JobView.model_construct(
@@ -57,8 +57,8 @@ def job_view(
         reason=job.reason,
         priority=asked.get("priority", job.priority),
         workers=len(job.slots),
-        min_workers=job.min_workers,
-        max_workers=job.max_workers,
+        min_workers=asked.get("min_workers", job.min_workers),
+        max_workers=asked.get("max_workers", job.max_workers),
         target_workers=asked.get("target_workers", job.target_workers),
         slots=list(job.slots),
         restarts=job.restarts,
