@@ -214,3 +214,20 @@ class BrokenPolicy:
     ) -> dict[str, tuple[Slot, ...]]:
         """Slot 0 for everyone."""
         return {j.job_id: (cluster.slots()[0],) for j in jobs}
+
+
+#: A parameter-server job: two servers (fixed) and one to three workers (elastic).
+PS_JOB = """
+name: ps-digits
+roles:
+  - name: ps
+    command: python ps_digits.py
+    replicas: 2
+    launcher: ps
+    resources: {gpus: 0}
+  - name: worker
+    command: python ps_digits.py
+    replicas: "1:3"
+    launcher: ps
+    resources: {gpus: 0}
+"""

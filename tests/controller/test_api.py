@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from tests.controller.conftest import Served
+from tests.controller.fakes import PS_JOB
 from tidal.client import AuthError, Conflict, InvalidRequest
 from tidal.controller.auth import ensure_token, read_token
 
@@ -244,25 +245,9 @@ def test_job_views_show_the_goodput_report(served: Served) -> None:
     assert (listed.batch_size, listed.efficiency, listed.speedup) == (256, 0.8, 3.2)
 
 
-ROLES = """
-name: ps-digits
-roles:
-  - name: ps
-    command: python ps_digits.py
-    replicas: 2
-    launcher: ps
-    resources: {gpus: 0}
-  - name: worker
-    command: python ps_digits.py
-    replicas: "1:3"
-    launcher: ps
-    resources: {gpus: 0}
-"""
-
-
 def test_scale_by_role_counts_that_roles_replicas(served: Served) -> None:
     c = served.client()
-    job = c.submit(ROLES)
+    job = c.submit(PS_JOB)
     served.controller.tick()
     assert c.get(job.id).workers == 4  # 2 servers, and the slots left: 2 workers
     # Two workers of the elastic role: the job asks for them plus its two servers.

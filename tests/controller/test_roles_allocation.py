@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.controller.fakes import PS_JOB
 from tidal.backends.base import LOCAL, ONE_GROUP
 from tidal.controller.allocation import allocation_problems, policy_request
 from tidal.controller.cluster import ClusterModel
@@ -15,21 +16,6 @@ from tidal.controller.store import Store
 from tidal.controller.support import unsupported
 from tidal.model import job_from_spec
 from tidal.spec import parse_spec, parse_spec_yaml
-
-PS_JOB = """
-name: ps-digits
-roles:
-  - name: ps
-    command: python ps_digits.py
-    replicas: 2
-    launcher: ps
-    resources: {gpus: 0}
-  - name: worker
-    command: python ps_digits.py
-    replicas: "1:3"
-    launcher: ps
-    resources: {gpus: 0}
-"""
 
 
 @pytest.fixture

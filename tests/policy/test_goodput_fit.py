@@ -14,17 +14,8 @@ from hypothesis import strategies as st
 from tidal.policy.api import ThroughputModel
 from tidal.policy.goodput_model import StepSample, fit_throughput_model, step_time
 
-TEMPLATE = ThroughputModel(
-    alpha_compute=0.0,
-    beta_compute=0.0,
-    alpha_sync_local=0.0,
-    beta_sync_local=0.0,
-    alpha_sync_node=0.0,
-    beta_sync_node=0.0,
-    grad_noise_scale=1024.0,
-    init_batch_size=128,
-    max_local_batch=256,
-    max_global_batch=8192,
+TEMPLATE = ThroughputModel.unfitted(
+    grad_noise_scale=1024.0, init_batch_size=128, max_local_batch=256, max_global_batch=8192
 )
 
 TRUE = replace(

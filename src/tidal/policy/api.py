@@ -66,6 +66,30 @@ class ThroughputModel:
     max_local_batch: int = 1 << 30
     max_global_batch: int = 1 << 30
 
+    @classmethod
+    def unfitted(
+        cls,
+        *,
+        init_batch_size: int,
+        max_local_batch: int,
+        max_global_batch: int,
+        grad_noise_scale: float = 0.0,
+    ) -> ThroughputModel:
+        """A model with every step-time term zero: the template a fit starts from, which
+        knows only the job's batch limits and (if measured) its gradient noise."""
+        return cls(
+            alpha_compute=0.0,
+            beta_compute=0.0,
+            alpha_sync_local=0.0,
+            beta_sync_local=0.0,
+            alpha_sync_node=0.0,
+            beta_sync_node=0.0,
+            grad_noise_scale=grad_noise_scale,
+            init_batch_size=init_batch_size,
+            max_local_batch=max_local_batch,
+            max_global_batch=max_global_batch,
+        )
+
 
 @dataclass(frozen=True)
 class JobRequest:

@@ -66,13 +66,7 @@ def configuration(limits: BatchLimits, workers: int, batch: int) -> Configuratio
 def fitted_model(profile: Profile, noise_scale: float, limits: BatchLimits) -> ThroughputModel:
     """The throughput model fitted to ``profile``, with ``noise_scale`` and the batch limits
     (zero step-time terms while nothing has been measured)."""
-    template = ThroughputModel(
-        alpha_compute=0.0,
-        beta_compute=0.0,
-        alpha_sync_local=0.0,
-        beta_sync_local=0.0,
-        alpha_sync_node=0.0,
-        beta_sync_node=0.0,
+    template = ThroughputModel.unfitted(
         grad_noise_scale=noise_scale,
         init_batch_size=limits.init_batch,
         max_local_batch=limits.local_bounds[1],

@@ -256,16 +256,8 @@ def load_profile(folder: Path) -> ModelProfile:
     )
     # Per-GPU batch bounds are those of the exact placements (as in the artifact).
     max_local = min(int(max(placed_batches)), LOCAL_BATCH_LIMITS.get(name, 1 << 30))
-    template = ThroughputModel(
-        alpha_compute=0.0,
-        beta_compute=0.0,
-        alpha_sync_local=0.0,
-        beta_sync_local=0.0,
-        alpha_sync_node=0.0,
-        beta_sync_node=0.0,
-        init_batch_size=init_batch,
-        max_local_batch=max_local,
-        max_global_batch=max(validation),
+    template = ThroughputModel.unfitted(
+        init_batch_size=init_batch, max_local_batch=max_local, max_global_batch=max(validation)
     )
     return ModelProfile(
         name=name,
