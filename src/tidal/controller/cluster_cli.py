@@ -14,12 +14,12 @@ import typer
 from rich.console import Group
 from rich.text import Text
 
-from tidal.controller.cli import (
+from tidal.controller.cli_options import (
     ClientOptions,
-    _call,
-    _emit_json,
-    _out,
+    call,
     controller_app,
+    emit_json,
+    out,
     with_client_options,
 )
 from tidal.controller.cli_tables import cluster_table, jobs_table
@@ -37,12 +37,12 @@ def cluster(
 ) -> None:
     """Show hosts, slots and which jobs hold them."""
     client = options.client()
-    view: ClusterView = _call(client.cluster)
+    view: ClusterView = call(client.cluster)
     if options.as_json:
-        _emit_json(view)
+        emit_json(view)
         return
-    _out.print(f"policy {view.policy}: {view.used_slots}/{view.total_slots} slots used")
-    _out.print(cluster_table(view))
+    out.print(f"policy {view.policy}: {view.used_slots}/{view.total_slots} slots used")
+    out.print(cluster_table(view))
 
 
 @controller_app.command()
@@ -58,8 +58,8 @@ def top(
     client = options.client()
 
     def frame() -> Group:
-        view: ClusterView = _call(client.cluster)
-        jobs = _call(lambda: client.list(state=["queued", "running", "rescaling"]))
+        view: ClusterView = call(client.cluster)
+        jobs = call(lambda: client.list(state=["queued", "running", "rescaling"]))
         head = Text(
             f"tidal {client.url}  policy {view.policy}  "
             f"{view.used_slots}/{view.total_slots} slots used  {len(jobs)} active job(s)",
@@ -69,7 +69,7 @@ def top(
 
     count = 0
     try:
-        with Live(frame(), console=_out, auto_refresh=False) as live:
+        with Live(frame(), console=out, auto_refresh=False) as live:
             while iterations == 0 or count < iterations:
                 count += 1
                 if iterations and count >= iterations:

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tidal.controller.cli import (
+from tidal.controller.cli_options import (
     ClientOptions,
     JobArg,
-    _call,
-    _emit_json,
-    _out,
-    _pairs,
+    call,
     controller_app,
+    emit_json,
+    out,
+    pairs,
     parse_duration,
     with_client_options,
 )
@@ -41,18 +41,18 @@ def list_jobs(
     label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
 ) -> None:
     """List jobs."""
-    labels = _pairs(label, "--label")
+    labels = pairs(label, "--label")
     client = options.client()
-    jobs = _call(
+    jobs = call(
         lambda: client.list(state=state, name=name, labels=labels, full=options.as_json),
         "--state",
     )
     if options.as_json:
-        _emit_json(jobs)
+        emit_json(jobs)
     elif not jobs:
-        _out.print("no jobs")
+        out.print("no jobs")
     else:
-        _out.print(jobs_table(jobs))
+        out.print(jobs_table(jobs))
 
 
 @controller_app.command()
@@ -63,14 +63,14 @@ def get(
 ) -> None:
     """Show one job: its state, workers and recent events."""
     client = options.client()
-    detail: JobDetail = _call(lambda: client.get(job))
-    events = _call(lambda: client.events(detail.id, limit=10))
+    detail: JobDetail = call(lambda: client.get(job))
+    events = call(lambda: client.events(detail.id, limit=10))
     if options.as_json:
         data = detail.model_dump(mode="json")
         data["events"] = [e.model_dump(mode="json") for e in events]
-        _emit_json(data)
+        emit_json(data)
         return
-    print_job_detail(_out, detail, events)
+    print_job_detail(out, detail, events)
 
 
 @controller_app.command()
@@ -97,14 +97,14 @@ def logs(
             raise typer.BadParameter("--index needs --role", param_hint="--index")
         from tidal.controller.cli_roles import replica_worker
 
-        detail: JobDetail = _call(lambda: client.get(job))
+        detail: JobDetail = call(lambda: client.get(job))
         try:
             worker = replica_worker(detail, role, index or 0)
         except ValueError as exc:
             flag, _, message = str(exc).partition(": ")
             raise typer.BadParameter(message, param_hint=flag) from None
     if not follow:
-        sys.stdout.write(_call(lambda: client.logs(job, tail=tail, worker=worker)))
+        sys.stdout.write(call(lambda: client.logs(job, tail=tail, worker=worker)))
         return
 
     def stream() -> None:
@@ -115,7 +115,7 @@ def logs(
         except KeyboardInterrupt:
             pass
 
-    _call(stream)
+    call(stream)
 
 
 @controller_app.command()
@@ -127,7 +127,7 @@ def priority(
 ) -> None:
     """Change a job's priority."""
     client = options.client()
-    view = _call(lambda: client.priority(job, value), "N")
+    view = call(lambda: client.priority(job, value), "N")
     options.show(view, f"{view.id}: priority {view.priority}")
 
 
@@ -145,7 +145,7 @@ def scale(
     """Ask for exactly N workers (within the job's min and max)."""
     client = options.client()
     # With --role the server names the field at fault itself (role or workers).
-    view = _call(lambda: client.scale(job, workers, role=role), None if role else "--workers")
+    view = call(lambda: client.scale(job, workers, role=role), None if role else "--workers")
     options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
 
 
@@ -167,7 +167,7 @@ def scale_out(
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--timeout") from None
     client = options.client()
-    view = _call(lambda: client.scale_out(job, count, seconds), "--count")
+    view = call(lambda: client.scale_out(job, count, seconds), "--count")
     options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
 
 
@@ -180,7 +180,7 @@ def scale_in(
 ) -> None:
     """Shrink a running job by K workers."""
     client = options.client()
-    view = _call(lambda: client.scale_in(job, count), "--count")
+    view = call(lambda: client.scale_in(job, count), "--count")
     options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
 
 
@@ -193,7 +193,7 @@ def cancel(
 ) -> None:
     """Cancel a job; its workers stop on the controller's next tick."""
     client = options.client()
-    view = _call(lambda: client.cancel(job))
+    view = call(lambda: client.cancel(job))
     if wait:
-        view = _call(lambda: client.wait(view.id, timeout=60))
+        view = call(lambda: client.wait(view.id, timeout=60))
     options.show(view, f"{view.id}: {'cancelled' if wait else 'cancel requested'}")

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from tidal.controller.cli import DataDirOpt, _fail, _out, _pairs, controller_app
+from tidal.controller.cli_options import DataDirOpt, controller_app, fail, out, pairs
 from tidal.controller.discovery import default_data_dir
 
 __all__ = ["server"]
@@ -48,8 +48,8 @@ def server(
     ] = None,
 ) -> None:
     """Run the controller and its REST API until interrupted."""
-    labels = _pairs(label, "--label")
-    policy_options = _pairs(policy_option, "--policy-option")
+    labels = pairs(label, "--label")
+    policy_options = pairs(policy_option, "--policy-option")
     # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
     from tidal.controller.discovery import TOKEN_FILE, read_token
     from tidal.controller.plugins import PluginError
@@ -80,12 +80,12 @@ def server(
     first_start = read_token(folder) is None
 
     def ready(url: str) -> None:
-        _out.print(
+        out.print(
             f"tidal server on [bold]{url}[/] (data in {folder}); Ctrl-C to stop", soft_wrap=True
         )
         token = read_token(folder) if first_start else None
         where = f"token: [bold]{token}[/]" if token else f"token in {folder / TOKEN_FILE}"
-        _out.print(f"dashboard: [bold]{url}/[/] ({where})", soft_wrap=True, highlight=False)
+        out.print(f"dashboard: [bold]{url}/[/] ({where})", soft_wrap=True, highlight=False)
 
     try:
         run_server(config, on_ready=ready)
@@ -95,4 +95,4 @@ def server(
         hint = "--policy" if "policy" in str(exc) else "--backend"
         raise typer.BadParameter(str(exc), param_hint=hint) from None
     except OSError as exc:
-        _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
+        fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")

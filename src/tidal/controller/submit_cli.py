@@ -18,16 +18,16 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from tidal.controller.cli import (
+from tidal.controller.cli_options import (
     ClientOptions,
     JobArg,
-    _call,
-    _emit_json,
-    _err,
-    _fail,
-    _out,
-    _pairs,
+    call,
     controller_app,
+    emit_json,
+    err,
+    fail,
+    out,
+    pairs,
     with_client_options,
 )
 
@@ -38,7 +38,7 @@ def _warn(warnings: Sequence[tuple[str, str]]) -> None:
     for path, message in warnings:
         line = Text("warning: ", style="yellow")
         line.append(f"{path}: {message}" if path else message)
-        _err.print(line)
+        err.print(line)
 
 
 def workers_from_flags(
@@ -161,9 +161,9 @@ def submit(
         if gpus is not None:
             data["resources"] = {**data.get("resources", {}), "gpus": gpus}
         if label:
-            data["labels"] = {**data.get("labels", {}), **_pairs(label, "--label")}
+            data["labels"] = {**data.get("labels", {}), **pairs(label, "--label")}
         if env:
-            data["env"] = {**data.get("env", {}), **_pairs(env, "--env")}
+            data["env"] = {**data.get("env", {}), **pairs(env, "--env")}
         if group is not None:
             data["target"] = {**data.get("target", {}), "group": group}
         if max_restarts is not None:
@@ -178,14 +178,14 @@ def submit(
                 role["working_dir"] = str((anchor / role["working_dir"]).resolve())
         spec = parse_spec(data, source=args[0] if name is None else None)
     except SpecError as exc:
-        _fail(exc.summary(), 2)
+        fail(exc.summary(), 2)
     client = options.client()
-    job = _call(lambda: client.submit(spec), "spec")
+    job = call(lambda: client.submit(spec), "spec")
     _warn([(w.path, w.msg) for w in getattr(job, "warnings", ())])  # older servers send none
     if options.as_json:
-        _emit_json(job)
+        emit_json(job)
     else:
-        _out.print(f"submitted [bold]{job.id}[/] ({job.state})")
+        out.print(f"submitted [bold]{job.id}[/] ({job.state})")
 
 
 @controller_app.command("export")
@@ -214,11 +214,11 @@ def export(
             f"expected one of {', '.join(EXPORT_KINDS)} (got {kind!r})", param_hint="--as"
         )
     client = options.client()
-    detail = _call(lambda: client.get(job))
+    detail = call(lambda: client.get(job))
     try:
         manifest, warnings = export_manifest(JobSpec.model_validate(detail.spec), kind, image)
     except SpecError as exc:
-        _fail(f"{detail.id}: {exc.summary()}", 2)
+        fail(f"{detail.id}: {exc.summary()}", 2)
     _warn(warnings)
     text = yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True)
     if output is None:
@@ -227,4 +227,4 @@ def export(
         try:
             output.write_text(text, encoding="utf-8")
         except OSError as exc:
-            _fail(f"cannot write {output}: {exc.strerror or exc}")
+            fail(f"cannot write {output}: {exc.strerror or exc}")

@@ -13,13 +13,13 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tidal.controller.cli import (
+from tidal.controller.cli_options import (
     ClientOptions,
-    _call,
-    _emit_json,
-    _fail,
-    _out,
-    _pairs,
+    call,
+    emit_json,
+    fail,
+    out,
+    pairs,
     with_client_options,
 )
 
@@ -46,9 +46,9 @@ def _checked(action: Callable[[], Any]) -> Any:
         try:
             return action()
         except WorkerArgumentError as exc:
-            _fail(str(exc), 2)
+            fail(str(exc), 2)
 
-    return _call(guarded, "")
+    return call(guarded, "")
 
 
 @workers_app.command("launch")
@@ -72,7 +72,7 @@ def launch(
     role: Annotated[str, typer.Option(help="Role name of the workers.")] = "worker",
 ) -> None:
     """Start N workers (one job of N fixed replicas) and print their ids."""
-    variables = _pairs(env, "--env")
+    variables = pairs(env, "--env")
     client = options.client()
     ids: list[str] = _checked(
         lambda: client.launch_workers(
@@ -88,10 +88,10 @@ def launch(
         )
     )
     if options.as_json:
-        _emit_json(ids)
+        emit_json(ids)
     else:
         for worker in ids:
-            _out.print(worker, markup=False)
+            out.print(worker, markup=False)
 
 
 @workers_app.command("await")
@@ -110,7 +110,7 @@ def await_(
         lambda: client.await_workers(ids, wait_for_completion=completion, timeout_seconds=timeout)
     )
     if options.as_json:
-        _emit_json(result)
+        emit_json(result)
     else:
         table = Table(box=None, header_style="bold")
         for column in ("WORKER", "STATUS", "HOST", "SLOT", "IP", "EXIT"):
@@ -126,7 +126,7 @@ def await_(
                 w["ip_address"] or "-",
                 "-" if w["exit_code"] is None else str(w["exit_code"]),
             )
-        _out.print(table)
+        out.print(table)
     if result["failures"]:
         raise typer.Exit(1)
 
@@ -138,7 +138,7 @@ def stop(options: ClientOptions, ids: IdsArg) -> None:
     client = options.client()
     jobs: list[str] = _checked(lambda: client.stop_workers(ids))
     if options.as_json:
-        _emit_json({"stopped": jobs})
+        emit_json({"stopped": jobs})
     else:
         for job in jobs:
-            _out.print(f"{job}: stop requested", markup=False)
+            out.print(f"{job}: stop requested", markup=False)
