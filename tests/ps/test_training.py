@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +20,6 @@ import torch.distributed as dist
 from torch import nn
 
 from tidal.ps import LocalCluster, ParameterServerError, ParameterServerModel, PSConfig
-from tidal.ps.launch import preload_for_fork
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "ps_digits.py")
@@ -154,29 +153,20 @@ def _ddp_reference(rank: int, world: int, steps: int, size: int, store: str, out
     dist.destroy_process_group()
 
 
-def _fork(target: Callable[[], None]) -> int:
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            target()
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    return pid
-
-
 def test_sync_with_2_servers_and_3_workers_matches_allreduce(tmp_path: Path) -> None:
     steps, size, world = 6, 16, 3
     out = tmp_path / "out"
     out.mkdir()
-    preload_for_fork()  # the reference's processes are forked from this one too
-    pids = [
-        _fork(lambda r=r: _ddp_reference(r, world, steps, size, str(tmp_path / "store"), str(out)))
+    # The reference runs in fresh interpreters: a child forked from this process (which
+    # ran every earlier test's threads) could inherit a lock held at the fork and hang.
+    spawn = multiprocessing.get_context("spawn")
+    store = str(tmp_path / "store")
+    references = [
+        spawn.Process(target=_ddp_reference, args=(r, world, steps, size, store, str(out)))
         for r in range(world)
     ]
+    for reference in references:
+        reference.start()
     config = PSConfig(n_ps=2, mode="sync", replicas_to_aggregate=3, max_workers=3)
     args = ["--out", str(out), "--steps", str(steps), "--batch-size", str(size)]
     try:
@@ -194,16 +184,13 @@ def test_sync_with_2_servers_and_3_workers_matches_allreduce(tmp_path: Path) -> 
                 "worker-0-0"
             ].output()
     finally:
-        deadline = time.monotonic() + 60
-        codes = []
-        for pid in pids:
-            while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if done[0] == 0:
-                os.kill(pid, signal.SIGKILL)
-                done = os.waitpid(pid, 0)
-            codes.append(os.waitstatus_to_exitcode(done[1]))
-    assert codes == [0, 0, 0]
+        deadline = time.monotonic() + 120
+        for reference in references:
+            reference.join(max(0.0, deadline - time.monotonic()))
+            if reference.is_alive():
+                reference.kill()
+                reference.join(10)
+    assert [r.exitcode for r in references] == [0, 0, 0]
     ps, ddp = torch.load(out / "ps.pt"), torch.load(out / "ddp.pt")
     sys.path.insert(0, str(ROOT))
     from examples.ps_digits import build_model
