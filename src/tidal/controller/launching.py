@@ -9,7 +9,7 @@ from pathlib import Path
 from tidal.backends.base import Backend, JobLaunch, RoleLaunch, worker_logs
 from tidal.model import Job, Launcher, Role
 
-__all__ = ["JobFiles", "build_launch", "role_launches"]
+__all__ = ["JobFiles", "build_launch", "role_launches", "runs_as_one_group"]
 
 #: Launchers whose one-role job still runs as a replica set (not one protocol group).
 _REPLICA_LAUNCHERS = frozenset({Launcher.TF, Launcher.MPI, Launcher.PS})
@@ -58,10 +58,16 @@ def _role_launch(role: Role, job_id: str) -> RoleLaunch:
     )
 
 
+def runs_as_one_group(job: Job) -> bool:
+    """Whether the job's workers are one group (one role, launched by ``tidal`` or
+    ``torchrun``) rather than roles the backend runs one by one."""
+    return len(job.roles) == 1 and job.role.launcher not in _REPLICA_LAUNCHERS
+
+
 def role_launches(job: Job) -> tuple[RoleLaunch, ...]:
     """The roles the backend runs one by one: every role of a multi-role job, or the one
     role of a job whose launcher is ``tf``, ``mpi`` or ``ps``; empty for one group."""
-    if len(job.roles) == 1 and job.role.launcher not in _REPLICA_LAUNCHERS:
+    if runs_as_one_group(job):
         return ()
     return tuple(_role_launch(r, job.id) for r in job.roles)
 

@@ -22,15 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tidal.backends.base import WorkerState
+from tidal.controller.launching import runs_as_one_group
 from tidal.controller.records import JobRecord, WorkerRecord
 from tidal.controller.requests import StopWorkers
-from tidal.model import Job, Launcher, Role, stops_alone
+from tidal.model import Job, Role, stops_alone
 from tidal.ps.config import PREFIX as PS_PREFIX
 
 __all__ = ["StopRefused", "plan_stop"]
 
-#: Launchers whose roles run as replica sets (a one-role job of them too).
-_REPLICA_LAUNCHERS = frozenset({Launcher.TF, Launcher.MPI, Launcher.PS})
 _LIVE = frozenset({WorkerState.STARTING, WorkerState.RUNNING})
 
 
@@ -73,7 +72,7 @@ def plan_stop(
     roles = sorted({w.role for w in named.values()})
     if len(roles) > 1:
         return StopRefused("workers", f"name workers of one role at a time (got {roles})", 422)
-    one_group = len(model.roles) == 1 and model.role.launcher not in _REPLICA_LAUNCHERS
+    one_group = runs_as_one_group(model)
     if one_group:
         role, kind = model.role, ("elastic" if model.role.replicas.elastic else "fixed")
     else:
