@@ -67,6 +67,12 @@ def fill_store(tree: Path, data_dir: Path, jobs: int) -> list[str]:
     return done.stdout.split()
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) process ``pid`` used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_server(tree: Path, data_dir: Path) -> subprocess.Popen[bytes]:
     """``tidal server`` from ``tree`` with the null backend and policy, once it answers."""
     proc = subprocess.Popen(
@@ -147,6 +153,10 @@ class Trial:
     ops: dict[str, Figures]
     list_bytes: int
     load: float
+    #: Requests answered per second, and the cores the server and the clients used.
+    rate: float
+    server_cpu: float
+    client_cpu: float
 
 
 def trial(tree: Path, jobs: int, clients: int, per_client: int, seed: int) -> Trial:
@@ -160,9 +170,12 @@ def trial(tree: Path, jobs: int, clients: int, per_client: int, seed: int) -> Tr
             assert info is not None and token is not None
             probe = httpx.get(f"{info.url}/jobs", headers={"Authorization": f"Bearer {token}"})
             size = len(probe.content)
-            latencies, errors, _wall = asyncio.run(
+            cpu_before = _cpu_seconds(proc.pid), time.process_time()
+            latencies, errors, wall = asyncio.run(
                 mix(info.url, token, ids, clients, per_client, seed)
             )
+            server_cpu = (_cpu_seconds(proc.pid) - cpu_before[0]) / wall
+            client_cpu = (time.process_time() - cpu_before[1]) / wall
         finally:
             proc.send_signal(signal.SIGINT)
             try:
@@ -179,7 +192,8 @@ def trial(tree: Path, jobs: int, clients: int, per_client: int, seed: int) -> Tr
         )
         for op in OPS
     }
-    return Trial(ops, size, os.getloadavg()[0])
+    total = sum(len(v) for v in latencies.values())
+    return Trial(ops, size, os.getloadavg()[0], total / wall, server_cpu, client_cpu)
 
 
 def main() -> None:
@@ -213,6 +227,12 @@ def main() -> None:
         size = statistics.median(r.list_bytes for r in results)
         loads = ", ".join(f"{r.load:.1f}" for r in results)
         print(f"{'':<28}GET /jobs body {size / 1e3:.0f} kB; load average after each: {loads}")
+        rate = statistics.median(r.rate for r in results)
+        server = statistics.median(r.server_cpu for r in results)
+        client = statistics.median(r.client_cpu for r in results)
+        print(
+            f"{'':<28}{rate:.0f} requests/s; cores busy: server {server:.2f}, clients {client:.2f}"
+        )
 
 
 if __name__ == "__main__":
