@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = [
     "StoreError",
     "make_engine",
     "number_change",
+    "number_changes",
     "private_sqlite_url",
 ]
 
@@ -40,6 +42,10 @@ SCHEMA_VERSION = 3
 
 #: Milliseconds a SQLite connection of the store waits for a lock another one holds.
 SQLITE_BUSY_TIMEOUT_MS = 5000
+
+#: Connections a SQLite store keeps open: more than the threads that read at once (the
+#: API's, the loop's, the agents' reports).
+SQLITE_POOL_SIZE = 16
 
 #: PostgreSQL advisory lock held while a change is numbered, so numbers follow commits.
 _CHANGE_LOCK_KEY = 0x7469_6461_6C01
@@ -78,7 +84,14 @@ def make_engine(url: str) -> Engine:
         # One shared connection, or every thread would see its own empty database.
         engine = create_engine(url, connect_args={"check_same_thread": False}, poolclass=StaticPool)
     else:
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 5})
+        # Enough connections, kept open: a thread waiting for a free connection, or
+        # opening one (and setting its pragmas) per request, queued requests under load.
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 5},
+            pool_size=SQLITE_POOL_SIZE,
+            max_overflow=SQLITE_POOL_SIZE,
+        )
     event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
@@ -115,6 +128,23 @@ def number_change(session: Session, job_id: str) -> None:
     )
 
 
+def number_changes(session: Session, job_ids: Sequence[str]) -> None:
+    """:func:`number_change` for several jobs written in one transaction, numbered in
+    the order given (one read of the latest number, one update)."""
+    if len(job_ids) == 1:
+        number_change(session, job_ids[0])
+        return
+    session.flush()
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CHANGE_LOCK_KEY})
+    latest = int(session.scalar(select(func.coalesce(func.max(JobRow.change), 0))) or 0)
+    # The ORM's bulk update by primary key: one executemany.
+    session.execute(
+        update(JobRow),
+        [{"id": job_id, "change": latest + n} for n, job_id in enumerate(job_ids, 1)],
+    )
+
+
 class Database:
     """The store's database at ``url``, its schema brought to the newest revision on
     opening (:class:`StoreError` if this release cannot read it). Safe to share between
@@ -124,6 +154,14 @@ class Database:
         self.url = url
         self.engine: Engine = make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # SQLite lets one connection write at a time and makes the others wait by polling
+        # with growing sleeps (up to 100 ms each); this process's writers queue here
+        # instead, each taking a connection only when its turn comes. Another process's
+        # writer still waits through SQLite's busy timeout.
+        self._writer: threading.Lock | None = (
+            threading.Lock() if self.engine.dialect.name == "sqlite" else None
+        )
+        self._snapshots = threading.local()
         self._create_schema()
 
     def _create_schema(self) -> None:
@@ -141,8 +179,38 @@ class Database:
         self.engine.dispose()
 
     @contextmanager
-    def _transaction(self) -> Iterator[Session]:
-        """A session in a transaction: committed when the block ends, rolled back if it
-        raises (every public call of the store is one)."""
+    def snapshot(self) -> Iterator[None]:
+        """Reads in the block (this thread's) share one transaction: one consistent view
+        of the store, one connection taken and one transaction begun instead of one per
+        call. A write inside it raises :class:`RuntimeError`."""
+        if getattr(self._snapshots, "session", None) is not None:
+            yield
+            return
         with self._sessions() as session, session.begin():
-            yield session
+            if self.engine.dialect.name == "postgresql":
+                # One view for every read, as SQLite's transactions give: PostgreSQL's
+                # default (read committed) lets each statement see later commits.
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            self._snapshots.session = session
+            try:
+                yield
+            finally:
+                self._snapshots.session = None
+
+    @contextmanager
+    def _transaction(self, *, write: bool = False) -> Iterator[Session]:
+        """A session in a transaction: committed when the block ends, rolled back if it
+        raises (every public call of the store is one). ``write`` for one that writes.
+        Inside :meth:`snapshot`, the snapshot's session."""
+        shared: Session | None = getattr(self._snapshots, "session", None)
+        if shared is not None:
+            if write:
+                raise RuntimeError("the store was written inside a snapshot (reads only)")
+            yield shared
+            return
+        if write and self._writer is not None:
+            with self._writer, self._sessions() as session, session.begin():
+                yield session
+        else:
+            with self._sessions() as session, session.begin():
+                yield session

@@ -48,7 +48,7 @@ class JobHistory(Database):
         """Record the backend's view of a job's workers; return those newly seen failed."""
         now = time.time() if now is None else now
         newly_failed: list[WorkerStatus] = []
-        with self._transaction() as s:
+        with self._transaction(write=True) as s:
             known = {
                 r.worker_id: r
                 for r in s.scalars(select(WorkerRow).where(WorkerRow.job_id == job_id))
@@ -109,7 +109,7 @@ class JobHistory(Database):
         """Record an event on its own (job changes record theirs in
         :meth:`~tidal.controller.store.Store.update_job`)."""
         now = time.time() if now is None else now
-        with self._transaction() as s:
+        with self._transaction(write=True) as s:
             s.add(
                 EventRow(job_id=job_id, time=now, kind=kind, message=message, data=dict(data or {}))
             )
@@ -166,7 +166,7 @@ class JobHistory(Database):
     ) -> None:
         """Record training metrics a job reported at ``step``."""
         now = time.time() if now is None else now
-        with self._transaction() as s:
+        with self._transaction(write=True) as s:
             if s.get(JobRow, job_id) is None:
                 raise KeyError(job_id)
             s.add(
@@ -184,7 +184,7 @@ class JobHistory(Database):
         """Record several ``(step, time, values)`` at once (what the workers logged)."""
         if not points:
             return
-        with self._transaction() as s:
+        with self._transaction(write=True) as s:
             if s.get(JobRow, job_id) is None:
                 raise KeyError(job_id)
             s.add_all(
@@ -200,7 +200,7 @@ class JobHistory(Database):
     def set_goodput(self, job_id: str, report: Mapping[str, Any], now: float | None = None) -> None:
         """Keep ``report`` as the job's newest goodput report."""
         now = time.time() if now is None else now
-        with self._transaction() as s:
+        with self._transaction(write=True) as s:
             if s.get(JobRow, job_id) is None:
                 raise KeyError(job_id)
             row = s.get(GoodputRow, job_id)

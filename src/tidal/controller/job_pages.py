@@ -16,11 +16,13 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.orm import Session
 
+from tidal.controller.change_cache import ChangeCache
 from tidal.controller.records import JobRecord
 from tidal.controller.tables import JobRow
 from tidal.model import JobState
@@ -28,9 +30,11 @@ from tidal.model import JobState
 __all__ = [
     "Cursor",
     "CursorError",
+    "JobHead",
     "JobPage",
     "UnreadableJob",
     "UnreadableJobError",
+    "head_columns",
     "job_heads",
     "read_page",
     "read_records",
@@ -73,6 +77,16 @@ class Cursor:
         return cls(float(at), job_id)
 
 
+class JobHead(NamedTuple):
+    """A job's plain columns: enough to order, page and mark it, and to tell whether a
+    cached record of it is current (``change``)."""
+
+    id: str
+    name: str
+    submitted_at: float
+    change: int
+
+
 @dataclass(frozen=True)
 class UnreadableJob:
     """A stored job whose row cannot be turned into a record (corrupt or foreign data)."""
@@ -99,10 +113,17 @@ class JobPage:
     next: Cursor | None
     #: What to send as ``since`` to get only the jobs changed after this page was read.
     change: int = 0
+    #: Each job's change number as the page read it (what a view of it can be kept by).
+    changes: Mapping[str, int] = field(default_factory=dict)
 
     def readable(self) -> list[JobRecord]:
         """The page's jobs that could be read."""
         return [j for j in self.jobs if isinstance(j, JobRecord)]
+
+
+def head_columns() -> Select[str, str, float, int]:
+    """The query of jobs' :class:`JobHead` columns."""
+    return select(JobRow.id, JobRow.name, JobRow.submitted_at, JobRow.change)
 
 
 def job_heads(
@@ -110,11 +131,11 @@ def job_heads(
     name: str | None,
     after: Cursor | None,
     since: int | None = None,
-) -> Select[str, str, float]:
-    """The matching jobs' id, name and submission time, in submission order (or, with
+) -> Select[str, str, float, int]:
+    """The matching jobs' :class:`JobHead` columns, in submission order (or, with
     ``since``, the jobs changed after that change number, in the order of their latest
     change): plain columns, readable even where a job's JSON columns are not."""
-    query = select(JobRow.id, JobRow.name, JobRow.submitted_at)
+    query = head_columns()
     if since is None:
         query = query.order_by(JobRow.submitted_at, JobRow.id)
     else:
@@ -133,28 +154,48 @@ def job_heads(
     return query
 
 
-def _read_one(session: Session, head: tuple[str, str, float]) -> JobRecord | UnreadableJob:
-    job_id, name, submitted_at = head
+def _read_one(
+    session: Session, head: JobHead, cache: ChangeCache[JobRecord] | None
+) -> JobRecord | UnreadableJob:
     try:
-        row = session.scalars(select(JobRow).where(JobRow.id == job_id)).one()
-        return JobRecord.of_row(row)
+        row = session.scalars(select(JobRow).where(JobRow.id == head.id)).one()
+        record = JobRecord.of_row(row)
     except Exception as exc:  # any decoding failure marks this row only
-        log.warning("job %s cannot be read from the store: %s", job_id, exc)
-        return UnreadableJob(job_id, name, submitted_at, f"{type(exc).__name__}: {exc}")
+        log.warning("job %s cannot be read from the store: %s", head.id, exc)
+        return UnreadableJob(head.id, head.name, head.submitted_at, f"{type(exc).__name__}: {exc}")
+    if cache is not None:
+        cache.put(record.id, row.change, record)
+    return record
 
 
 def read_records(
-    session: Session, heads: Sequence[tuple[str, str, float]]
+    session: Session, heads: Sequence[JobHead], cache: ChangeCache[JobRecord] | None = None
 ) -> list[JobRecord | UnreadableJob]:
-    """The records of ``heads``, in their order: in one query, or row by row when one
-    of them cannot be read (so only that one is marked)."""
-    try:
-        rows = session.scalars(select(JobRow).where(JobRow.id.in_([h[0] for h in heads])))
-        by_id = {r.id: JobRecord.of_row(r) for r in rows}
-        return [by_id[h[0]] for h in heads]
-    except Exception:  # find the culprit below, row by row
-        session.expunge_all()
-        return [_read_one(session, h) for h in heads]
+    """The records of ``heads``, in their order: from ``cache`` where it holds a job at
+    its head's change, the rest in one query, or row by row when one of them cannot be
+    read (so only that one is marked)."""
+    found: dict[str, JobRecord | UnreadableJob] = {}
+    if cache is not None:
+        for head in heads:
+            record = cache.get(head.id, head.change)
+            if record is not None:
+                found[head.id] = record
+    missing = [h for h in heads if h.id not in found]
+    if missing:
+        try:
+            rows = session.scalars(select(JobRow).where(JobRow.id.in_([h.id for h in missing])))
+            for row in rows:
+                record = JobRecord.of_row(row)
+                found[row.id] = record
+                if cache is not None:
+                    # The row's own number: under PostgreSQL's read committed it may be
+                    # newer than the head's.
+                    cache.put(record.id, row.change, record)
+        except Exception:  # find the culprit below, row by row
+            session.expunge_all()
+            for head in missing:
+                found[head.id] = _read_one(session, head, cache)
+    return [found[h.id] for h in heads if h.id in found]
 
 
 def read_page(
@@ -165,25 +206,25 @@ def read_page(
     limit: int,
     after: Cursor | None,
     since: int | None = None,
+    cache: ChangeCache[JobRecord] | None = None,
 ) -> JobPage:
     """Up to ``limit`` matching jobs after ``after`` (or changed after ``since``) and the
     cursors of the next page and of the next ``since``."""
     # Read before the page: a job that changes meanwhile is numbered higher, so the next
     # ``since`` lists it again rather than never.
     latest = int(session.scalar(select(func.coalesce(func.max(JobRow.change), 0))) or 0)
-    query = job_heads(states, name, after, since).add_columns(JobRow.change)
+    query = job_heads(states, name, after, since)
     if not labels:
         query = query.limit(limit + 1)
-    rows = [(i, n, at, change) for i, n, at, change in session.execute(query)]
-    heads = [(i, n, at) for i, n, at, _ in rows]
+    heads = [JobHead(*row) for row in session.execute(query)]
     found: list[JobRecord | UnreadableJob] = []
     if not labels:
-        found = read_records(session, heads)
+        found = read_records(session, heads, cache)
     else:
         # Label filters run here, not in SQL (JSON querying differs between databases),
         # on chunks of candidates until the page is full.
         for start in range(0, len(heads), limit + 1):
-            chunk = read_records(session, heads[start : start + limit + 1])
+            chunk = read_records(session, heads[start : start + limit + 1], cache)
             found += [
                 j
                 for j in chunk
@@ -192,12 +233,14 @@ def read_page(
             if len(found) > limit:
                 break
     page, more = found[:limit], len(found) > limit
+    read_at = {h.id: h.change for h in heads}
+    changes = {j.id: read_at[j.id] for j in page}
     last = page[-1] if page else None
     if since is not None:
         if more and last is not None:
             # More changed jobs follow the last one: the next ask starts after its change
             # as this page read it (not as it may be now, which could skip some).
-            latest = next(int(change) for i, _, _, change in rows if i == last.id)
-        return JobPage(page, None, latest)
+            latest = next(h.change for h in heads if h.id == last.id)
+        return JobPage(page, None, latest, changes)
     cursor = Cursor(last.submitted_at, last.id) if more and last is not None else None
-    return JobPage(page, cursor, latest)
+    return JobPage(page, cursor, latest, changes)

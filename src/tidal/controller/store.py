@@ -22,13 +22,17 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from tidal.controller.database import number_change, private_sqlite_url
+from tidal.controller.change_cache import ChangeCache
+from tidal.controller.database import number_change, number_changes, private_sqlite_url
+from tidal.controller.group_commit import GroupCommit
 from tidal.controller.job_history import JobHistory
 from tidal.controller.job_pages import (
     Cursor,
+    JobHead,
     JobPage,
     UnreadableJob,
     UnreadableJobError,
+    head_columns,
     job_heads,
     read_page,
     read_records,
@@ -95,6 +99,10 @@ class Store(JobHistory):
         #: Called once a new job or a user's request is committed: the controller's loop
         #: wakes on it instead of waiting out its interval.
         self.on_request: Callable[[], None] | None = None
+        #: Records read before, reused while their row has not changed: the loop reads
+        #: every active job each tick, and a tick follows each request.
+        self.records: ChangeCache[JobRecord] = ChangeCache()
+        self._additions: GroupCommit[tuple[JobSpec, float], JobRecord] = GroupCommit(self._add_jobs)
 
     @classmethod
     def open(cls, data_dir: Path) -> Store:
@@ -105,56 +113,81 @@ class Store(JobHistory):
     # -- jobs -----------------------------------------------------------------------------
 
     def add_job(self, spec: JobSpec, now: float | None = None) -> JobRecord:
-        """Store a new queued job; its id is ``<name>-<6 hex digits>``."""
-        now = time.time() if now is None else now
-        job = job_from_spec(spec)
-        with self._transaction() as s:
-            job_id = f"{job.name}-{secrets.token_hex(3)}"
-            while s.get(JobRow, job_id) is not None:
-                job_id = f"{job.name}-{secrets.token_hex(3)}"
-            row = JobRow(
-                id=job_id,
-                name=job.name,
-                owner=job.owner,
-                team=job.team,
-                spec=spec.model_dump(mode="json"),
-                state=JobState.QUEUED.value,
-                reason="waiting for slots",
-                priority=job.priority,
-                target_group=job.placement.group,
-                labels=dict(job.labels),
-                min_workers=job.slot_range.min,
-                max_workers=job.slot_range.max,
-                target_workers=None,
-                slots=[],
-                reallocations=0,
-                restarts=0,
-                cancel_requested=False,
-                attained_service=0.0,
-                submitted_at=now,
-                updated_at=now,
-            )
-            s.add(row)
-            s.flush()
-            s.add(EventRow(job_id=job_id, time=now, kind="submitted", message="", data={}))
-            number_change(s, job_id)
-            record = JobRecord.of_row(row)
+        """Store a new queued job; its id is ``<name>-<6 hex digits>``. Jobs added at the
+        same time by several threads are committed together (:mod:`.group_commit`)."""
+        record = self._additions.add((spec, time.time() if now is None else now))
         self._requested()
         return record
+
+    def _add_jobs(self, additions: Sequence[tuple[JobSpec, float]]) -> list[JobRecord]:
+        """Store these new jobs in one transaction (one insert per table, one change
+        number each); their records, in order."""
+        jobs = [job_from_spec(spec) for spec, _ in additions]
+        with self._transaction(write=True) as s:
+            ids = self._new_ids(s, [job.name for job in jobs])
+            rows = [
+                JobRow(
+                    id=job_id,
+                    name=job.name,
+                    owner=job.owner,
+                    team=job.team,
+                    spec=spec.model_dump(mode="json"),
+                    state=JobState.QUEUED.value,
+                    reason="waiting for slots",
+                    priority=job.priority,
+                    target_group=job.placement.group,
+                    labels=dict(job.labels),
+                    min_workers=job.slot_range.min,
+                    max_workers=job.slot_range.max,
+                    target_workers=None,
+                    slots=[],
+                    reallocations=0,
+                    restarts=0,
+                    cancel_requested=False,
+                    attained_service=0.0,
+                    submitted_at=now,
+                    updated_at=now,
+                )
+                for job_id, job, (spec, now) in zip(ids, jobs, additions, strict=True)
+            ]
+            s.add_all(rows)
+            s.flush()
+            s.add_all(
+                EventRow(
+                    job_id=row.id, time=row.submitted_at, kind="submitted", message="", data={}
+                )
+                for row in rows
+            )
+            number_changes(s, ids)
+            return [JobRecord.of_row(row) for row in rows]
+
+    @staticmethod
+    def _new_ids(session: Session, names: Sequence[str]) -> list[str]:
+        """An unused id ``<name>-<6 hex digits>`` for each name (distinct among them)."""
+        ids = [f"{name}-{secrets.token_hex(3)}" for name in names]
+        while True:
+            taken = set(session.scalars(select(JobRow.id).where(JobRow.id.in_(ids))))
+            seen: set[str] = set()
+            clash = False
+            for i, job_id in enumerate(ids):
+                if job_id in taken or job_id in seen:
+                    ids[i] = f"{names[i]}-{secrets.token_hex(3)}"
+                    clash = True
+                seen.add(ids[i])
+            if not clash:
+                return ids
 
     def get_job(self, job_id: str) -> JobRecord | None:
         """The job with this id, if any; :class:`UnreadableJobError` if its stored row
         cannot be read."""
         with self._transaction() as s:
-            head = s.execute(
-                select(JobRow.id, JobRow.name, JobRow.submitted_at).where(JobRow.id == job_id)
-            ).first()
+            head = s.execute(head_columns().where(JobRow.id == job_id)).first()
             return self._record(s, head)
 
     def resolve(self, ref: str) -> JobRecord | None:
         """A job by id, or else the most recently submitted job with that name;
         :class:`UnreadableJobError` if its stored row cannot be read."""
-        heads = select(JobRow.id, JobRow.name, JobRow.submitted_at)
+        heads = head_columns()
         with self._transaction() as s:
             head = s.execute(heads.where(JobRow.id == ref)).first()
             if head is None:
@@ -165,12 +198,11 @@ class Store(JobHistory):
                 ).first()
             return self._record(s, head)
 
-    @staticmethod
-    def _record(session: Session, head: Any) -> JobRecord | None:
-        """The record of the job ``head`` (id, name, submission time) names, if any."""
+    def _record(self, session: Session, head: Any) -> JobRecord | None:
+        """The record of the job ``head`` (a :class:`JobHead` row) names, if any."""
         if head is None:
             return None
-        (found,) = read_records(session, [(head[0], head[1], head[2])])
+        (found,) = read_records(session, [JobHead(*head)], self.records)
         if isinstance(found, UnreadableJob):
             raise UnreadableJobError(found)
         return found
@@ -191,8 +223,8 @@ class Store(JobHistory):
         if limit is not None and not labels:
             query = query.limit(limit)
         with self._transaction() as s:
-            heads = [(i, n, at) for i, n, at in s.execute(query)]
-            jobs = [j for j in read_records(s, heads) if isinstance(j, JobRecord)]
+            heads = [JobHead(*row) for row in s.execute(query)]
+            jobs = [j for j in read_records(s, heads, self.records) if isinstance(j, JobRecord)]
         if labels:
             # Label filters run here, not in SQL: JSON querying differs between databases.
             jobs = [j for j in jobs if all(j.labels.get(k) == v for k, v in labels.items())]
@@ -211,7 +243,7 @@ class Store(JobHistory):
         jobs changed after that change number, in the order of their latest change),
         filtered like :meth:`list_jobs`; a row that cannot be read is marked, not raised."""
         with self._transaction() as s:
-            return read_page(s, states, name, labels or {}, limit, after, since)
+            return read_page(s, states, name, labels or {}, limit, after, since, self.records)
 
     def count_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, possibly 0); rows whose
@@ -248,7 +280,7 @@ class Store(JobHistory):
         if unknown:
             raise ValueError(f"cannot update job column(s): {', '.join(sorted(unknown))}")
         now = time.time() if now is None else now
-        with self._transaction() as s:
+        with self._transaction(write=True) as s:
             row = s.get(JobRow, job_id, with_for_update=True)
             if row is None:
                 raise KeyError(job_id)
@@ -308,7 +340,7 @@ class Store(JobHistory):
         """
         now = time.time() if now is None else now
         kind, data = request_to_row(request)
-        with self._transaction() as s:
+        with self._transaction(write=True) as s:
             job = s.get(JobRow, job_id)
             if job is None:
                 raise KeyError(job_id)
