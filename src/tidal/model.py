@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -266,16 +267,17 @@ class Job:
         """The role that scales: the elastic one, else the first (a one-role job's only)."""
         return next((r for r in self.roles if r.replicas.elastic), self.roles[0])
 
-    @property
+    @cached_property
     def fixed_slots(self) -> int:
         """Slots the job's fixed roles hold, all together (placed as a gang)."""
         elastic = self.role if self.role.replicas.elastic else None
         return sum(r.replicas.max for r in self.roles if r is not elastic)
 
-    @property
+    @cached_property
     def slot_range(self) -> Replicas:
         """How many slots the whole job holds: every fixed role's replicas plus the
-        elastic role's range (a one-role job: that role's replicas)."""
+        elastic role's range (a one-role job: that role's replicas). Kept: the
+        controller's tick asks it of every queued job several times."""
         if len(self.roles) == 1:
             return self.roles[0].replicas
         fixed, elastic = self.fixed_slots, self.role

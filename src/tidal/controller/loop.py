@@ -30,7 +30,7 @@ from tidal.controller.launching import JobFiles, build_launch
 from tidal.controller.metrics import ControllerMetrics
 from tidal.controller.observe import apply_pending, observe, throughput_models
 from tidal.controller.store import Event, JobRecord, Store
-from tidal.model import ACTIVE_STATES, JobState
+from tidal.model import ACTIVE_STATES, Job, JobState
 from tidal.policy.api import Policy, Slot
 
 __all__ = ["HANDOVER_INTERVAL", "Controller"]
@@ -44,6 +44,8 @@ HANDOVER_INTERVAL = 0.05
 #: For at most this long after a wait began (a worker stuck in a long step must not keep
 #: the loop busy); the interval takes over after it.
 HANDOVER_WINDOW = 10.0
+#: The least time between the end of a tick and a tick a request wakes.
+MIN_WAKE_GAP = 0.02
 
 
 class Controller:
@@ -108,12 +110,18 @@ class Controller:
         while not self._stop.is_set():
             # Cleared before the tick: a request recorded during it wakes the next one.
             self._wake.clear()
+            began = time.monotonic()
             try:
                 self.tick()
             except Exception:
                 # One bad tick (a database hiccup) must not end scheduling for everyone.
                 log.exception("controller tick failed")
-            self._wake.wait(self._next_wait(interval))
+            took = time.monotonic() - began
+            if self._wake.wait(self._next_wait(interval)):
+                # Woken by a request: requests arriving faster than ticks take are applied
+                # together, so the loop spends at most half its time ticking and the API
+                # (same process) keeps the rest; it waits a tick's length at least.
+                self._stop.wait(max(MIN_WAKE_GAP, took) - (time.monotonic() - began - took))
 
     def _next_wait(self, interval: float) -> float:
         since = self._handover_since
@@ -173,11 +181,10 @@ class Controller:
     ) -> dict[str, tuple[Slot, ...]]:
         """Allocate and apply; returns the slots each job holds afterwards."""
         held = {j.id: j.slots for j in jobs if j.slots}
-        placeable = [j for j in jobs if self._placeable(j, now)]
+        model = {j.id: self.effects.model(j) for j in jobs}
+        placeable = [j for j in jobs if self._placeable(j, model[j.id], now)]
         models = throughput_models(self.effects, [j.id for j in placeable])
-        requests = [
-            policy_request(j, self.effects.model(j), now, models.get(j.id)) for j in placeable
-        ]
+        requests = [policy_request(j, model[j.id], now, models.get(j.id)) for j in placeable]
         # Slots of workers a user stopped are not the job's any more: the policy keeps
         # the rest, so exactly those workers leave.
         previous = {
@@ -190,7 +197,7 @@ class Controller:
             self.effects.note_policy_error(f"{type(exc).__name__}: {exc}")
             return held
         problems = allocation_problems(
-            proposed, {j.id: self.effects.model(j) for j in placeable}, self.cluster
+            proposed, {j.id: model[j.id] for j in placeable}, self.cluster
         )
         if problems:
             message = "; ".join(problems)
@@ -200,7 +207,7 @@ class Controller:
         self.effects.clear()
         occupied = {slot: job_id for job_id, st in statuses.items() for slot in st.alive_slots()}
         waiting = False
-        least = {j.id: self.effects.model(j).slot_range.min for j in placeable}
+        least = {j.id: model[j.id].slot_range.min for j in placeable}
         for change in plan_changes(jobs, proposed, occupied, least):
             job = change.job
             if change.busy:
@@ -225,8 +232,7 @@ class Controller:
             self._handover_since = time.monotonic()
         return held
 
-    def _placeable(self, job: JobRecord, now: float) -> bool:
-        model = self.effects.model(job)
+    def _placeable(self, job: JobRecord, model: Job, now: float) -> bool:
         placement, least = model.placement, model.slot_range.min
         shortfall = self.cluster.shortfall(placement.group, placement.labels, least)
         if shortfall is None:
