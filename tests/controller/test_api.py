@@ -113,16 +113,22 @@ def test_a_request_the_loop_applies_while_the_api_answers_is_in_the_answer(
     served.controller.tick()
     store = served.store
     read_pending = store.pending_requests
-    api_reads = threading.local()
+    ticking = threading.Event()
 
     def loop_runs_first(job_ids: object = None) -> object:
-        # The controller's own read (inside its tick) must not tick again.
-        if not getattr(api_reads, "busy", False):
-            api_reads.busy = True
+        # The controller's own read (inside its tick) must not tick again. The tick runs
+        # in a thread of its own, as the loop's does: the API's reads may share one
+        # transaction (a snapshot), which the loop's writes are not part of.
+        if not ticking.is_set():
+            ticking.set()
             try:
-                served.controller.tick()  # applies and deletes the pending requests
+                # applies and deletes the pending requests
+                loop = threading.Thread(target=served.controller.tick)
+                loop.start()
+                loop.join(30)
+                assert not loop.is_alive()
             finally:
-                api_reads.busy = False
+                ticking.clear()
         return read_pending(job_ids)  # type: ignore[arg-type]
 
     monkeypatch.setattr(store, "pending_requests", loop_runs_first)
@@ -235,6 +241,8 @@ def test_job_views_show_the_goodput_report(served: Served) -> None:
     c = served.client()
     a = c.submit(SPEC)
     assert c.get(a.id).batch_size is None
+    (before,) = c.list()  # the listing keeps this view until the job changes
+    assert before.batch_size is None
     served.store.set_goodput(
         a.id, {"batch_size": 256, "efficiency": 0.8, "speedup": 3.2, "model": {}}
     )

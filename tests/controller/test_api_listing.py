@@ -154,3 +154,27 @@ def test_a_corrupt_row_answers_a_clear_error_for_that_job(
     assert http.post(f"/jobs/{ids[0]}/cancel").status_code == 202
     served.controller.tick()
     assert http.get(f"/jobs/{ids[0]}").json()["state"] == "cancelled"
+
+
+def test_a_listed_job_is_listed_anew_after_each_change(served: Served, http: httpx.Client) -> None:
+    """The listing keeps each job's JSON until the job changes: a request recorded, the
+    loop applying it, a goodput report and a state change each show at once."""
+    (job_id,) = submit(http, 1, priority=100)
+
+    def listed() -> dict[str, object]:
+        (view,) = http.get("/jobs").json()
+        assert isinstance(view, dict)
+        return view
+
+    assert (listed()["priority"], listed()["pending_requests"]) == (100, [])
+    assert http.put(f"/jobs/{job_id}/priority", json={"priority": 900}).status_code == 200
+    view = listed()
+    assert view["priority"] == 900
+    assert [r["kind"] for r in view["pending_requests"]] == ["priority"]  # type: ignore[union-attr]
+    served.controller.tick()  # applies it
+    assert (listed()["priority"], listed()["pending_requests"]) == (900, [])
+    served.store.set_goodput(job_id, {"batch_size": 64, "efficiency": 0.5, "speedup": 1.5})
+    assert listed()["batch_size"] == 64
+    assert http.post(f"/jobs/{job_id}/cancel").status_code == 202
+    served.controller.tick()
+    assert listed()["state"] == "cancelled"

@@ -76,13 +76,16 @@ class BearerAuth:
         """Whether ``given`` is the token (in constant time: timing must not leak it)."""
         return bool(given) and hmac.compare_digest((given or "").encode(), self._token)
 
-    def __call__(
+    async def __call__(
         self,
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> None:
         """Raise 401 unless the request carries the token (403 for a cookie without the
-        anti-forgery header on a request that changes something)."""
+        anti-forgery header on a request that changes something).
+
+        A coroutine although it does no I/O: FastAPI runs a plain function dependency in
+        its thread pool, a hand-over per request that cost more than the check."""
         if credentials is not None:
             if self.check(credentials.credentials):
                 return

@@ -1,7 +1,7 @@
 """The REST API over the controller, one router per resource.
 
-``jobs`` (submit, list, requests to change a job), ``job_workers`` (stop some of a
-job's workers), ``logs``, ``cluster`` (hosts, events,
+``jobs`` (submit, list, requests to change a job), ``job_scaling`` (resize a job),
+``job_workers`` (stop some of a job's workers), ``logs``, ``cluster`` (hosts, events,
 allocations, utilisation), ``metrics`` (training metrics and Prometheus) and ``health``.
 Handlers read the store and record what users ask for as requests
 (:mod:`tidal.controller.requests`); the controller loop carries them out on its next tick.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from tidal.controller.api import cluster, health, job_workers, jobs, logs, metrics
+from tidal.controller.api import cluster, health, job_scaling, job_workers, jobs, logs, metrics
 
 __all__ = ["PROTECTED_ROUTERS", "PUBLIC_ROUTERS"]
 
@@ -22,6 +22,7 @@ PUBLIC_ROUTERS: tuple[APIRouter, ...] = (health.router,)
 #: Routers behind the bearer token.
 PROTECTED_ROUTERS: tuple[APIRouter, ...] = (
     jobs.router,
+    job_scaling.router,
     job_workers.router,
     logs.router,
     cluster.router,

@@ -23,13 +23,15 @@ __all__ = [
 UNPROCESSABLE = 422
 
 
-def _controller(request: Request) -> Controller:
+# Coroutines: FastAPI would run plain functions in its thread pool, one hand-over each.
+async def _controller(request: Request) -> Controller:
     controller: Controller = request.app.state.controller
     return controller
 
 
-def _store(request: Request) -> Store:
-    return _controller(request).store
+async def _store(request: Request) -> Store:
+    store: Store = request.app.state.controller.store
+    return store
 
 
 ControllerDep = Annotated[Controller, Depends(_controller)]

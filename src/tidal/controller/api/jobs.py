@@ -7,7 +7,6 @@ is the job's view showing what was asked.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Annotated, Literal
@@ -20,17 +19,18 @@ from pydantic import TypeAdapter
 from tidal.controller.api.deps import ControllerDep, StoreDep, invalid, job_or_404
 from tidal.controller.api.spec_body import (
     SPEC_BODY,
-    read_spec,
+    parse_spec_body,
     spec_loc,
     spec_problem_response,
     spec_text,
 )
 from tidal.controller.api.views import allocation_view, event_view, job_view, unreadable_view
-from tidal.controller.job_pages import Cursor, CursorError
+from tidal.controller.change_cache import ChangeCache
+from tidal.controller.job_pages import Cursor, CursorError, UnreadableJob
 from tidal.controller.job_status import RoleStatus, conditions, role_statuses
 from tidal.controller.limits import off_loop
 from tidal.controller.records import WorkerRecord
-from tidal.controller.requests import Cancel, PendingRequest, Resize, SetPriority, UserRequest
+from tidal.controller.requests import Cancel, PendingRequest, SetPriority, UserRequest
 from tidal.controller.schema import (
     AllocationView,
     ConditionView,
@@ -39,8 +39,6 @@ from tidal.controller.schema import (
     JobView,
     PriorityRequest,
     RoleStatusView,
-    ScaleByRequest,
-    ScaleRequest,
     SpecCheck,
     SpecProblem,
     SpecWarning,
@@ -61,7 +59,7 @@ DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 
 ListView = Literal["summary", "full"]
-_JOB_LIST = TypeAdapter(list[JobView])
+_JOB = TypeAdapter(JobView)
 
 
 def _parse_labels(raw: Sequence[str]) -> dict[str, str]:
@@ -105,11 +103,6 @@ def ask(store: Store, job: JobRecord, request: UserRequest, event: Event) -> Job
     return _current(store, job)
 
 
-def _holding(job: JobRecord) -> None:
-    if not job.state.holds_slots:
-        raise HTTPException(status_code=409, detail=f"job {job.id} is {job.state.value}")
-
-
 @router.post(
     "/jobs",
     status_code=status.HTTP_201_CREATED,
@@ -119,9 +112,7 @@ def _holding(job: JobRecord) -> None:
 async def submit(request: Request, store: StoreDep) -> Response:
     """Submit a job from a spec: JSON, or YAML text with ``Content-Type: application/yaml``."""
     try:
-        spec, warnings = await off_loop(
-            request, read_spec, *await spec_text(request), _can(request)
-        )
+        spec, warnings = await parse_spec_body(request, *await spec_text(request), _can(request))
     except SpecError as exc:
         return spec_problem_response(exc)
     job = await run_in_threadpool(store.add_job, spec)
@@ -137,7 +128,7 @@ async def validate(request: Request) -> SpecCheck:
     YAML, the line it names (what the dashboard's submit page shows next to the text)."""
     text, is_yaml = await spec_text(request)
     try:
-        _, warnings = await off_loop(request, read_spec, text, is_yaml, _can(request))
+        _, warnings = await parse_spec_body(request, text, is_yaml, _can(request))
     except SpecError as exc:
         lines = None
         if is_yaml:
@@ -197,23 +188,30 @@ def list_jobs(
         raise invalid("after", str(exc), where="query") from None
     if since is not None and cursor is not None:
         raise invalid("since", "cannot be combined with after (got both)", where="query")
-    # Pending requests before the page, for the reason fresh gives; there are few.
-    pending = store.pending_requests()
-    page = store.job_page(
-        states=state, name=name, labels=labels, limit=limit, after=cursor, since=since
-    )
-    ids = [j.id for j in page.readable()]
-    reports = store.goodput(ids)
+    with store.snapshot():
+        # Pending requests before the page, for the reason fresh gives; there are few.
+        pending = store.pending_requests()
+        page = store.job_page(
+            states=state, name=name, labels=labels, limit=limit, after=cursor, since=since
+        )
+        reports = store.goodput([j.id for j in page.readable()])
     full = view == "full"
-    # Serialised here in one go rather than re-validated item by item by FastAPI.
-    body = _JOB_LIST.dump_json(
-        [
-            job_view(j, reports.get(j.id), pending.get(j.id, ()), with_spec=full)
-            if isinstance(j, JobRecord)
-            else unreadable_view(j)
-            for j in page.jobs
-        ]
-    )
+    # Serialised here rather than re-validated item by item by FastAPI; each job's JSON is
+    # kept until the job changes (its requests and reports change it too), read in one
+    # snapshot with the requests and reports it shows.
+    kept: ChangeCache[bytes] = request.app.state.job_views
+    parts = []
+    for j in page.jobs:
+        if isinstance(j, UnreadableJob):
+            parts.append(_JOB.dump_json(unreadable_view(j)))
+            continue
+        change = page.changes[j.id]
+        part = kept.get((j.id, full), change)
+        if part is None:
+            part = _JOB.dump_json(job_view(j, reports.get(j.id), pending.get(j.id, ()), full))
+            kept.put((j.id, full), change, part)
+        parts.append(part)
+    body = b"[" + b",".join(parts) + b"]"
     headers = {"ETag": f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'}
     # Browsers revalidate with the ETag on every poll (and get 304 while nothing changed).
     headers["Cache-Control"] = "no-cache, private"
@@ -228,13 +226,16 @@ def list_jobs(
 
 
 @router.get("/jobs/{ref}", response_model=JobDetail)
-def get_job(ref: str, controller: ControllerDep) -> JobDetail:
+def get_job(ref: str, controller: ControllerDep) -> Response:
     """A job by id (or the latest job with that name), with its workers and the IP
     address of each worker's host."""
     store = controller.store
-    job, pending = fresh(store, job_or_404(store, ref))
+    with store.snapshot():
+        job, pending = fresh(store, job_or_404(store, ref))
+        records = store.workers(job.id)
+        report = store.goodput([job.id]).get(job.id)
+        events = store.events(job.id)
     addresses = {h.name: h.address for h in controller.cluster.hosts}
-    records = store.workers(job.id)
     workers = [
         WorkerView(
             worker_id=w.worker_id,
@@ -249,8 +250,7 @@ def get_job(ref: str, controller: ControllerDep) -> JobDetail:
         )
         for w in records
     ]
-    report = store.goodput([job.id]).get(job.id)
-    return JobDetail(
+    detail = JobDetail(
         **job_view(job, report, pending).model_dump(),
         worker_list=workers,
         goodput=dict(report.report) if report is not None else None,
@@ -263,9 +263,12 @@ def get_job(ref: str, controller: ControllerDep) -> JobDetail:
                 message=c.message,
                 last_transition_time=c.time,
             )
-            for c in conditions(job, store.events(job.id))
+            for c in conditions(job, events)
         ],
     )
+    # Serialised here: a returned model would be validated again by FastAPI, in a second
+    # hand-over to its thread pool.
+    return Response(content=detail.model_dump_json(), media_type="application/json")
 
 
 def _role_statuses(job: JobRecord, workers: Sequence[WorkerRecord]) -> list[RoleStatus]:
@@ -295,95 +298,6 @@ def set_priority(ref: str, body: PriorityRequest, store: StoreDep) -> JobView:
         job,
         SetPriority(body.priority),
         Event("priority", f"{before} → {body.priority}", {"from": before, "to": body.priority}),
-    )
-
-
-@router.post("/jobs/{ref}/scale", response_model=JobView)
-def scale(ref: str, body: ScaleRequest, store: StoreDep) -> JobView:
-    """Ask for exactly ``workers`` workers (of ``role``, when given)."""
-    job = job_or_404(store, ref)
-    if body.role is not None:
-        return _scale_role(store, job, body.role, body.workers)
-    if not job.min_workers <= body.workers <= job.max_workers:
-        raise invalid(
-            "workers",
-            f"must be within [{job.min_workers}, {job.max_workers}] (got {body.workers})",
-        )
-    return ask(
-        store,
-        job,
-        Resize(body.workers, "scale"),
-        Event("scale", f"target {body.workers} worker(s)", {"to": body.workers}),
-    )
-
-
-def _scale_role(store: Store, job: JobRecord, role_name: str, replicas: int) -> JobView:
-    """A job's slots are its fixed roles' replicas plus its elastic role's: asking the
-    elastic role for ``replicas`` asks the job for that many plus the fixed ones."""
-    try:
-        model = job.job
-    except ValueError:  # a stored spec this release cannot read has no roles to scale
-        raise invalid("role", f"job {job.id}'s spec cannot be read; scale it by workers") from None
-    names = [r.name for r in model.roles]
-    if role_name not in names:
-        raise invalid("role", f"job {job.id} has no role {role_name!r} (it has {names})")
-    role = model.role_named(role_name)
-    if not role.replicas.elastic:
-        raise invalid(
-            "role",
-            f"role {role_name} has a fixed size of {role.replicas.max}; "
-            "only a job's elastic role scales",
-        )
-    low, high = role.replicas.min, role.replicas.max
-    if not low <= replicas <= high:
-        raise invalid("workers", f"must be within [{low}, {high}] for role {role_name}")
-    target = model.fixed_slots + replicas
-    return ask(
-        store,
-        job,
-        Resize(target, "scale"),
-        Event(
-            "scale",
-            f"target {replicas} replica(s) of {role_name} ({target} worker(s) in all)",
-            {"to": target, "role": role_name, "replicas": replicas},
-        ),
-    )
-
-
-@router.post("/jobs/{ref}/scale-out", response_model=JobView)
-def scale_out(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
-    """Grow by ``count`` workers; with ``timeout_s``, rolled back if not reached in time."""
-    job = job_or_404(store, ref)
-    _holding(job)
-    target = len(job.slots) + body.count
-    if target > job.max_workers:
-        raise invalid(
-            "count", f"would make {target} workers, above the job's max of {job.max_workers}"
-        )
-    deadline = time.time() + body.timeout_s if body.timeout_s else None
-    return ask(
-        store,
-        job,
-        Resize(target, "scale_out", deadline),
-        Event("scale_out", f"target {target} worker(s)", {"to": target}),
-    )
-
-
-@router.post("/jobs/{ref}/scale-in", response_model=JobView)
-def scale_in(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
-    """Shrink by ``count`` workers."""
-    job = job_or_404(store, ref)
-    _holding(job)
-    target = len(job.slots) - body.count
-    if target < job.min_workers:
-        raise invalid(
-            "count", f"would leave {target} workers, below the job's min of {job.min_workers}"
-        )
-    return ask(
-        store,
-        job,
-        Resize(target, "scale_in"),
-        Event("scale_in", f"target {target} worker(s)", {"to": target}),
     )
 
 

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 
 from tidal.compat import spec_from_document
 from tidal.controller.api.deps import UNPROCESSABLE
+from tidal.controller.limits import off_loop
 from tidal.controller.support import LOCAL, Capabilities, unsupported
 from tidal.documents import SPEC_LIMITS, DocumentError, load_json, load_yaml
 from tidal.model import job_from_spec
@@ -16,11 +17,18 @@ from tidal.spec import JobSpec, SpecError
 __all__ = [
     "SPEC_BODY",
     "check_runnable",
+    "parse_spec_body",
     "read_spec",
     "spec_loc",
     "spec_problem_response",
     "spec_text",
 ]
+
+#: JSON bodies up to this size are parsed on the event loop: the worst such document
+#: (2,000 levels of nesting) takes about 2 ms, an ordinary spec 0.05 ms, and handing one
+#: to a parsing thread cost more than parsing it (it queued submissions under load).
+#: YAML and larger JSON go to the parsing thread (a 4 KiB YAML flow list takes ~17 ms).
+INLINE_JSON_BYTES = 4096
 
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 
@@ -71,6 +79,16 @@ def read_spec(
     spec, warnings = spec_from_document(data)
     check_runnable(spec, capabilities)
     return spec, warnings
+
+
+async def parse_spec_body(
+    request: Request, text: str, is_yaml: bool, capabilities: Capabilities
+) -> tuple[JobSpec, list[tuple[str, str]]]:
+    """:func:`read_spec` of a request's body: on the loop for a small JSON one, else in
+    the parsing thread (:func:`~tidal.controller.limits.off_loop`)."""
+    if not is_yaml and len(text) <= INLINE_JSON_BYTES:
+        return read_spec(text, is_yaml, capabilities)
+    return await off_loop(request, read_spec, text, is_yaml, capabilities)
 
 
 def check_runnable(spec: JobSpec, capabilities: Capabilities = LOCAL) -> None:

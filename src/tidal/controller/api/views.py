@@ -45,7 +45,8 @@ def job_view(
     without its spec unless ``with_spec`` (the listing's summary view)."""
     report = goodput.report if goodput is not None else None
     batch = _number(report, "batch_size")
-    asked = apply_requests(job, pending).changes
+    # Without requests nothing changes, and working that out needs the job's model.
+    asked = apply_requests(job, pending).changes if pending else {}
     # model_construct: the store's data is already valid, and validating every field of
     # every job again made listing jobs the API's slowest call.
     return JobView.model_construct(

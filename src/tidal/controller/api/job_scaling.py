@@ -1,0 +1,117 @@
+"""Resizing a job: to a size, by a count (``scale-out`` / ``scale-in``), or a multi-role
+job's elastic role to a number of replicas.
+
+Like every change to a job, a resize is a request the controller loop carries out on its
+next tick (:mod:`tidal.controller.requests`): these routes check it against the job's
+bounds and record it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, HTTPException
+
+from tidal.controller.api.deps import StoreDep, invalid, job_or_404
+from tidal.controller.api.jobs import ask
+from tidal.controller.requests import Resize
+from tidal.controller.schema import JobView, ScaleByRequest, ScaleRequest
+from tidal.controller.store import Event, JobRecord, Store
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["jobs"])
+
+
+def _holding(job: JobRecord) -> None:
+    if not job.state.holds_slots:
+        raise HTTPException(status_code=409, detail=f"job {job.id} is {job.state.value}")
+
+
+@router.post("/jobs/{ref}/scale", response_model=JobView)
+def scale(ref: str, body: ScaleRequest, store: StoreDep) -> JobView:
+    """Ask for exactly ``workers`` workers (of ``role``, when given)."""
+    job = job_or_404(store, ref)
+    if body.role is not None:
+        return _scale_role(store, job, body.role, body.workers)
+    if not job.min_workers <= body.workers <= job.max_workers:
+        raise invalid(
+            "workers",
+            f"must be within [{job.min_workers}, {job.max_workers}] (got {body.workers})",
+        )
+    return ask(
+        store,
+        job,
+        Resize(body.workers, "scale"),
+        Event("scale", f"target {body.workers} worker(s)", {"to": body.workers}),
+    )
+
+
+def _scale_role(store: Store, job: JobRecord, role_name: str, replicas: int) -> JobView:
+    """A job's slots are its fixed roles' replicas plus its elastic role's: asking the
+    elastic role for ``replicas`` asks the job for that many plus the fixed ones."""
+    try:
+        model = job.job
+    except ValueError:  # a stored spec this release cannot read has no roles to scale
+        raise invalid("role", f"job {job.id}'s spec cannot be read; scale it by workers") from None
+    names = [r.name for r in model.roles]
+    if role_name not in names:
+        raise invalid("role", f"job {job.id} has no role {role_name!r} (it has {names})")
+    role = model.role_named(role_name)
+    if not role.replicas.elastic:
+        raise invalid(
+            "role",
+            f"role {role_name} has a fixed size of {role.replicas.max}; "
+            "only a job's elastic role scales",
+        )
+    low, high = role.replicas.min, role.replicas.max
+    if not low <= replicas <= high:
+        raise invalid("workers", f"must be within [{low}, {high}] for role {role_name}")
+    target = model.fixed_slots + replicas
+    return ask(
+        store,
+        job,
+        Resize(target, "scale"),
+        Event(
+            "scale",
+            f"target {replicas} replica(s) of {role_name} ({target} worker(s) in all)",
+            {"to": target, "role": role_name, "replicas": replicas},
+        ),
+    )
+
+
+@router.post("/jobs/{ref}/scale-out", response_model=JobView)
+def scale_out(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
+    """Grow by ``count`` workers; with ``timeout_s``, rolled back if not reached in time."""
+    job = job_or_404(store, ref)
+    _holding(job)
+    target = len(job.slots) + body.count
+    if target > job.max_workers:
+        raise invalid(
+            "count", f"would make {target} workers, above the job's max of {job.max_workers}"
+        )
+    deadline = time.time() + body.timeout_s if body.timeout_s else None
+    return ask(
+        store,
+        job,
+        Resize(target, "scale_out", deadline),
+        Event("scale_out", f"target {target} worker(s)", {"to": target}),
+    )
+
+
+@router.post("/jobs/{ref}/scale-in", response_model=JobView)
+def scale_in(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
+    """Shrink by ``count`` workers."""
+    job = job_or_404(store, ref)
+    _holding(job)
+    target = len(job.slots) - body.count
+    if target < job.min_workers:
+        raise invalid(
+            "count", f"would leave {target} workers, below the job's min of {job.min_workers}"
+        )
+    return ask(
+        store,
+        job,
+        Resize(target, "scale_in"),
+        Event("scale_in", f"target {target} worker(s)", {"to": target}),
+    )
