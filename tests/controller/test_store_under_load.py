@@ -178,3 +178,17 @@ def test_reads_in_a_snapshot_share_one_transaction_and_a_write_there_is_refused(
     assert stored is not None and stored.priority != 1
     store.update_job(job.id, priority=1)  # outside it, writes go on
     assert store.get_job(job.id).priority == 1  # type: ignore[union-attr]
+
+
+def test_a_snapshot_is_one_view_while_others_write(store: Store) -> None:
+    job = store.add_job(spec("view"))
+    with store.snapshot():
+        assert store.get_job(job.id).priority == job.priority  # type: ignore[union-attr]
+        writer = threading.Thread(target=store.update_job, args=(job.id,), kwargs={"priority": 7})
+        writer.start()
+        writer.join(WAIT)
+        assert not writer.is_alive()
+        # Committed meanwhile, but not part of this view.
+        assert store.get_job(job.id).priority == job.priority  # type: ignore[union-attr]
+        assert [j.priority for j in store.list_jobs()] == [job.priority]
+    assert store.get_job(job.id).priority == 7  # type: ignore[union-attr]

@@ -187,10 +187,13 @@ class Database:
             yield
             return
         with self._sessions() as session, session.begin():
+            # One view for every read. PostgreSQL's default (read committed) lets each
+            # statement see later commits; Python's sqlite3 begins a transaction only
+            # before a write, so each read alone would see the latest commit too.
             if self.engine.dialect.name == "postgresql":
-                # One view for every read, as SQLite's transactions give: PostgreSQL's
-                # default (read committed) lets each statement see later commits.
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            elif not isinstance(self.engine.pool, StaticPool):  # one connection shared: no
+                session.execute(text("BEGIN"))
             self._snapshots.session = session
             try:
                 yield

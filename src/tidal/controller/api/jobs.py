@@ -188,30 +188,33 @@ def list_jobs(
         raise invalid("after", str(exc), where="query") from None
     if since is not None and cursor is not None:
         raise invalid("since", "cannot be combined with after (got both)", where="query")
+    full = view == "full"
+    # Serialised here rather than re-validated item by item by FastAPI. Each job's JSON is
+    # kept until the job changes (a request or a report changes it too): only the jobs
+    # changed since are made again, from their record, requests and report as one
+    # snapshot of the store shows them.
+    kept: ChangeCache[bytes] = request.app.state.job_views
     with store.snapshot():
-        # Pending requests before the page, for the reason fresh gives; there are few.
-        pending = store.pending_requests()
         page = store.job_page(
             states=state, name=name, labels=labels, limit=limit, after=cursor, since=since
         )
-        reports = store.goodput([j.id for j in page.readable()])
-    full = view == "full"
-    # Serialised here rather than re-validated item by item by FastAPI; each job's JSON is
-    # kept until the job changes (its requests and reports change it too), read in one
-    # snapshot with the requests and reports it shows.
-    kept: ChangeCache[bytes] = request.app.state.job_views
-    parts = []
+        parts: dict[str, bytes | None] = {
+            j.id: kept.get((j.id, full), page.changes[j.id]) for j in page.readable()
+        }
+        stale = [job_id for job_id, part in parts.items() if part is None]
+        pending = store.pending_requests(stale) if stale else {}
+        reports = store.goodput(stale) if stale else {}
+    listed = []
     for j in page.jobs:
         if isinstance(j, UnreadableJob):
-            parts.append(_JOB.dump_json(unreadable_view(j)))
+            listed.append(_JOB.dump_json(unreadable_view(j)))
             continue
-        change = page.changes[j.id]
-        part = kept.get((j.id, full), change)
+        part = parts[j.id]
         if part is None:
             part = _JOB.dump_json(job_view(j, reports.get(j.id), pending.get(j.id, ()), full))
-            kept.put((j.id, full), change, part)
-        parts.append(part)
-    body = b"[" + b",".join(parts) + b"]"
+            kept.put((j.id, full), page.changes[j.id], part)
+        listed.append(part)
+    body = b"[" + b",".join(listed) + b"]"
     headers = {"ETag": f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'}
     # Browsers revalidate with the ETag on every poll (and get 304 while nothing changed).
     headers["Cache-Control"] = "no-cache, private"
@@ -231,7 +234,10 @@ def get_job(ref: str, controller: ControllerDep) -> Response:
     address of each worker's host."""
     store = controller.store
     with store.snapshot():
-        job, pending = fresh(store, job_or_404(store, ref))
+        # One view of the store: the record and its pending requests agree (fresh's
+        # second read is for reads in transactions of their own).
+        job = job_or_404(store, ref)
+        pending = store.pending_requests([job.id]).get(job.id, [])
         records = store.workers(job.id)
         report = store.goodput([job.id]).get(job.id)
         events = store.events(job.id)
