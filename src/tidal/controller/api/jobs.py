@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import TypeAdapter
 
 from tidal.controller.api.deps import ControllerDep, StoreDep, invalid, job_or_404
@@ -116,10 +116,15 @@ async def submit(request: Request, store: StoreDep) -> Response:
     except SpecError as exc:
         return spec_problem_response(exc)
     job = await run_in_threadpool(store.add_job, spec)
-    view = Submitted(
-        **job_view(job).model_dump(), warnings=[SpecWarning(path=p, msg=m) for p, m in warnings]
+    # Built from the stored job without validating it again (as the listing's views are).
+    view = Submitted.model_construct(
+        **dict(job_view(job)), warnings=[SpecWarning(path=p, msg=m) for p, m in warnings]
     )
-    return JSONResponse(status_code=status.HTTP_201_CREATED, content=view.model_dump(mode="json"))
+    return Response(
+        status_code=status.HTTP_201_CREATED,
+        content=view.model_dump_json(),
+        media_type="application/json",
+    )
 
 
 @router.post("/jobs/validate", response_model=SpecCheck, openapi_extra=SPEC_BODY)
