@@ -119,9 +119,10 @@ class Controller:
             took = time.monotonic() - began
             if self._wake.wait(self._next_wait(interval)):
                 # Woken by a request: requests arriving faster than ticks take are applied
-                # together, so the loop spends at most half its time ticking and the API
-                # (same process) keeps the rest; it waits a tick's length at least.
-                self._stop.wait(max(MIN_WAKE_GAP, took) - (time.monotonic() - began - took))
+                # together, so the loop spends at most a third of its time ticking and the
+                # API (same process) keeps the rest; it waits two ticks' length at least.
+                gap = max(MIN_WAKE_GAP, 2 * took)
+                self._stop.wait(gap - (time.monotonic() - began - took))
 
     def _next_wait(self, interval: float) -> float:
         since = self._handover_since
