@@ -112,15 +112,21 @@ def private_sqlite_url(data_dir: Path) -> str:
     return f"sqlite:///{path}"
 
 
+def _hold_numbering(session: Session) -> None:
+    """Write what the session holds and make this transaction the one that numbers
+    changes until it commits (SQLite's write lock is held from the first write)."""
+    session.flush()
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CHANGE_LOCK_KEY})
+
+
 def number_change(session: Session, job_id: str) -> None:
     """Give the job's latest change the store's next change number (``jobs.change``).
 
     Called after the transaction's first write: SQLite holds its one write lock from there
     to the commit (PostgreSQL takes an advisory lock), so numbers are given in commit
     order and a reader that saw change N has seen every change numbered below it."""
-    session.flush()
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CHANGE_LOCK_KEY})
+    _hold_numbering(session)
     following = select(func.coalesce(func.max(JobRow.change), 0) + 1).scalar_subquery()
     session.execute(
         update(JobRow).where(JobRow.id == job_id).values(change=following),
@@ -134,9 +140,7 @@ def number_changes(session: Session, job_ids: Sequence[str]) -> None:
     if len(job_ids) == 1:
         number_change(session, job_ids[0])
         return
-    session.flush()
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CHANGE_LOCK_KEY})
+    _hold_numbering(session)
     latest = int(session.scalar(select(func.coalesce(func.max(JobRow.change), 0))) or 0)
     # The ORM's bulk update by primary key: one executemany.
     session.execute(
