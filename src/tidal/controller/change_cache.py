@@ -51,7 +51,3 @@ class ChangeCache(Generic[V]):
             self._values.move_to_end(key)
             while len(self._values) > self.capacity:
                 self._values.popitem(last=False)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._values)
