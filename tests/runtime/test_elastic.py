@@ -181,6 +181,41 @@ def test_peer_lost_after_the_optimizer_step_keeps_the_step(
     assert "failed" in launch.output()
 
 
+def test_a_step_committed_by_one_survivor_is_adopted_not_redone(
+    launches: list[Launch], tmp_path: Path, reference: Path
+) -> None:
+    # Rank 1 dies after step 20's gradient sync; rank 2 commits step 20 on the complete
+    # gradient, rank 0 hears of the failure first and skips its optimizer step (as a rank
+    # whose sync failed would: with a ring all-reduce some ranks finish it and some do not).
+    # The survivors then hold different steps: rank 0 must take rank 2's step 20 rather
+    # than hand rank 2 its older state, which would make rank 2 train step 20 twice.
+    launch, out = _run(
+        launches,
+        tmp_path,
+        "split-commit",
+        "1:3",
+        "--initial",
+        "3",
+        script_args=("--rank1-dies-after-step", "20", "--rank0-misses-the-step"),
+    )
+    assert launch.finish(timeout=240) == 0, launch.output()
+    records = steps(out)
+    at_20: dict[str, bool] = {}
+    for record in records:
+        if record["step"] == 20:
+            at_20.setdefault(record["worker"], record["stepped"])
+    assert at_20 == {"w0": False, "w1": True, "w2": True}, at_20  # the interleaving above
+    for worker in ("w2", "w0"):
+        mine = [r["step"] for r in records if r["worker"] == worker]
+        assert len(mine) == len(set(mine)), f"{worker} ran a step twice"
+    history = final_history(records)
+    assert sorted(history) == list(range(1, STEPS + 1))
+    assert_ranks_agree(history)
+    assert_each_sample_once(history, DIGITS)
+    assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
+    assert "failed" in launch.output()
+
+
 def test_sigkill_all_workers_resumes_from_checkpoint(
     launches: list[Launch], tmp_path: Path, reference: Path
 ) -> None:

@@ -56,6 +56,13 @@ def hold_for_size(ctx: tidal.WorkerContext, size: int, timeout: float = 120.0) -
         time.sleep(0.01)
 
 
+def _wait_for_failure(ctx: tidal.WorkerContext, timeout: float = 10.0) -> None:
+    """Wait (bounded) until this worker knows that its generation broke."""
+    deadline = time.monotonic() + timeout
+    while not ctx.failed and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -70,6 +77,12 @@ def main() -> None:
         default=0,
         help="rank 1 SIGKILLs itself right after this step's optimizer step; the other "
         "ranks hold that step's boundary until they have noticed",
+    )
+    parser.add_argument(
+        "--rank0-misses-the-step",
+        action="store_true",
+        help="with --rank1-dies-after-step: rank 0 hears of the failure before its optimizer "
+        "step (and skips it, as a rank whose gradient sync failed), while rank 2 commits it",
     )
     parser.add_argument(
         "--hold-at",
@@ -113,6 +126,9 @@ def main() -> None:
                     time.sleep(args.step_delay)  # so a kill lands mid-step
                 loss.backward()
             before = [p.detach().clone() for p in model.parameters()]
+            dying = state.global_step + 1 == args.rank1_dies_after_step and world > 1
+            if dying and rank == 0 and args.rank0_misses_the_step:
+                _wait_for_failure(ctx)
             optimizer.step()
             # Skipped when this step's gradient sync failed (the step is then redone, or
             # adopted from a survivor that completed it): the parameters did not move.
@@ -145,15 +161,12 @@ def main() -> None:
                 )
                 + "\n"
             )
-            dying = state.global_step + 1 == args.rank1_dies_after_step and world > 1
             if dying and rank == 1:
                 os.kill(os.getpid(), signal.SIGKILL)
             if dying:
                 # The peer died after a gradient sync that completed: the failure reaches
                 # the survivors between their optimizer step and the step boundary.
-                deadline = time.monotonic() + 10
-                while not ctx.failed and time.monotonic() < deadline:
-                    time.sleep(0.01)
+                _wait_for_failure(ctx)
             state.step()
             # The latest hold reached is the same on every rank of a generation: all of
             # them wait together (a rank waiting alone would stall its peers' collective).

@@ -8,7 +8,9 @@ with the step's compute instead of adding a round trip to it.
 
 Failure: when a gradient all-reduce breaks, the optimizer step is skipped (model and
 optimizer stay as committed), the small per-step state is rolled back, and the survivors
-form the next generation and adopt rank 0's state. At most the step in flight is redone.
+form the next generation and adopt the newest committed state (a survivor whose gradient
+sync completed may have committed the step the others lost). At most the step in flight is
+redone.
 """
 
 from __future__ import annotations
@@ -240,14 +242,15 @@ class State:
         self.context.teardown()
 
     def _enter(self, generation: Generation) -> None:
-        """Train in ``generation``: adopt rank 0's state if anyone needs it."""
+        """Train in ``generation``: adopt the state it trains from if anyone needs it."""
         context = self.context
         while True:
             if context.worker_id not in generation.members:
                 self._leave(generation)
             try:
-                if self._needs_sync(generation):
-                    self._sync()
+                source = self._sync_source(generation)
+                if source is not None:
+                    self._sync(source)
                 if isinstance(self.model, ElasticDataParallel):
                     self.model.rebuild()
                 if self._adaptive is not None:
@@ -260,39 +263,54 @@ class State:
                 self._detach()
                 generation = context.join(after=generation.number, newcomer=False)
 
-    def _needs_sync(self, generation: Generation) -> bool:
+    def _sync_source(self, generation: Generation) -> int | None:
+        """The rank whose state every member adopts, or ``None`` when all hold it already."""
         # Every member must take the same branch: the failure check is a collective.
         if generation.reason == "failure" and generation.number > 0:
-            return not self._states_agree()
+            return self._newest_state()
         if not self._has_state or generation.reason != "resize" or generation.number == 0:
-            return True
+            return 0
         previous = self.context.rendezvous.generation(generation.number - 1)
-        return bool(set(generation.members) - set(previous.members))
+        return 0 if set(generation.members) - set(previous.members) else None
 
-    def _states_agree(self) -> bool:
-        """After a failure: whether every member already holds the same committed state
-        (all at the same step, no newcomer), so that nothing needs to be sent. Survivors
-        that rolled back and survivors that committed the broken step differ by one step.
-        """
+    def _newest_state(self) -> int | None:
+        """After a failure: the rank holding the newest committed state (the lowest such
+        rank), or ``None`` when every member already holds the same one (all at the same
+        step, no newcomer), so that nothing needs to be sent.
+
+        Survivors differ by at most the broken step: with a ring all-reduce one rank can
+        complete the step's gradient sync (and commit the step on the full gradient) while
+        another's fails. The step's update is then the same wherever it was committed, so
+        the others adopt it: taking rank 0's older state instead would make the ranks that
+        committed the step train it a second time."""
+        world, rank = self.context.world_size, self.context.rank
         step = self.global_step if self._has_state else -1
+        # One all-reduce (max) answers both: the newest step with, among its holders, the
+        # lowest rank (the key's low digits), and the oldest step (negated).
+        key = (step + 1) * world + (world - 1 - rank)
         values = torch.tensor(
-            [step, -step, 0 if self._has_state else 1], dtype=torch.long, device=self.context.device
+            [key, -step, 0 if self._has_state else 1], dtype=torch.long, device=self.context.device
         )
         work = dist.all_reduce(values, op=dist.ReduceOp.MAX, async_op=True)
         assert work is not None
         self.context.wait(work.get_future())
-        highest, lowest, missing = (int(v) for v in values.tolist())
-        return highest == -lowest and missing == 0
+        newest_key, lowest, missing = (int(v) for v in values.tolist())
+        newest = newest_key // world - 1
+        if newest == -lowest and missing == 0:
+            return None
+        if newest < 0:
+            return 0  # nobody holds a state: rank 0 resumes from the checkpoint
+        return world - 1 - newest_key % world
 
-    def _sync(self) -> None:
+    def _sync(self, source: int) -> None:
         context = self.context
-        if context.rank == 0 and not self._has_state:
+        if context.rank == source and not self._has_state:
             self._resume_from_checkpoint()
-        payload = self.state_dict() if context.rank == 0 else None
-        received = broadcast_state(payload, context)
-        if context.rank != 0:
+        payload = self.state_dict() if context.rank == source else None
+        received = broadcast_state(payload, context, src=source)
+        if context.rank != source:
             self.load_state_dict(received, restore_rng=False)
-            # Fork this rank's random stream from rank 0's, so ranks stay distinct.
+            # Fork this rank's random stream from the source's, so ranks stay distinct.
             torch.manual_seed(int(received["rng"]["torch"][:8].sum().item()) * 7919 + context.rank)
         self._has_state = True
 
