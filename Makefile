@@ -32,8 +32,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# The fast subset, one test process per core; `make test` stays serial (its multi-process
+# suites time recoveries and would share the cores with each other).
 test-quick: $(STAMP)
-	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -q -m "not slow" -n auto
 
 # The dashboard's browser tests drive Debian's Chromium (Playwright's own download is not
 # used); installed here when missing so a fresh machine and CI run them.
