@@ -287,3 +287,36 @@ def test_cancel_asks_first_then_ends_the_job(scene: Scene, page: Page) -> None:
     page.click("#cancel-yes")
     expect(page.locator(".page-head .badge")).to_have_text("cancelled", timeout=60_000)
     expect(page.locator("#cancel-job")).to_be_disabled()
+
+
+def test_a_worker_is_stopped_from_its_row_after_a_confirmation(scene: Scene, page: Page) -> None:
+    # Runs after the cancel above: the other job has ended, so this one grows onto every slot.
+    job = scene.jobs[1]
+
+    def running() -> list[int]:
+        return [w.worker_id for w in scene.client.get(job).worker_list if w.state == "running"]
+
+    _until(lambda: len(running()) == SLOTS, 120, f"{job} on all {SLOTS} slots")
+    _log_in(page, scene)
+    page.goto(f"{scene.url}/#/jobs/{job}")
+    expect(page.locator("#workers-now")).to_have_text(str(SLOTS))
+    victim = running()[-1]
+    row = page.locator(f'#workers-table tr[data-worker="{victim}"]')
+    dialog = page.locator("#stop-worker-dialog")
+    row.locator(".stop-worker").click()
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text(f"Worker {victim} (worker,")
+    _shot(page, "stop-worker-confirm", full_page=False)
+    page.click("#stop-worker-no")
+    expect(dialog).to_be_hidden()
+    assert "stop_workers" not in {e.kind for e in scene.client.events(job)}, "stopped when kept"
+
+    row.locator(".stop-worker").click()
+    page.click("#stop-worker-yes")
+    expect(page.locator("#action-msg")).to_contain_text(f"Stop worker {victim}: done")
+    # An elastic job is scaled in by one: it stays one worker smaller.
+    expect(page.locator("#workers-now")).to_have_text(str(SLOTS - 1), timeout=60_000)
+    expect(row).to_have_attribute("data-state", "released", timeout=60_000)
+    expect(row.locator(".stop-worker")).to_have_count(0)
+    expect(page.locator("#events-table")).to_contain_text(f"stop worker(s) {victim}")
+    assert scene.client.get(job).target_workers == SLOTS - 1

@@ -124,6 +124,8 @@ export const scaleOut = (id, count) =>
 export const scaleIn = (id, count) =>
   api(`/jobs/${encodeURIComponent(id)}/scale-in`, { method: "POST", json: { count } });
 export const cancel = (id) => api(`/jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" });
+export const stopWorkers = (id, workers) =>
+  api(`/jobs/${encodeURIComponent(id)}/workers/stop`, { method: "POST", json: { workers } });
 export const cluster = () => api("/cluster");
 export const utilisation = () => api("/cluster/utilisation");
 export const validate = (yaml) => api("/jobs/validate", { method: "POST", yaml });

@@ -1,5 +1,5 @@
 // One job: its allocation over time, training metrics, workers, events and logs, and the
-// actions (priority, scale out/in, cancel). Everything but the logs is polled every POLL_MS;
+// actions (priority, scale out/in, cancel, stop one worker). Everything but the logs is polled every POLL_MS;
 // logs are loaded once, or streamed while "follow" is ticked.
 import * as api from "./api.js";
 import { Chart, stepColumns } from "./charts.js";
@@ -7,6 +7,8 @@ import { badge, clock, duration, fill, h, jobColour, timeCell } from "./dom.js";
 import { every, POLL_MS } from "./poll.js";
 
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+// Workers that hold a slot: the ones a stop applies to.
+const LIVE_WORKERS = new Set(["starting", "running"]);
 const BAD_EVENTS = new Set(["failed", "restart", "worker_failed", "lost", "backend_error", "policy_error"]);
 const RESCALE_EVENTS = new Set(["rescale", "rescaled", "rescaling", "scale", "scale_out", "scale_in", "preempted", "started"]);
 // Charted first when reported; any other metric follows in name order.
@@ -54,6 +56,15 @@ export function render(view, id) {
     h("div", { class: "dialog-buttons" },
       h("button", { id: "cancel-no", value: "no" }, "Keep it running"),
       h("button", { id: "cancel-yes", class: "danger", value: "yes" }, "Cancel job")));
+  // Which worker the stop dialog is about (the table is redrawn at every poll).
+  let stopping = null;
+  const stopText = h("p", { id: "stop-worker-text" });
+  const stopDialog = h("dialog", { id: "stop-worker-dialog" },
+    h("h2", {}, "Stop this worker?"),
+    stopText,
+    h("div", { class: "dialog-buttons" },
+      h("button", { id: "stop-worker-no", value: "no" }, "Keep it"),
+      h("button", { id: "stop-worker-yes", class: "danger", value: "yes" }, "Stop worker")));
 
   view.append(
     h("p", { class: "crumbs" }, h("a", { href: "#/jobs" }, "Jobs"), " / ", id),
@@ -75,7 +86,7 @@ export function render(view, id) {
     h("div", { class: "row" },
       h("section", { class: "card half" }, h("h2", {}, "Workers"),
         h("table", { id: "workers-table" },
-          h("thead", {}, h("tr", {}, ["Worker", "Host", "Slot", "PID", "State", "Exit"].map((t) => h("th", {}, t)))),
+          h("thead", {}, h("tr", {}, ["Worker", "Role", "Host", "Slot", "PID", "State", "Exit", ""].map((t) => h("th", {}, t)))),
           el.workers)),
       h("section", { class: "card half" }, h("h2", {}, "Events"),
         h("div", { class: "scroll" }, h("table", { id: "events-table" },
@@ -87,6 +98,7 @@ export function render(view, id) {
         h("button", { id: "logs-reload", onclick: () => loadLogs() }, "Reload")),
       el.logs),
     dialog,
+    stopDialog,
   );
 
   const allocChart = new Chart(el.alloc, [{ label: "slots", colour: jobColour(id), stepped: true, fill: true }], {
@@ -126,6 +138,23 @@ export function render(view, id) {
     }
   });
 
+  stopDialog.addEventListener("click", (e) => {
+    if (e.target.value === "no") stopDialog.close();
+    if (e.target.value === "yes") {
+      stopDialog.close();
+      const worker = stopping;
+      act(`Stop worker ${worker}`, () => api.stopWorkers(id, [worker]));
+    }
+  });
+  function askToStop(worker) {
+    stopping = worker.worker_id;
+    stopText.textContent = `Worker ${worker.worker_id} (${worker.role}, ${worker.host} slot ${worker.slot}) `
+      + `stops for good and ${id} goes on without it: the job gives up that slot and runs one `
+      + "worker fewer (an elastic job is scaled in by one). The server refuses when the others "
+      + "count on it (a parameter server, a chief) or it is the last one.";
+    stopDialog.showModal();
+  }
+
   function drawJob(job) {
     current = job;
     el.title.textContent = job.name;
@@ -150,10 +179,13 @@ export function render(view, id) {
     for (const b of Object.values(buttons)) b.disabled = over;
     el.priority.disabled = over;
     el.count.disabled = over;
-    fill(el.workers, job.worker_list.map((w) => h("tr", {},
-      h("td", { class: "num" }, w.worker_id), h("td", {}, w.host), h("td", { class: "num" }, w.slot),
-      h("td", { class: "num muted" }, w.pid ?? "–"), h("td", {}, badge(w.state)),
-      h("td", { class: "num" }, w.exit_code ?? ""))));
+    fill(el.workers, job.worker_list.map((w) => h("tr", { dataset: { worker: w.worker_id, state: w.state } },
+      h("td", { class: "num" }, w.worker_id), h("td", {}, w.role), h("td", {}, w.host),
+      h("td", { class: "num" }, w.slot), h("td", { class: "num muted" }, w.pid ?? "–"),
+      h("td", {}, badge(w.state)), h("td", { class: "num" }, w.exit_code ?? ""),
+      h("td", {}, !over && LIVE_WORKERS.has(w.state)
+        ? h("button", { class: "danger small stop-worker", title: `Stop worker ${w.worker_id}`, onclick: () => askToStop(w) }, "Stop…")
+        : null))));
   }
 
   function drawAllocation(points, job) {
