@@ -51,7 +51,11 @@ class ThroughputModel:
 
     ``step_time(w, n, b)`` for ``w`` workers on ``n`` nodes with per-worker batch ``b`` is
     ``alpha_c + beta_c * b`` of compute plus a sync term that grows with the worker count;
-    ``grad_noise_scale`` gives the statistical efficiency of a global batch.
+    ``grad_noise_scale`` gives the statistical efficiency of a global batch. A worker's
+    share of a batch lies in ``[min_local_batch, max_local_batch]``; with
+    ``gradient_accumulation`` a larger share is computed in several micro-batches (one
+    sync per step), so global batches up to ``max_global_batch`` are open to any worker
+    count.
     """
 
     alpha_compute: float
@@ -65,6 +69,8 @@ class ThroughputModel:
     init_batch_size: int = 1
     max_local_batch: int = 1 << 30
     max_global_batch: int = 1 << 30
+    min_local_batch: int = 1
+    gradient_accumulation: bool = False
 
     @classmethod
     def unfitted(
@@ -74,6 +80,8 @@ class ThroughputModel:
         max_local_batch: int,
         max_global_batch: int,
         grad_noise_scale: float = 0.0,
+        min_local_batch: int = 1,
+        gradient_accumulation: bool = False,
     ) -> ThroughputModel:
         """A model with every step-time term zero: the template a fit starts from, which
         knows only the job's batch limits and (if measured) its gradient noise."""
@@ -88,6 +96,8 @@ class ThroughputModel:
             init_batch_size=init_batch_size,
             max_local_batch=max_local_batch,
             max_global_batch=max_global_batch,
+            min_local_batch=min_local_batch,
+            gradient_accumulation=gradient_accumulation,
         )
 
 

@@ -51,7 +51,7 @@ DEFAULT_SERVICE_SCALE = 200000.0
 #: Seconds over which a move must pay for itself: every move of a job that holds slots is
 #: discounted by at least ``1 - reallocation_delay / MOVE_HORIZON``. Pollux's factor alone
 #: is about 0.99 for a job hours old, so small moves (a host at a time) always passed.
-MOVE_HORIZON = 300.0
+MOVE_HORIZON = 200.0
 
 #: Smallest re-allocation factor; see :meth:`GoodputPolicy._reallocation_factor`.
 MIN_REALLOCATION_FACTOR = 0.05

@@ -18,6 +18,12 @@ Step time for ``w`` workers on ``n`` nodes with per-worker batch ``b``::
               alpha_sync_node + beta_sync_node * (w - 2)     otherwise
     step    = (compute ** gamma + sync ** gamma) ** (1 / gamma)
 
+A worker's share of the global batch is at least ``min_local_batch``. With
+``gradient_accumulation`` a share above ``max_local_batch`` is computed in
+``k = ceil(b / max_local_batch)`` micro-batches of ``b / k``: ``k - 1`` of them compute alone
+and the last one overlaps the sync, as tidal's runtime and the Pollux artifact's jobs do.
+Without it the global batch is capped at ``max_local_batch`` per worker.
+
 Every function accepts numpy arrays for the worker, node and batch arguments.
 """
 
@@ -95,19 +101,30 @@ def statistical_efficiency(model: ThroughputModel, global_batch: ArrayLike) -> F
 def goodput(
     model: ThroughputModel, workers: ArrayLike, nodes: ArrayLike, global_batch: ArrayLike
 ) -> FloatArray:
-    """Progress per second for ``workers`` on ``nodes`` at ``global_batch``."""
+    """Progress per second for ``workers`` on ``nodes`` at ``global_batch`` (with gradient
+    accumulation where the model allows it and one worker's share exceeds its maximum)."""
     w = np.maximum(np.asarray(workers, dtype=np.float64), 1.0)
     batch = np.asarray(global_batch, dtype=np.float64)
-    return np.asarray(
-        statistical_gain(model, batch) / step_time(model, w, nodes, batch / w), dtype=np.float64
-    )
+    local = batch / w
+    if not model.gradient_accumulation:
+        seconds = step_time(model, w, nodes, local)
+    else:
+        micro_steps = np.maximum(1.0, np.ceil(local / max(model.max_local_batch, 1) - 1e-9))
+        micro = local / micro_steps
+        compute = np.maximum(model.alpha_compute + model.beta_compute * micro, 1e-9)
+        seconds = step_time(model, w, nodes, micro) + (micro_steps - 1.0) * compute
+    return np.asarray(statistical_gain(model, batch) / seconds, dtype=np.float64)
 
 
 def _batch_bounds(model: ThroughputModel, workers: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Smallest and largest global batch worth trying for each worker count."""
-    high = np.minimum(float(model.max_global_batch), workers * float(model.max_local_batch))
-    low = np.minimum(float(max(model.init_batch_size, 1)), high)
-    return low, high
+    """Smallest and largest global batch worth trying for each worker count: from the
+    initial batch (at least ``min_local_batch`` a worker) to the largest batch (at most
+    ``max_local_batch`` a worker unless gradients accumulate)."""
+    high = np.full_like(workers, float(model.max_global_batch))
+    if not model.gradient_accumulation:
+        high = np.minimum(high, workers * float(model.max_local_batch))
+    low = np.maximum(float(max(model.init_batch_size, 1)), workers * float(model.min_local_batch))
+    return np.minimum(low, high), high
 
 
 def best_goodput_table(
@@ -339,7 +356,10 @@ def model_from_dict(data: Mapping[str, Any]) -> ThroughputModel:
     for f in fields(ThroughputModel):
         if f.name in data:
             value = float(data[f.name])
-            kwargs[f.name] = int(value) if f.type in ("int", int) else value
+            if f.type in ("bool", bool):
+                kwargs[f.name] = bool(value)
+            else:
+                kwargs[f.name] = int(value) if f.type in ("int", int) else value
     try:
         return ThroughputModel(**kwargs)
     except TypeError as exc:  # a required parameter is missing

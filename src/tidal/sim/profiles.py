@@ -256,8 +256,14 @@ def load_profile(folder: Path) -> ModelProfile:
     )
     # Per-GPU batch bounds are those of the exact placements (as in the artifact).
     max_local = min(int(max(placed_batches)), LOCAL_BATCH_LIMITS.get(name, 1 << 30))
+    # Jobs accumulate gradients beyond the largest per-GPU batch, as tidal's runtime and
+    # the artifact's adaptive jobs do, and never go below the smallest profiled one.
     template = ThroughputModel.unfitted(
-        init_batch_size=init_batch, max_local_batch=max_local, max_global_batch=max(validation)
+        init_batch_size=init_batch,
+        max_local_batch=max_local,
+        max_global_batch=max(validation),
+        min_local_batch=math.floor(min(placed_batches)),
+        gradient_accumulation=True,
     )
     return ModelProfile(
         name=name,
