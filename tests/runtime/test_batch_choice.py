@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tidal.policy.api import ThroughputModel
-from tidal.policy.goodput_model import step_time
+from tidal.policy.goodput_model import goodput, statistical_gain, step_time
 from tidal.runtime.batch_choice import (
     RECHOOSE_GAIN,
     BatchLimits,
@@ -78,7 +80,22 @@ def test_fitted_model_without_timings_is_the_template() -> None:
     assert (model.alpha_compute, model.beta_compute) == (0.0, 0.0)
     assert model.grad_noise_scale == 123.0
     assert (model.init_batch_size, model.max_local_batch, model.max_global_batch) == (64, 128, 4096)
+    # The scheduler is told the range the runtime keeps: nothing below 8 a worker,
+    # accumulation above 128.
+    assert (model.min_local_batch, model.gradient_accumulation) == (8, True)
     # Timed configurations give a model that predicts them.
     profile = {configuration(LIMITS, 1, b): [(0.001 + 0.0001 * b, 0.0)] * 5 for b in (64, 128)}
     fitted = fitted_model(profile, 123.0, LIMITS)
     assert float(step_time(fitted, 1, 1, 128)) == pytest.approx(0.001 + 0.0128, rel=0.05)
+
+
+def test_the_scheduler_predicts_an_accumulating_step_as_the_runtime_does() -> None:
+    # What the job reports (its batch range included) is what the goodput policy plans
+    # with: 1,000 samples on 4 workers are two micro-batches of 125 a worker on both sides.
+    reported = replace(MODEL, min_local_batch=8, gradient_accumulation=True)
+    runtime = predicted_step_time(reported, LIMITS, 4, 1000)
+    policy = float(statistical_gain(reported, 1000)) / float(goodput(reported, 4, 1, 1000))
+    assert policy == pytest.approx(runtime)
+    # Without the flag the policy would plan one step of 250 a worker, which no worker runs.
+    plain = float(statistical_gain(MODEL, 1000)) / float(goodput(MODEL, 4, 1, 1000))
+    assert plain != pytest.approx(runtime)

@@ -71,6 +71,10 @@ def fitted_model(profile: Profile, noise_scale: float, limits: BatchLimits) -> T
         init_batch_size=limits.init_batch,
         max_local_batch=limits.local_bounds[1],
         max_global_batch=limits.max_global,
+        # The scheduler plans with the batch range the runtime keeps (a share never below
+        # the smallest, accumulation above the largest where the job allows it).
+        min_local_batch=limits.local_bounds[0],
+        gradient_accumulation=limits.gradient_accumulation,
     )
     samples = []
     for (workers, nodes, local, accumulation), times in profile.items():
