@@ -150,6 +150,12 @@ def _ddp_reference(rank: int, world: int, steps: int, size: int, store: str, out
         optimizer.step()
     if rank == 0:
         torch.save(model.module.state_dict(), Path(out) / "ddp.pt")
+    # Leave together, and drop DDP (whose reducer holds the group) before the group: a rank
+    # tearing down while a peer still talks to it, or a reducer outliving its group until
+    # interpreter exit, can abort the process ("terminate called without an active
+    # exception") after its work is done.
+    dist.barrier()
+    del model, optimizer
     dist.destroy_process_group()
 
 
