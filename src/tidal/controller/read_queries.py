@@ -42,7 +42,8 @@ LATEST_CHANGE = select(func.coalesce(func.max(_JOBS.c.change), 0))
 
 def rows(session: Session, query: Executable, params: Mapping[str, Any]) -> list[Row[Any]]:
     """The rows of ``query`` with ``params``, read in ``session``'s transaction."""
-    return list(session.connection().execute(query, dict(params)))
+    # all(): the rows in one fetch, not one call of the driver each.
+    return list(session.connection().execute(query, dict(params)).all())
 
 
 @cache
