@@ -125,7 +125,7 @@ class Store(JobHistory):
         jobs = [job_from_spec(spec) for spec, _ in additions]
         with self._transaction(write=True) as s:
             ids = self._new_ids(s, [job.name for job in jobs])
-            rows: list[dict[str, Any]] = [
+            values: list[dict[str, Any]] = [
                 {
                     "id": job_id,
                     "name": job.name,
@@ -161,7 +161,7 @@ class Store(JobHistory):
             # Core inserts, one executemany per table: the ORM's unit of work cost more
             # per job than the database did.
             connection = s.connection()
-            connection.execute(insert(JobRow), rows)
+            connection.execute(insert(JobRow), values)
             connection.execute(
                 insert(EventRow),
                 [
@@ -172,11 +172,11 @@ class Store(JobHistory):
                         "message": "",
                         "data": {},
                     }
-                    for row in rows
+                    for row in values
                 ],
             )
             number_changes(s, ids)
-            return [JobRecord.of_row(JobRow(**row)) for row in rows]
+            return [JobRecord.of_row(JobRow(**row)) for row in values]
 
     @staticmethod
     def _new_ids(session: Session, names: Sequence[str]) -> list[str]:
