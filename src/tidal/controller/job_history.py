@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 
 from tidal.backends.base import WorkerState, WorkerStatus
 from tidal.controller.database import Database, number_change
+from tidal.controller.read_queries import events_query, goodput_query, rows, workers_query
 from tidal.controller.records import (
     AllocationRecord,
     EventRecord,
@@ -31,6 +32,7 @@ from tidal.controller.tables import (
     WorkerRow,
     slots_of,
 )
+from tidal.model import JobState
 from tidal.policy.api import Slot
 
 __all__ = ["JobHistory"]
@@ -78,23 +80,21 @@ class JobHistory(Database):
     def workers(self, job_id: str) -> list[WorkerRecord]:
         """Every worker the job has had, by worker id."""
         with self._transaction() as s:
-            rows = s.scalars(
-                select(WorkerRow).where(WorkerRow.job_id == job_id).order_by(WorkerRow.worker_id)
-            ).all()
-            return [
-                WorkerRecord(
-                    job_id=r.job_id,
-                    worker_id=r.worker_id,
-                    slot=(r.host, r.slot),
-                    pid=r.pid,
-                    state=WorkerState(r.state),
-                    exit_code=r.exit_code,
-                    updated_at=r.updated_at,
-                    role=r.role,
-                    index=r.replica_index,
-                )
-                for r in rows
-            ]
+            found = rows(s, workers_query, {"job_id": job_id})
+        return [
+            WorkerRecord(
+                job_id=r.job_id,
+                worker_id=r.worker_id,
+                slot=(r.host, r.slot),
+                pid=r.pid,
+                state=WorkerState(r.state),
+                exit_code=r.exit_code,
+                updated_at=r.updated_at,
+                role=r.role,
+                index=r.replica_index,
+            )
+            for r in found
+        ]
 
     # -- events, allocations, metrics -----------------------------------------------------
 
@@ -118,18 +118,14 @@ class JobHistory(Database):
         self, job_id: str | None = None, since: float | None = None, limit: int = 1000
     ) -> list[EventRecord]:
         """Events in time order (the latest ``limit``), optionally for one job only."""
-        query = select(EventRow).order_by(EventRow.time.desc(), EventRow.id.desc()).limit(limit)
-        if job_id is not None:
-            query = query.where(EventRow.job_id == job_id)
-        if since is not None:
-            query = query.where(EventRow.time >= since)
+        query = events_query(by_job=job_id is not None, since=since is not None)
         with self._transaction() as s:
-            rows = list(s.scalars(query))
+            found = rows(s, query, {"job_id": job_id, "since": since, "limit": limit})
         return [
             EventRecord(
                 id=r.id, job_id=r.job_id, time=r.time, kind=r.kind, message=r.message, data=r.data
             )
-            for r in reversed(rows)
+            for r in reversed(found)
         ]
 
     def allocations(
@@ -210,16 +206,22 @@ class JobHistory(Database):
                 row.time, row.report = now, dict(report)
             number_change(s, job_id)
 
-    def goodput(self, job_ids: Sequence[str] | None = None) -> dict[str, GoodputRecord]:
-        """The newest goodput report of each job that sent one (of ``job_ids`` if given)."""
-        query = select(GoodputRow)
-        if job_ids is not None:
-            query = query.where(GoodputRow.job_id.in_(list(job_ids)))
+    def goodput(
+        self, job_ids: Sequence[str] | None = None, states: Sequence[JobState] | None = None
+    ) -> dict[str, GoodputRecord]:
+        """The newest goodput report of each job that sent one (of ``job_ids`` if given, of
+        jobs in ``states`` if given)."""
+        query = goodput_query(by_jobs=job_ids is not None, by_states=states is not None)
+        params = {
+            "job_ids": list(job_ids or ()),
+            "states": [state.value for state in states or ()],
+        }
         with self._transaction() as s:
-            return {
-                r.job_id: GoodputRecord(job_id=r.job_id, time=r.time, report=dict(r.report))
-                for r in s.scalars(query)
-            }
+            found = rows(s, query, params)
+        return {
+            r.job_id: GoodputRecord(job_id=r.job_id, time=r.time, report=dict(r.report))
+            for r in found
+        }
 
     def metrics(self, job_id: str) -> list[MetricRecord]:
         """A job's metrics in step order."""

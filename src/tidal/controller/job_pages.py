@@ -19,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tidal.controller.change_cache import ChangeCache
+from tidal.controller.read_queries import LATEST_CHANGE, heads_query, rows
 from tidal.controller.records import JobRecord
 from tidal.controller.tables import JobRow
 from tidal.model import JobState
@@ -34,7 +35,6 @@ __all__ = [
     "JobPage",
     "UnreadableJob",
     "UnreadableJobError",
-    "head_columns",
     "job_heads",
     "read_page",
     "read_records",
@@ -121,37 +121,40 @@ class JobPage:
         return [j for j in self.jobs if isinstance(j, JobRecord)]
 
 
-def head_columns() -> Select[str, str, float, int]:
-    """The query of jobs' :class:`JobHead` columns."""
-    return select(JobRow.id, JobRow.name, JobRow.submitted_at, JobRow.change)
-
-
 def job_heads(
-    states: Sequence[JobState] | None,
-    name: str | None,
-    after: Cursor | None,
+    session: Session,
+    states: Sequence[JobState] | None = None,
+    name: str | None = None,
+    after: Cursor | None = None,
     since: int | None = None,
-) -> Select[str, str, float, int]:
+    limit: int | None = None,
+    *,
+    job_id: str | None = None,
+    newest_first: bool = False,
+) -> list[JobHead]:
     """The matching jobs' :class:`JobHead` columns, in submission order (or, with
     ``since``, the jobs changed after that change number, in the order of their latest
-    change): plain columns, readable even where a job's JSON columns are not."""
-    query = head_columns()
-    if since is None:
-        query = query.order_by(JobRow.submitted_at, JobRow.id)
-    else:
-        query = query.where(JobRow.change > since).order_by(JobRow.change, JobRow.id)
-    if states:
-        query = query.where(JobRow.state.in_([st.value for st in states]))
-    if name is not None:
-        query = query.where(JobRow.name == name)
-    if after is not None:
-        query = query.where(
-            or_(
-                JobRow.submitted_at > after.submitted_at,
-                and_(JobRow.submitted_at == after.submitted_at, JobRow.id > after.job_id),
-            )
-        )
-    return query
+    change; with ``newest_first``, the latest submitted first), at most ``limit``: plain
+    columns, readable even where a job's JSON columns are not."""
+    query = heads_query(
+        by_id=job_id is not None,
+        by_name=name is not None,
+        by_states=bool(states),
+        after=after is not None,
+        since=since is not None,
+        limited=limit is not None,
+        newest_first=newest_first,
+    )
+    params: dict[str, object] = {
+        "id": job_id,
+        "name": name,
+        "states": [st.value for st in states or ()],
+        "after_at": after.submitted_at if after is not None else None,
+        "after_id": after.job_id if after is not None else None,
+        "since": since,
+        "limit": limit,
+    }
+    return [JobHead._make(row) for row in rows(session, query, params)]
 
 
 def _read_one(
@@ -212,11 +215,8 @@ def read_page(
     cursors of the next page and of the next ``since``."""
     # Read before the page: a job that changes meanwhile is numbered higher, so the next
     # ``since`` lists it again rather than never.
-    latest = int(session.scalar(select(func.coalesce(func.max(JobRow.change), 0))) or 0)
-    query = job_heads(states, name, after, since)
-    if not labels:
-        query = query.limit(limit + 1)
-    heads = [JobHead(*row) for row in session.execute(query)]
+    latest = int(rows(session, LATEST_CHANGE, {})[0][0] or 0)
+    heads = job_heads(session, states, name, after, since, None if labels else limit + 1)
     found: list[JobRecord | UnreadableJob] = []
     if not labels:
         found = read_records(session, heads, cache)

@@ -44,8 +44,11 @@ HANDOVER_INTERVAL = 0.05
 #: For at most this long after a wait began (a worker stuck in a long step must not keep
 #: the loop busy); the interval takes over after it.
 HANDOVER_WINDOW = 10.0
-#: The least time between the end of a tick and a tick a request wakes.
-MIN_WAKE_GAP = 0.02
+#: The least time between the end of a tick and a tick a request wakes. Under a stream of
+#: requests this is what bounds the loop's share of the process (a tick over 1,000 queued
+#: jobs takes ~10 ms: a sixth of the time at 50 ms; at 20 ms, a third); a request that
+#: comes alone still wakes a tick at once.
+MIN_WAKE_GAP = 0.05
 
 
 class Controller:
@@ -139,7 +142,10 @@ class Controller:
             self._discover()
             statuses = dict(self.backend.poll())
             active = self.store.list_jobs(states=ACTIVE_STATES)
-            pending = self.store.pending_requests([j.id for j in active])
+            # Every pending request, not those of the active jobs by id: they are few
+            # (applied ones are deleted), and a list of a thousand ids would be a
+            # statement of a thousand parameters, made again each tick.
+            pending = self.store.pending_requests()
             jobs = []
             for job in active:
                 job = apply_pending(self.effects, job, pending.get(job.id, ()), now)
@@ -183,7 +189,9 @@ class Controller:
         """Allocate and apply; returns the slots each job holds afterwards."""
         held = {j.id: j.slots for j in jobs if j.slots}
         model = {j.id: self.effects.model(j) for j in jobs}
-        placeable = [j for j in jobs if self._placeable(j, model[j.id], now)]
+        # Jobs mostly target the same hosts: each target is looked up once a tick.
+        shortfalls: dict[tuple[str | None, tuple[tuple[str, str], ...], int], str | None] = {}
+        placeable = [j for j in jobs if self._placeable(j, model[j.id], now, shortfalls)]
         models = throughput_models(self.effects, [j.id for j in placeable])
         requests = [policy_request(j, model[j.id], now, models.get(j.id)) for j in placeable]
         # Slots of workers a user stopped are not the job's any more: the policy keeps
@@ -233,9 +241,23 @@ class Controller:
             self._handover_since = time.monotonic()
         return held
 
-    def _placeable(self, job: JobRecord, model: Job, now: float) -> bool:
+    def _placeable(
+        self,
+        job: JobRecord,
+        model: Job,
+        now: float,
+        known: dict[tuple[str | None, tuple[tuple[str, str], ...], int], str | None],
+    ) -> bool:
+        """Whether enough matching slots exist for ``job`` at all (else a queued job's
+        reason says what is missing); ``known`` keeps the answers of this tick by target."""
         placement, least = model.placement, model.slot_range.min
-        shortfall = self.cluster.shortfall(placement.group, placement.labels, least)
+        target = (placement.group, tuple(sorted(placement.labels.items())), least)
+        if target in known:
+            shortfall = known[target]
+        else:
+            shortfall = known[target] = self.cluster.shortfall(
+                placement.group, placement.labels, least
+            )
         if shortfall is None:
             return True
         if job.state is JobState.QUEUED:

@@ -17,7 +17,7 @@ from tidal.controller.effects import LoopEffects
 from tidal.controller.failures import end_workers, fail, on_failures
 from tidal.controller.requests import PendingRequest, apply_requests
 from tidal.controller.store import Event, JobRecord
-from tidal.model import JobState
+from tidal.model import ACTIVE_STATES, JobState
 from tidal.policy.api import Slot, ThroughputModel
 from tidal.policy.goodput_model import model_from_dict
 
@@ -148,9 +148,13 @@ def _record_reports(effects: LoopEffects, job: JobRecord, status: JobStatus, now
 
 
 def throughput_models(effects: LoopEffects, job_ids: Sequence[str]) -> dict[str, ThroughputModel]:
-    """Each job's reported throughput model (jobs that reported none are absent)."""
+    """Each job's reported throughput model (jobs that reported none are absent); the
+    jobs are active ones (the loop's)."""
     models: dict[str, ThroughputModel] = {}
-    for job_id, record in effects.store.goodput(job_ids).items():
+    wanted = set(job_ids)
+    for job_id, record in effects.store.goodput(states=ACTIVE_STATES).items():
+        if job_id not in wanted:
+            continue
         raw = record.report.get("model")
         if not isinstance(raw, Mapping):
             continue

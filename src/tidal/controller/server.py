@@ -89,8 +89,14 @@ class ApiServer:
         real_port = self._sock.getsockname()[1]
         shown = f"[{host}]" if family == socket.AF_INET6 else host
         self.url = f"http://{shown}:{real_port}"
+        # No proxy headers: clients reach the server directly, and reading them is work
+        # on every request.
         config = uvicorn.Config(
-            app, log_level="warning", timeout_graceful_shutdown=3, access_log=False
+            app,
+            log_level="warning",
+            timeout_graceful_shutdown=3,
+            access_log=False,
+            proxy_headers=False,
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None

@@ -19,7 +19,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from tidal.controller.change_cache import ChangeCache
@@ -32,11 +32,11 @@ from tidal.controller.job_pages import (
     JobPage,
     UnreadableJob,
     UnreadableJobError,
-    head_columns,
     job_heads,
     read_page,
     read_records,
 )
+from tidal.controller.read_queries import requests_query, rows
 from tidal.controller.records import (
     AllocationRecord,
     Event,
@@ -125,41 +125,58 @@ class Store(JobHistory):
         jobs = [job_from_spec(spec) for spec, _ in additions]
         with self._transaction(write=True) as s:
             ids = self._new_ids(s, [job.name for job in jobs])
-            rows = [
-                JobRow(
-                    id=job_id,
-                    name=job.name,
-                    owner=job.owner,
-                    team=job.team,
-                    spec=spec.model_dump(mode="json"),
-                    state=JobState.QUEUED.value,
-                    reason="waiting for slots",
-                    priority=job.priority,
-                    target_group=job.placement.group,
-                    labels=dict(job.labels),
-                    min_workers=job.slot_range.min,
-                    max_workers=job.slot_range.max,
-                    target_workers=None,
-                    slots=[],
-                    reallocations=0,
-                    restarts=0,
-                    cancel_requested=False,
-                    attained_service=0.0,
-                    submitted_at=now,
-                    updated_at=now,
-                )
+            values: list[dict[str, Any]] = [
+                {
+                    "id": job_id,
+                    "name": job.name,
+                    "owner": job.owner,
+                    "team": job.team,
+                    "spec": spec.model_dump(mode="json"),
+                    "state": JobState.QUEUED.value,
+                    "reason": "waiting for slots",
+                    "priority": job.priority,
+                    "target_group": job.placement.group,
+                    "labels": dict(job.labels),
+                    "min_workers": job.slot_range.min,
+                    "max_workers": job.slot_range.max,
+                    "target_workers": None,
+                    "scale_deadline": None,
+                    "scale_previous": None,
+                    "slots": [],
+                    "release_slots": [],
+                    "stopped_replicas": {},
+                    "reallocations": 0,
+                    "restarts": 0,
+                    "cancel_requested": False,
+                    "attained_service": 0.0,
+                    "rescale_started_at": None,
+                    "submitted_at": now,
+                    "started_at": None,
+                    "finished_at": None,
+                    "updated_at": now,
+                    "change": 0,
+                }
                 for job_id, job, (spec, now) in zip(ids, jobs, additions, strict=True)
             ]
-            s.add_all(rows)
-            s.flush()
-            s.add_all(
-                EventRow(
-                    job_id=row.id, time=row.submitted_at, kind="submitted", message="", data={}
-                )
-                for row in rows
+            # Core inserts, one executemany per table: the ORM's unit of work cost more
+            # per job than the database did.
+            connection = s.connection()
+            connection.execute(insert(JobRow), values)
+            connection.execute(
+                insert(EventRow),
+                [
+                    {
+                        "job_id": row["id"],
+                        "time": row["submitted_at"],
+                        "kind": "submitted",
+                        "message": "",
+                        "data": {},
+                    }
+                    for row in values
+                ],
             )
             number_changes(s, ids)
-            return [JobRecord.of_row(row) for row in rows]
+            return [JobRecord.of_row(JobRow(**row)) for row in values]
 
     @staticmethod
     def _new_ids(session: Session, names: Sequence[str]) -> list[str]:
@@ -181,28 +198,21 @@ class Store(JobHistory):
         """The job with this id, if any; :class:`UnreadableJobError` if its stored row
         cannot be read."""
         with self._transaction() as s:
-            head = s.execute(head_columns().where(JobRow.id == job_id)).first()
-            return self._record(s, head)
+            heads = job_heads(s, job_id=job_id)
+            return self._record(s, heads[0] if heads else None)
 
     def resolve(self, ref: str) -> JobRecord | None:
         """A job by id, or else the most recently submitted job with that name;
         :class:`UnreadableJobError` if its stored row cannot be read."""
-        heads = head_columns()
         with self._transaction() as s:
-            head = s.execute(heads.where(JobRow.id == ref)).first()
-            if head is None:
-                head = s.execute(
-                    heads.where(JobRow.name == ref)
-                    .order_by(JobRow.submitted_at.desc(), JobRow.id.desc())
-                    .limit(1)
-                ).first()
-            return self._record(s, head)
+            heads = job_heads(s, job_id=ref) or job_heads(s, name=ref, limit=1, newest_first=True)
+            return self._record(s, heads[0] if heads else None)
 
-    def _record(self, session: Session, head: Any) -> JobRecord | None:
-        """The record of the job ``head`` (a :class:`JobHead` row) names, if any."""
+    def _record(self, session: Session, head: JobHead | None) -> JobRecord | None:
+        """The record of the job ``head`` names, if any."""
         if head is None:
             return None
-        (found,) = read_records(session, [JobHead(*head)], self.records)
+        (found,) = read_records(session, [head], self.records)
         if isinstance(found, UnreadableJob):
             raise UnreadableJobError(found)
         return found
@@ -219,11 +229,8 @@ class Store(JobHistory):
         A job whose stored row cannot be read is left out (and logged): one bad row must
         not stop the controller loop, which lists the active jobs every tick; the API's
         listing shows it as unreadable (:meth:`job_page`)."""
-        query = job_heads(states, name, None)
-        if limit is not None and not labels:
-            query = query.limit(limit)
         with self._transaction() as s:
-            heads = [JobHead(*row) for row in s.execute(query)]
+            heads = job_heads(s, states, name, limit=None if labels else limit)
             jobs = [j for j in read_records(s, heads, self.records) if isinstance(j, JobRecord)]
         if labels:
             # Label filters run here, not in SQL: JSON querying differs between databases.
@@ -372,13 +379,11 @@ class Store(JobHistory):
         self, job_ids: Sequence[str] | None = None
     ) -> dict[str, list[PendingRequest]]:
         """Requests not applied yet, oldest first, by job (of ``job_ids`` if given)."""
-        query = select(RequestRow).order_by(RequestRow.id)
-        if job_ids is not None:
-            query = query.where(RequestRow.job_id.in_(list(job_ids)))
+        query = requests_query(by_jobs=job_ids is not None)
         found: dict[str, list[PendingRequest]] = {}
         with self._transaction() as s:
-            rows = list(s.scalars(query))
-        for r in rows:
+            pending = rows(s, query, {"job_ids": list(job_ids or ())})
+        for r in pending:
             try:
                 request = request_from_row(r.kind, r.data)
             except (ValueError, KeyError, TypeError):
