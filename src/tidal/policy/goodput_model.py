@@ -62,17 +62,38 @@ def step_time(
     """Seconds per optimiser step (see the module docstring)."""
     w = np.asarray(workers, dtype=np.float64)
     n = np.asarray(nodes, dtype=np.float64)
-    b = np.asarray(local_batch, dtype=np.float64)
-    compute = model.alpha_compute + model.beta_compute * b
+    compute = compute_time(model, local_batch)
     local = model.alpha_sync_local + model.beta_sync_local * (w - 2)
     remote = model.alpha_sync_node + model.beta_sync_node * (w - 2)
     sync = np.where(w <= 1, 0.0, np.where(n <= 1, local, remote))
     sync = np.maximum(sync, 0.0)
-    compute = np.maximum(compute, 1e-9)
     gamma = max(model.gamma, 1.0)
     if gamma == 1.0:
         return np.asarray(compute + sync, dtype=np.float64)
     return np.asarray((compute**gamma + sync**gamma) ** (1.0 / gamma), dtype=np.float64)
+
+
+def compute_time(model: ThroughputModel, local_batch: ArrayLike) -> FloatArray:
+    """Seconds one worker computes a (micro-)batch of ``local_batch``, without the sync."""
+    b = np.asarray(local_batch, dtype=np.float64)
+    return np.asarray(np.maximum(model.alpha_compute + model.beta_compute * b, 1e-9))
+
+
+def accumulated_step_time(
+    model: ThroughputModel,
+    workers: ArrayLike,
+    nodes: ArrayLike,
+    local_batch: ArrayLike,
+    micro_steps: ArrayLike,
+) -> FloatArray:
+    """Seconds per step when each worker computes its ``local_batch`` in ``micro_steps``
+    equal micro-batches: all but the last compute alone, the last overlaps the sync."""
+    steps = np.asarray(micro_steps, dtype=np.float64)
+    micro = np.asarray(local_batch, dtype=np.float64) / steps
+    return np.asarray(
+        step_time(model, workers, nodes, micro) + (steps - 1.0) * compute_time(model, micro),
+        dtype=np.float64,
+    )
 
 
 def noise_scale(grad_sqr: float, grad_var: float, init_batch: int) -> float:
@@ -106,13 +127,12 @@ def goodput(
     w = np.maximum(np.asarray(workers, dtype=np.float64), 1.0)
     batch = np.asarray(global_batch, dtype=np.float64)
     local = batch / w
-    if not model.gradient_accumulation:
-        seconds = step_time(model, w, nodes, local)
-    else:
-        micro_steps = np.maximum(1.0, np.ceil(local / max(model.max_local_batch, 1) - 1e-9))
-        micro = local / micro_steps
-        compute = np.maximum(model.alpha_compute + model.beta_compute * micro, 1e-9)
-        seconds = step_time(model, w, nodes, micro) + (micro_steps - 1.0) * compute
+    micro_steps = (
+        np.maximum(1.0, np.ceil(local / max(model.max_local_batch, 1) - 1e-9))
+        if model.gradient_accumulation
+        else np.ones_like(local)
+    )
+    seconds = accumulated_step_time(model, w, nodes, local, micro_steps)
     return np.asarray(statistical_gain(model, batch) / seconds, dtype=np.float64)
 
 

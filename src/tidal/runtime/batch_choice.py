@@ -19,9 +19,9 @@ import numpy as np
 from tidal.policy.api import ThroughputModel
 from tidal.policy.goodput_model import (
     StepSample,
+    accumulated_step_time,
     fit_throughput_model,
     statistical_gain,
-    step_time,
 )
 
 #: A new batch at an epoch boundary must promise at least this much more goodput.
@@ -98,10 +98,8 @@ def predicted_step_time(
 ) -> float:
     """Seconds per step at global ``batch`` (with gradient accumulation if needed)."""
     local = batch / max(workers, 1)
-    steps = accumulation_steps(limits, local)
-    # Every micro-batch but the last computes alone; the last overlaps the sync.
-    compute = float(step_time(model, 1, 1, local / steps))
-    return (steps - 1) * compute + float(step_time(model, workers, 1, local / steps))
+    # The policy's rule too (goodput_model.goodput): one step, whichever side plans it.
+    return float(accumulated_step_time(model, workers, 1, local, accumulation_steps(limits, local)))
 
 
 def predicted_goodput(
