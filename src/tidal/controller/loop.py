@@ -50,6 +50,9 @@ HANDOVER_WINDOW = 10.0
 #: comes alone still wakes a tick at once.
 MIN_WAKE_GAP = 0.05
 
+#: Where a job may run and how many slots it needs at least: group, labels, minimum.
+_Target = tuple[str | None, tuple[tuple[str, str], ...], int]
+
 
 class Controller:
     """Reconciles the store's jobs with the cluster through a policy and a backend."""
@@ -190,7 +193,7 @@ class Controller:
         held = {j.id: j.slots for j in jobs if j.slots}
         model = {j.id: self.effects.model(j) for j in jobs}
         # Jobs mostly target the same hosts: each target is looked up once a tick.
-        shortfalls: dict[tuple[str | None, tuple[tuple[str, str], ...], int], str | None] = {}
+        shortfalls: dict[_Target, str | None] = {}
         placeable = [j for j in jobs if self._placeable(j, model[j.id], now, shortfalls)]
         models = throughput_models(self.effects, [j.id for j in placeable])
         requests = [policy_request(j, model[j.id], now, models.get(j.id)) for j in placeable]
@@ -246,7 +249,7 @@ class Controller:
         job: JobRecord,
         model: Job,
         now: float,
-        known: dict[tuple[str | None, tuple[tuple[str, str], ...], int], str | None],
+        known: dict[_Target, str | None],
     ) -> bool:
         """Whether enough matching slots exist for ``job`` at all (else a queued job's
         reason says what is missing); ``known`` keeps the answers of this tick by target."""
