@@ -20,6 +20,23 @@ function fact(label, ...value) {
   return h("div", { class: label === "Command" ? "fact wide" : "fact" }, h("div", { class: "fact-label" }, label), h("div", { class: "fact-value" }, ...value));
 }
 
+// A modal that asks first: its "no" button keeps things as they are, "yes" runs onYes.
+// Ids: NAME-dialog, NAME-no, NAME-yes.
+function confirmation(name, title, text, keep, go, onYes) {
+  const dialog = h("dialog", { id: `${name}-dialog` }, h("h2", {}, title), text,
+    h("div", { class: "dialog-buttons" },
+      h("button", { id: `${name}-no`, value: "no" }, keep),
+      h("button", { id: `${name}-yes`, class: "danger", value: "yes" }, go)));
+  dialog.addEventListener("click", (e) => {
+    if (e.target.value === "no") dialog.close();
+    if (e.target.value === "yes") {
+      dialog.close();
+      onYes();
+    }
+  });
+  return dialog;
+}
+
 function metricNames(points) {
   const names = new Set(points.flatMap((p) => Object.keys(p.values)));
   const known = METRIC_ORDER.filter((n) => names.has(n));
@@ -50,21 +67,17 @@ export function render(view, id) {
     in: h("button", { id: "scale-in" }, "Scale in"),
     cancel: h("button", { id: "cancel-job", class: "danger" }, "Cancel job…"),
   };
-  const dialog = h("dialog", { id: "cancel-dialog" },
-    h("h2", {}, "Cancel this job?"),
+  const dialog = confirmation("cancel", "Cancel this job?",
     h("p", {}, `Every worker of ${id} stops; the job ends as cancelled and cannot be resumed.`),
-    h("div", { class: "dialog-buttons" },
-      h("button", { id: "cancel-no", value: "no" }, "Keep it running"),
-      h("button", { id: "cancel-yes", class: "danger", value: "yes" }, "Cancel job")));
+    "Keep it running", "Cancel job", () => act("Cancel", () => api.cancel(id)));
   // Which worker the stop dialog is about (the table is redrawn at every poll).
   let stopping = null;
   const stopText = h("p", { id: "stop-worker-text" });
-  const stopDialog = h("dialog", { id: "stop-worker-dialog" },
-    h("h2", {}, "Stop this worker?"),
-    stopText,
-    h("div", { class: "dialog-buttons" },
-      h("button", { id: "stop-worker-no", value: "no" }, "Keep it"),
-      h("button", { id: "stop-worker-yes", class: "danger", value: "yes" }, "Stop worker")));
+  const stopDialog = confirmation("stop-worker", "Stop this worker?", stopText, "Keep it", "Stop worker",
+    () => {
+      const worker = stopping;
+      act(`Stop worker ${worker}`, () => api.stopWorkers(id, [worker]));
+    });
 
   view.append(
     h("p", { class: "crumbs" }, h("a", { href: "#/jobs" }, "Jobs"), " / ", id),
@@ -130,22 +143,7 @@ export function render(view, id) {
   buttons.out.addEventListener("click", () => act("Scale out", () => api.scaleOut(id, Number(el.count.value))));
   buttons.in.addEventListener("click", () => act("Scale in", () => api.scaleIn(id, Number(el.count.value))));
   buttons.cancel.addEventListener("click", () => dialog.showModal());
-  dialog.addEventListener("click", (e) => {
-    if (e.target.value === "no") dialog.close();
-    if (e.target.value === "yes") {
-      dialog.close();
-      act("Cancel", () => api.cancel(id));
-    }
-  });
 
-  stopDialog.addEventListener("click", (e) => {
-    if (e.target.value === "no") stopDialog.close();
-    if (e.target.value === "yes") {
-      stopDialog.close();
-      const worker = stopping;
-      act(`Stop worker ${worker}`, () => api.stopWorkers(id, [worker]));
-    }
-  });
   function askToStop(worker) {
     stopping = worker.worker_id;
     stopText.textContent = `Worker ${worker.worker_id} (${worker.role}, ${worker.host} slot ${worker.slot}) `
