@@ -122,6 +122,17 @@ class JobRequest:
     age: float = 0.0
     #: How many times this job's allocation has changed so far.
     reallocations: int = 0
+    #: Slots one replica of the job's scaling role holds, all on one host (a replica
+    #: given 2 GPUs holds 2); ``min_workers`` .. ``max_workers`` count slots.
+    replica_slots: int = 1
+    #: Slots each replica of the job's other (fixed) roles holds, each replica on one
+    #: host; empty for a one-role job.
+    gang_slots: tuple[int, ...] = ()
+
+    @property
+    def whole_slots(self) -> bool:
+        """Whether every replica of the job holds one slot (any set of slots fits it)."""
+        return self.replica_slots == 1 and all(s == 1 for s in self.gang_slots)
 
 
 class Policy(Protocol):
