@@ -130,7 +130,7 @@ class JobRequest:
     gang_slots: tuple[int, ...] = ()
 
     @property
-    def whole_slots(self) -> bool:
+    def one_slot_replicas(self) -> bool:
         """Whether every replica of the job holds one slot (any set of slots fits it)."""
         return self.replica_slots == 1 and all(s == 1 for s in self.gang_slots)
 
