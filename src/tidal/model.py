@@ -185,12 +185,18 @@ class Replicas:
 
 @dataclass(frozen=True)
 class Resources:
-    """What one process of a role needs; it holds one slot (a GPU, or a CPU slot)."""
+    """What one process of a role needs. It holds one slot per GPU, all on one host, and
+    one slot when it needs none (a CPU slot)."""
 
     gpus: int = 1
     cpus: float = 1.0
     #: Bytes, or ``None`` for no limit.
     memory: int | None = None
+
+    @property
+    def slots(self) -> int:
+        """Slots one process holds."""
+        return max(1, self.gpus)
 
 
 @dataclass(frozen=True)
@@ -268,23 +274,42 @@ class Job:
         return next((r for r in self.roles if r.replicas.elastic), self.roles[0])
 
     @cached_property
+    def gang_slots(self) -> tuple[int, ...]:
+        """The slots each replica of the roles beside :attr:`role` holds (they are placed
+        together or not at all: a gang); empty for a one-role job."""
+        scaling = self.role
+        return tuple(
+            r.resources.slots for r in self.roles if r is not scaling for _ in range(r.replicas.max)
+        )
+
+    @cached_property
     def fixed_slots(self) -> int:
         """Slots the job's fixed roles hold, all together (placed as a gang)."""
-        elastic = self.role if self.role.replicas.elastic else None
-        return sum(r.replicas.max for r in self.roles if r is not elastic)
+        scaling = self.role
+        fixed = sum(self.gang_slots)
+        if not scaling.replicas.elastic:
+            fixed += scaling.replicas.max * scaling.resources.slots
+        return fixed
+
+    def slots_for(self, replicas: int) -> int:
+        """Slots the whole job holds when :attr:`role` runs ``replicas`` replicas."""
+        return sum(self.gang_slots) + replicas * self.role.resources.slots
+
+    def replicas_in(self, slots: int) -> int:
+        """How many replicas of :attr:`role` ``slots`` slots of the whole job hold (the
+        inverse of :meth:`slots_for`, rounded down)."""
+        return max(0, slots - sum(self.gang_slots)) // self.role.resources.slots
 
     @cached_property
     def slot_range(self) -> Replicas:
         """How many slots the whole job holds: every fixed role's replicas plus the
-        elastic role's range (a one-role job: that role's replicas). Kept: the
-        controller's tick asks it of every queued job several times."""
-        if len(self.roles) == 1:
-            return self.roles[0].replicas
-        fixed, elastic = self.fixed_slots, self.role
-        if not elastic.replicas.elastic:
-            return Replicas(min=fixed, max=fixed, initial=fixed)
-        r = elastic.replicas
-        return Replicas(min=fixed + r.min, max=fixed + r.max, initial=fixed + r.initial)
+        elastic role's range, each replica holding :attr:`Resources.slots` (a one-role
+        job of one-slot replicas: that role's replicas). Kept: the controller's tick asks
+        it of every queued job several times."""
+        r = self.role.replicas
+        return Replicas(
+            min=self.slots_for(r.min), max=self.slots_for(r.max), initial=self.slots_for(r.initial)
+        )
 
     def role_named(self, name: str) -> Role:
         """The role called ``name``; ``KeyError`` when the job has none."""

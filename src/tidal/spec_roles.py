@@ -61,7 +61,6 @@ __all__ = [
     "Name",
     "ResourcesSpec",
     "RestartPolicyName",
-    "RoleResourcesSpec",
     "RoleRestartSpec",
     "RoleSpec",
     "SpecSection",
@@ -196,9 +195,10 @@ def workers_problems(w: WorkersSpec, path: str = "workers") -> list[tuple[str, s
 
 
 class ResourcesSpec(SpecSection):
-    """What one worker needs. A worker holds exactly one slot (one GPU, or one CPU slot)."""
+    """What one worker (one replica of a role) needs. It holds one slot per GPU, all on
+    one host, or one CPU slot when it asks for none."""
 
-    gpus: Count = Field(default=1, ge=0, le=1)
+    gpus: Count = Field(default=1, ge=0, le=MAX_GPUS_PER_REPLICA)
     cpus: Annotated[float, Strict()] = Field(default=1.0, gt=0, le=MAX_CPUS, allow_inf_nan=False)
     #: Bytes, written as ``4Gi``, ``512M`` or a plain number.
     memory: Count | None = Field(default=None, ge=0, le=MAX_MEMORY)
@@ -212,12 +212,6 @@ class ResourcesSpec(SpecSection):
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         return parse_memory(value)
-
-
-class RoleResourcesSpec(ResourcesSpec):
-    """What one replica of a role needs; it may ask for several GPUs."""
-
-    gpus: Count = Field(default=1, ge=0, le=MAX_GPUS_PER_REPLICA)
 
 
 class RoleRestartSpec(SpecSection):
@@ -240,8 +234,8 @@ class RoleSpec(SpecSection):
     env: Env = Field(default_factory=dict)
     #: Defaults to the job's ``working_dir``.
     working_dir: PathText | None = None
-    #: Per replica; ``gpus`` may be more than 1 here (a server may not run that yet).
-    resources: RoleResourcesSpec = Field(default_factory=lambda: RoleResourcesSpec())
+    #: Per replica.
+    resources: ResourcesSpec = Field(default_factory=lambda: ResourcesSpec())
     #: ``N`` (fixed), ``MIN:MAX`` (elastic) or ``{min, max, initial}``.
     replicas: WorkersSpec = Field(default_factory=lambda: WorkersSpec())
     restart: RoleRestartSpec = Field(default_factory=RoleRestartSpec)

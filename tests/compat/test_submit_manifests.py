@@ -131,13 +131,14 @@ def test_the_cli_against_a_live_server(tmp_path: Path) -> None:
     try:
         greedy = tmp_path / "greedy.yaml"
         greedy.write_text(
-            (HERE / "tfjob-ps.yaml").read_text().replace("nvidia.com/gpu: 1", "nvidia.com/gpu: 2")
+            (HERE / "tfjob-ps.yaml").read_text().replace("nvidia.com/gpu: 1", "nvidia.com/gpu: 8")
         )
         refused = _tidal(data, "submit", str(greedy))
         assert refused.returncode == 2, refused.stderr
-        assert "roles.worker.resources.gpus: 2 GPUs per replica is not available" in (
-            refused.stderr
-        )
+        assert (
+            "roles.worker.resources.gpus: 8 GPUs per replica, all on one host: the hosts "
+            "this job may run on have at most 4 slot(s)"
+        ) in " ".join(refused.stderr.split())
         # The translation's warnings are printed before the server's answer.
         assert "warning: spec.tfReplicaSpecs.Worker.template.spec.volumes" in refused.stderr
         bad = tmp_path / "bad.yaml"

@@ -157,9 +157,10 @@ def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     allocation counter ``reallocations`` and gives every job the single admin as owner;
     0005 numbers no change of a stored job (``change`` 0); 0006 makes every stored worker
     a replica of the one role a job had, ``worker``, at an unknown index; 0007 gives every
-    job an empty list of slots to give up and no stopped replicas."""
+    job an empty list of slots to give up and no stopped replicas; 0008 records no further
+    slot of any stored worker (each held one)."""
     if table == "workers":
-        return [{**row, "role": "worker", "replica_index": None} for row in rows]
+        return [{**row, "role": "worker", "replica_index": None, "slots": []} for row in rows]
     if table != "jobs":
         return rows
     revised = []

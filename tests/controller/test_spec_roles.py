@@ -10,7 +10,8 @@ import pytest
 from tests.controller.conftest import Served
 from tidal.backends.base import ONE_GROUP
 from tidal.client import InvalidRequest
-from tidal.controller.support import unsupported
+from tidal.controller.cluster import ClusterHost, ClusterModel
+from tidal.controller.support import too_wide, unsupported
 from tidal.model import Launcher, RestartKind, job_from_spec
 from tidal.spec import SpecError, parse_spec, parse_spec_yaml
 
@@ -217,10 +218,6 @@ def test_unsupported_names_each_role_and_what_it_lacks() -> None:
             "roles.worker.replicas",
             "a 'tf' role has a fixed count (TF_CONFIG lists every replica): got 1:4",
         ),
-        (
-            "roles.worker.resources.gpus",
-            "2 GPUs per replica is not available on the local backend yet (at most 1)",
-        ),
     ]
     one = parse_spec({"name": "x", "roles": [{"name": "w", "command": "a", "replicas": "1:3"}]})
     assert unsupported(job_from_spec(one)) == []
@@ -249,3 +246,39 @@ def test_the_api_refuses_a_job_it_cannot_run_and_stores_nothing(
     job = served.client().submit(ok)
     assert (job.min_workers, job.max_workers) == (1, 2)
     assert job.spec is not None and job.spec["roles"][0]["name"] == "worker"
+
+
+def test_a_replica_of_several_gpus_holds_that_many_slots_of_one_host() -> None:
+    job = job_from_spec(parse_spec_yaml(TF_SPEC.replace('replicas: "1:4"', 'replicas: "1:3"')))
+    # chief 1 slot (gpus 1), two parameter servers 1 slot each (gpus 0), workers 2 each.
+    assert job.gang_slots == (1, 1, 1)
+    assert (job.slot_range.min, job.slot_range.max) == (3 + 2, 3 + 6)
+    assert job.slots_for(2) == 7 and job.replicas_in(7) == 2 and job.replicas_in(8) == 2
+    cluster = ClusterModel((ClusterHost("a", 4), ClusterHost("b", 2, labels={"x": "1"})))
+    assert too_wide(job, cluster) == []
+    narrow = ClusterModel((ClusterHost("a", 1), ClusterHost("b", 1)))
+    assert too_wide(job, narrow) == [
+        (
+            "roles.worker.resources.gpus",
+            "2 GPUs per replica, all on one host: the hosts this job may run on have at most "
+            "1 slot(s)",
+        )
+    ]
+    assert narrow.shortfall(None, {}, 2, replica=2) == (
+        "one replica needs 2 slots on one host; the widest host that matches has 1"
+    )
+    # Only the hosts the job may run on count; none matching is a wait, not a refusal.
+    one = job_from_spec(parse_spec({"name": "x", "command": "a", "resources": {"gpus": 4}}))
+    labelled = job_from_spec(
+        parse_spec(
+            {
+                "name": "x",
+                "command": "a",
+                "resources": {"gpus": 4},
+                "target": {"labels": {"x": "1"}},
+            }
+        )
+    )
+    assert too_wide(one, cluster, named_roles=False) == []
+    assert [p for p, _ in too_wide(labelled, cluster, named_roles=False)] == ["resources.gpus"]
+    assert too_wide(labelled, narrow, named_roles=False) == []

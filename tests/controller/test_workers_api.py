@@ -150,9 +150,10 @@ def test_unknown_ids_are_named_and_bad_arguments_store_nothing(served: Served) -
         ):
             with pytest.raises(WorkerArgumentError):
                 client.launch_workers(**kwargs)  # type: ignore[arg-type]
-        # Refused by the server (a slot holds one GPU): told as the argument, not the field.
+        # Refused by the server (no host has 64 slots for one worker): told as the
+        # argument, not the field.
         with pytest.raises(InvalidRequest) as caught:
-            client.launch_workers(1, command="true", gpus=2)
+            client.launch_workers(1, command="true", gpus=64)
         assert [p for p, _ in caught.value.problems] == ["gpus"]
         assert _stored(served) == before
 

@@ -7,7 +7,17 @@ import json
 import pytest
 
 from tidal.launch.role_env import hostfile_text, hosts_text, mpi_env, ps_env, tf_config
-from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes, replica_indices
+from tidal.launch.driver import parse_slots, replica_name, worker_slots
+from tidal.launch.role_slots import (
+    RoleShape,
+    assign_roles,
+    fit_shapes,
+    group_replicas,
+    members,
+    replica_indices,
+)
+from tidal.launch.torchrun_env import TorchrunWorld, torchrun_env
+from tidal.launch.worker import WorkerSpec, worker_env
 from tidal.ps.config import ClusterSpec
 
 PS = RoleShape("ps", 2, 2)
@@ -125,3 +135,57 @@ def test_mpi_hostfile_and_host_list() -> None:
     env = mpi_env("/job/hostfile", slots)
     assert env["TIDAL_HOSTFILE"] == env["OMPI_MCA_orte_default_hostfile"] == "/job/hostfile"
     assert env["TIDAL_HOSTS"] == "a:2,b:1"
+
+
+def test_workers_of_several_gpus_are_formed_on_one_host_and_keep_their_slots() -> None:
+    slots = ["a:0", "a:1", "a:2", "b:0", "b:1", "b:2", "b:3"]
+    # A host's odd slot is left unused: a worker never spans two hosts.
+    assert group_replicas(slots, 2) == ["a:0,1", "b:0,1", "b:2,3"]
+    # A worker whose slots all stay keeps them; the others are formed from what is left.
+    assert group_replicas(["a:0", "a:1", "a:2", "a:3"], 2, ["a:1,2"]) == ["a:1,2", "a:0,3"]
+    # One of its slots gone: the worker is formed afresh from what its host still has.
+    assert group_replicas(["a:0", "a:1", "a:3"], 2, ["a:1,2", "a:0,3"]) == ["a:0,3"]
+    assert group_replicas(slots, 1, ["x"]) == slots
+    assert members("a:1,2") == ["a:1", "a:2"] and members("a:1") == ["a:1"]
+    assert parse_slots("h:2,3") == (("h", 2), ("h", 3))
+    assert replica_name([("h", 2), ("h", 3)]) == "h:2,3"
+    assert worker_slots("h:2,3") == {"slot": ("h", 2), "slots": (("h", 2), ("h", 3))}
+    assert worker_slots("h:2") == {"slot": ("h", 2), "slots": ()}
+
+
+def test_roles_of_several_gpus_split_by_whole_replicas() -> None:
+    chief = RoleShape("chief", 1, 1, size=2)
+    ps = RoleShape("ps", 2, 2)
+    worker = RoleShape("worker", 1, 3, size=2)
+    slots = ["a:0", "a:1", "a:2", "a:3", "b:0", "b:1", "b:2", "b:3"]
+    split = assign_roles([chief, ps, worker], slots)
+    assert split == {"chief": ["a:0,1"], "ps": ["a:2", "a:3"], "worker": ["b:0,1", "b:2,3"]}
+    # Growing keeps every replica where it runs.
+    more = assign_roles([chief, ps, worker], [*slots, "c:0", "c:1"], split)
+    assert more == {**split, "worker": ["b:0,1", "b:2,3", "c:0,1"]}
+    # A host lost: the chief moves to whole slots elsewhere, the elastic role shrinks.
+    moved = assign_roles([chief, ps, worker], ["a:2", "a:3", "b:0", "b:1", "b:2", "b:3"], split)
+    assert moved["ps"] == ["a:2", "a:3"]
+    assert len(moved["chief"]) == 1 and moved["worker"] in (["b:0,1"], ["b:2,3"])
+    with pytest.raises(ValueError, match="2 slot"):
+        assign_roles([chief, ps, worker], ["a:0", "b:0", "c:0", "d:0", "e:0"])
+    # Too few slots for every fixed replica: a shrinkable role of size 2 runs one fewer.
+    servers = RoleShape("server", 2, 2, shrinkable=True, size=2)
+    fitted = fit_shapes([servers, worker], ["a:0", "a:1", "b:0", "b:1"], {})
+    assert [(r.name, r.max, r.size) for r in fitted] == [("server", 1, 2), ("worker", 3, 2)]
+
+
+def test_a_worker_of_several_gpus_sees_all_of_them() -> None:
+    spec = WorkerSpec(argv=["x"], run_id="r", gpus=True, replica_slots=2)
+    env = worker_env(spec, worker_id="w0", slot="h:2,3", store="s:1")
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    # Under torchrun's variables each such worker is a node of its own, as a Kubeflow pod
+    # given several GPUs is: cuda:0 is its first GPU, never another worker's.
+    world = TorchrunWorld(
+        run_id="r", master_addr="h", master_port=1, restart_count=0, max_restarts=3, gpus=True
+    )
+    envs = dict(torchrun_env(["h:0,1", "h:2,3", "g:0,1"], world, {}))
+    assert envs["h:2,3"]["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert (envs["h:2,3"]["LOCAL_RANK"], envs["h:2,3"]["LOCAL_WORLD_SIZE"]) == ("0", "1")
+    assert [envs[s]["RANK"] for s in ("h:0,1", "h:2,3", "g:0,1")] == ["0", "1", "2"]
+    assert envs["g:0,1"]["GROUP_RANK"] == "2" and envs["g:0,1"]["GROUP_WORLD_SIZE"] == "3"

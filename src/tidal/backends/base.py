@@ -73,6 +73,14 @@ class WorkerStatus:
     index: int | None = None
     #: The exception that ended it (``ValueError: ...``), when it failed with a traceback.
     cause: str | None = None
+    #: Every slot it holds, when more than one (a replica given several GPUs, all on
+    #: ``slot``'s host); empty: ``slot`` alone.
+    slots: tuple[Slot, ...] = ()
+
+    @property
+    def held(self) -> tuple[Slot, ...]:
+        """Every slot the worker holds."""
+        return self.slots or (self.slot,)
 
 
 @dataclass(frozen=True)
@@ -125,7 +133,7 @@ class JobStatus:
 
     def alive_slots(self) -> set[Slot]:
         """Slots whose worker still holds them."""
-        return {w.slot for w in self.workers if w.state.alive}
+        return {s for w in self.workers if w.state.alive for s in w.held}
 
 
 _WORKER_LOG = re.compile(r"^worker-(\d+)\.log$")
@@ -155,6 +163,8 @@ class RoleLaunch:
     #: Kubeflow's restart policy: Never, OnFailure, Always or ExitCode.
     policy: str = "OnFailure"
     ends_job: bool = True
+    #: Slots one replica holds, all on one host (its GPUs).
+    replica_slots: int = 1
 
 
 @dataclass(frozen=True)
@@ -181,6 +191,9 @@ class JobLaunch:
     launcher: str = "tidal"
     role: str = "worker"
     max_restarts: int = 3
+    #: Slots one worker holds, all on one host (its GPUs): the slots a backend is given
+    #: are this many to a worker.
+    replica_slots: int = 1
     #: Every role of a multi-role job (or of a one-role job whose launcher is ``tf``,
     #: ``mpi`` or ``ps``); empty for a job run as one group (``argv`` ... ``role`` above).
     roles: tuple[RoleLaunch, ...] = ()

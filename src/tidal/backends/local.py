@@ -159,6 +159,7 @@ class LocalBackend:
             role=launch.role,
             max_restarts=launch.max_restarts,
             roles=[asdict(r) for r in launch.roles],
+            replica_slots=launch.replica_slots,
         )
         self._spawn_agent(config, launch.log_dir)
 

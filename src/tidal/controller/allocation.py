@@ -43,6 +43,8 @@ def policy_request(
         throughput=throughput,
         age=now - record.started_at if record.started_at is not None else 0.0,
         reallocations=record.reallocations,
+        replica_slots=job.role.resources.slots,
+        gang_slots=job.gang_slots,
     )
 
 

@@ -134,7 +134,7 @@ def print_job_detail(console: Console, detail: JobDetail, events: Sequence[Event
             table.add_row(
                 str(w.worker_id),
                 *where,
-                f"{w.host}:{w.slot}",
+                f"{w.host}:{','.join(map(str, w.slots or [w.slot]))}",
                 str(w.pid or "-"),
                 w.state,
                 "-" if w.exit_code is None else str(w.exit_code),

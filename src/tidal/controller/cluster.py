@@ -67,15 +67,27 @@ class ClusterModel:
         host = self.host(slot[0])
         return host is not None and 0 <= slot[1] < host.slots
 
-    def can_place(self, group: str | None, labels: Mapping[str, str], workers: int) -> bool:
-        """Whether enough matching slots exist at all for ``workers`` workers."""
-        return sum(h.slots for h in self.hosts if h.matches(group, labels)) >= workers
+    def can_place(
+        self, group: str | None, labels: Mapping[str, str], workers: int, replica: int = 1
+    ) -> bool:
+        """Whether enough matching slots exist at all for ``workers`` workers (slots), and
+        a matching host wide enough for one replica of ``replica`` slots."""
+        hosts = [h for h in self.hosts if h.matches(group, labels)]
+        return sum(h.slots for h in hosts) >= workers and any(h.slots >= replica for h in hosts)
 
-    def shortfall(self, group: str | None, labels: Mapping[str, str], workers: int) -> str | None:
-        """Why ``workers`` workers targeting ``group`` and ``labels`` can never be placed
-        on this cluster (``None`` when they can): the first missing thing, named as the
-        user wrote it (``no host has label nvidia=t4``)."""
-        if self.can_place(group, labels, workers):
+    def widest(self, group: str | None, labels: Mapping[str, str]) -> int | None:
+        """Most slots one host matching ``group`` and ``labels`` has (``None``: no host
+        matches): the largest replica such a job can run."""
+        return max((h.slots for h in self.hosts if h.matches(group, labels)), default=None)
+
+    def shortfall(
+        self, group: str | None, labels: Mapping[str, str], workers: int, replica: int = 1
+    ) -> str | None:
+        """Why ``workers`` workers (slots) targeting ``group`` and ``labels``, whose widest
+        replica holds ``replica`` slots on one host, can never be placed on this cluster
+        (``None`` when they can): the first missing thing, named as the user wrote it
+        (``no host has label nvidia=t4``)."""
+        if self.can_place(group, labels, workers, replica):
             return None
         hosts = [h for h in self.hosts if group is None or h.group == group]
         if not hosts:
@@ -84,6 +96,12 @@ class ClusterModel:
             hosts = [h for h in hosts if h.labels.get(key) == value]
             if not hosts:
                 return f"no host has label {key}={value}"
+        widest = max(h.slots for h in hosts)
+        if widest < replica:
+            return (
+                f"one replica needs {replica} slots on one host; the widest host that "
+                f"matches has {widest}"
+            )
         matching = sum(h.slots for h in hosts)
         return f"needs {workers} slot(s); the hosts that match have {matching}"
 

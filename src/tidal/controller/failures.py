@@ -103,7 +103,16 @@ def end_workers(effects: LoopEffects, job_id: str, now: float) -> None:
     ``starting`` or ``running`` any more (each such one is recorded ``released``)."""
     live = (WorkerState.STARTING, WorkerState.RUNNING)
     ended = [
-        WorkerStatus(w.worker_id, w.slot, WorkerState.RELEASED, w.pid, w.exit_code, w.role, w.index)
+        WorkerStatus(
+            w.worker_id,
+            w.slot,
+            WorkerState.RELEASED,
+            w.pid,
+            w.exit_code,
+            w.role,
+            w.index,
+            slots=w.slots,
+        )
         for w in effects.store.workers(job_id)
         if w.state in live
     ]

@@ -63,12 +63,13 @@ class JobHistory(Database):
                     previous = None
                 else:
                     previous = row.state
-                seen = (w.slot[0], w.slot[1], w.pid, w.state.value, w.exit_code)
+                indices = [i for _, i in w.slots]
+                seen = (w.slot[0], w.slot[1], indices, w.pid, w.state.value, w.exit_code)
                 place = (w.role, w.index)
-                stored = (row.host, row.slot, row.pid, row.state, row.exit_code)
+                stored = (row.host, row.slot, row.slots or [], row.pid, row.state, row.exit_code)
                 if stored == seen and (row.role, row.replica_index) == place:
                     continue
-                row.host, row.slot, row.pid = w.slot[0], w.slot[1], w.pid
+                row.host, row.slot, row.slots, row.pid = w.slot[0], w.slot[1], indices, w.pid
                 row.role, row.replica_index = place
                 row.state, row.exit_code = w.state.value, w.exit_code
                 if stored != seen:
@@ -86,6 +87,7 @@ class JobHistory(Database):
                 job_id=r.job_id,
                 worker_id=r.worker_id,
                 slot=(r.host, r.slot),
+                slots=tuple((r.host, int(i)) for i in r.slots or ()),
                 pid=r.pid,
                 state=WorkerState(r.state),
                 exit_code=r.exit_code,

@@ -55,6 +55,7 @@ def _role_launch(role: Role, job_id: str) -> RoleLaunch:
         max=role.replicas.max,
         policy=role.restart.policy.value,
         ends_job=role.ends_job,
+        replica_slots=role.resources.slots,
     )
 
 
@@ -97,4 +98,5 @@ def build_launch(job: Job, files: JobFiles, *, gpu: bool) -> JobLaunch:
         role=role.name,
         max_restarts=role.restart.max_restarts,
         roles=role_launches(job),
+        replica_slots=role.resources.slots,
     )

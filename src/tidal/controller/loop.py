@@ -50,8 +50,8 @@ HANDOVER_WINDOW = 10.0
 #: comes alone still wakes a tick at once.
 MIN_WAKE_GAP = 0.05
 
-#: Where a job may run and how many slots it needs at least: group, labels, minimum.
-_Target = tuple[str | None, tuple[tuple[str, str], ...], int]
+#: Where a job may run and how many slots it needs: group, labels, minimum, widest replica.
+_Target = tuple[str | None, tuple[tuple[str, str], ...], int, int]
 
 
 class Controller:
@@ -254,12 +254,13 @@ class Controller:
         """Whether enough matching slots exist for ``job`` at all (else a queued job's
         reason says what is missing); ``known`` keeps the answers of this tick by target."""
         placement, least = model.placement, model.slot_range.min
-        target = (placement.group, tuple(sorted(placement.labels.items())), least)
+        replica = max(r.resources.slots for r in model.roles)
+        target = (placement.group, tuple(sorted(placement.labels.items())), least, replica)
         if target in known:
             shortfall = known[target]
         else:
             shortfall = known[target] = self.cluster.shortfall(
-                placement.group, placement.labels, least
+                placement.group, placement.labels, least, replica
             )
         if shortfall is None:
             return True

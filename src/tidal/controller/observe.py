@@ -125,7 +125,7 @@ def settled(job: JobRecord, status: JobStatus, before: Callable[[], Sequence[Slo
     alive = status.alive_slots()
     if alive != set(job.slots):
         return False
-    running = {w.slot for w in status.workers if w.state is WorkerState.RUNNING}
+    running = {s for w in status.workers if w.state is WorkerState.RUNNING for s in w.held}
     if running:
         return running == set(job.slots)
     held = before()

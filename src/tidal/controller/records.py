@@ -145,6 +145,13 @@ class WorkerRecord:
     #: The role it is a replica of and its index there (``None``: not known).
     role: str = "worker"
     index: int | None = None
+    #: Every slot it holds, when more than one (all on ``slot``'s host); empty: ``slot``.
+    slots: tuple[Slot, ...] = ()
+
+    @property
+    def held(self) -> tuple[Slot, ...]:
+        """Every slot the worker holds."""
+        return self.slots or (self.slot,)
 
 
 @dataclass(frozen=True)

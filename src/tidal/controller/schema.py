@@ -115,6 +115,9 @@ class WorkerView(BaseModel):
     #: The role it is a replica of, and its index there (``None``: not known).
     role: str = "worker"
     index: int | None = None
+    #: Every slot index it holds on ``host`` (``slot`` first); a replica given several
+    #: GPUs holds several.
+    slots: list[int] = []
 
 
 class RoleStatusView(BaseModel):

@@ -1,9 +1,10 @@
 """What a server can run: the one place a job the spec allows, but this server's backend
 cannot run, is refused before anything is stored.
 
-A spec may describe more than a backend runs (several roles on the Ray backend, more than
-one GPU per replica). Accepting such a job would leave it queued or failing for good, so
-``POST /jobs`` (and ``/jobs/validate``) refuse it with a 422 naming the role and field.
+A spec may describe more than a backend runs (a launcher it lacks, several roles on a
+backend that runs one group), or a replica wider than any host (:func:`too_wide`).
+Accepting such a job would leave it queued or failing for good, so ``POST /jobs`` (and
+``/jobs/validate``) refuse it with a 422 naming the role and field.
 A backend says what it runs with a :class:`Capabilities` (its ``capabilities``
 attribute); one that says nothing runs what :data:`LOCAL` lists (the local backend).
 """
@@ -11,19 +12,18 @@ attribute); one that says nothing runs what :data:`LOCAL` lists (the local backe
 from __future__ import annotations
 
 from tidal.backends.base import LOCAL, ONE_GROUP, Capabilities
+from tidal.controller.cluster import ClusterModel
 from tidal.model import Job, Launcher, RestartKind, Role
 
 __all__ = [
     "LOCAL",
-    "MAX_GPUS_PER_REPLICA",
     "ONE_GROUP",
     "Capabilities",
     "capabilities_of",
+    "too_wide",
     "unsupported",
 ]
 
-#: GPUs one replica may hold (a replica holds one slot).
-MAX_GPUS_PER_REPLICA = 1
 #: Launchers whose role forms one group with its own protocol; a job has at most one.
 _PROTOCOL = frozenset({Launcher.TIDAL, Launcher.TORCHRUN})
 #: Launchers whose replicas find each other at fixed addresses: their role is fixed.
@@ -70,14 +70,27 @@ def _role_problems(role: Role, named: bool, can: Capabilities) -> list[tuple[str
                 f"replica): got {role.replicas.min}:{role.replicas.max}",
             )
         )
-    if role.resources.gpus > MAX_GPUS_PER_REPLICA:
-        problems.append(
-            (
-                f"{where}resources.gpus",
-                f"{role.resources.gpus} GPUs per replica is not available on {can.name} yet "
-                f"(at most {MAX_GPUS_PER_REPLICA})",
+    return problems
+
+
+def too_wide(job: Job, cluster: ClusterModel, *, named_roles: bool = True) -> list[tuple[str, str]]:
+    """Every ``(field path, message)`` for a role whose one replica needs more slots than
+    any host ``job`` may run on has: such a job could never start. A job no host matches
+    at all is not refused here: it waits, and says why (``no host has label ...``)."""
+    widest = cluster.widest(job.placement.group, job.placement.labels)
+    if widest is None:
+        return []
+    problems: list[tuple[str, str]] = []
+    for role in job.roles:
+        if role.resources.slots > widest:
+            where = f"roles.{role.name}." if named_roles else ""
+            problems.append(
+                (
+                    f"{where}resources.gpus",
+                    f"{role.resources.gpus} GPUs per replica, all on one host: the hosts "
+                    f"this job may run on have at most {widest} slot(s)",
+                )
             )
-        )
     return problems
 
 

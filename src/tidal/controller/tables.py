@@ -98,6 +98,9 @@ class WorkerRow(TableBase):
     #: The role it is a replica of, and its index there (``None``: not known).
     role: Mapped[str] = mapped_column(String(63), default="worker", server_default="worker")
     replica_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: Every slot index it holds on ``host`` when more than one (a replica given several
+    #: GPUs); ``[]``: ``slot`` alone.
+    slots: Mapped[list[int]] = mapped_column(JSON, default=list, server_default="[]")
 
 
 class EventRow(TableBase):

@@ -90,10 +90,13 @@ def plan_stop(
         return StopRefused("workers", f"that is {whole} of job {job.id}: cancel the job instead")
     if kind == "elastic" and named:
         held = len(job.slots) - len(gone & set(job.slots))
-        if held - len(named) < job.min_workers:
+        # Counted in slots: a worker holds as many as its replica's GPUs.
+        left = held - sum(len(w.held) for w in named.values())
+        if left < job.min_workers:
+            unit = "" if role.resources.slots == 1 else " slot(s)"
             return StopRefused(
                 "workers",
-                f"stopping {len(named)} worker(s) would leave job {job.id} {held - len(named)}, "
+                f"stopping {len(named)} worker(s) would leave job {job.id} {left}{unit}, "
                 f"below its minimum of {job.min_workers}",
             )
     if kind == "fixed" and named and not one_group:
@@ -103,7 +106,7 @@ def plan_stop(
     ordered = sorted(named)
     return StopWorkers(
         worker_ids=tuple(ordered),
-        slots=tuple(named[w].slot for w in ordered),
+        slots=tuple(s for w in ordered for s in named[w].held),
         role=role.name,
         fixed=kind == "fixed",
     )

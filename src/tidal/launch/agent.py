@@ -36,7 +36,7 @@ from typing import Any
 import torch.distributed as dist
 
 from tidal.backends.base import JobStatus, RoleLaunch, WorkerState, WorkerStatus
-from tidal.launch.driver import GroupDriver, parse_slot, slot_name
+from tidal.launch.driver import GroupDriver, replica_name, worker_slots
 from tidal.launch.warm import WarmSpawner, script_imports, warm_pool_size
 from tidal.launch.worker import WorkerSpec
 from tidal.runtime.rendezvous import ReportQueue
@@ -109,7 +109,7 @@ class AgentStatus:
         workers = [
             AgentWorker(
                 w.worker_id,
-                slot_name(w.slot),
+                replica_name(w.held),
                 w.state.value,
                 w.pid,
                 w.exit_code,
@@ -126,7 +126,7 @@ class AgentStatus:
         workers = tuple(
             WorkerStatus(
                 worker_id=w.id,
-                slot=parse_slot(w.slot),
+                **worker_slots(w.slot),
                 state=WorkerState(w.state),
                 pid=w.pid,
                 exit_code=w.exit_code,
@@ -170,6 +170,8 @@ class AgentConfig:
     #: A multi-role job's roles (:class:`~tidal.backends.base.RoleLaunch` fields); empty:
     #: one group of ``argv`` (every config of an earlier release).
     roles: list[dict[str, Any]] = field(default_factory=list)
+    #: Slots one worker of the one group holds (its GPUs; earlier releases: 1).
+    replica_slots: int = 1
 
     def role_launches(self) -> list[RoleLaunch]:
         """:attr:`roles` as the driver takes them."""
@@ -245,6 +247,7 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         checkpoint_every_seconds=config.checkpoint_every_seconds,
         timeout=config.timeout,
         gpus=config.gpus,
+        replica_slots=config.replica_slots,
         launcher=config.launcher,
         role=config.role,
         max_restarts=config.max_restarts,
@@ -266,7 +269,7 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         work_dir=Path(config.log_dir).parent if config.log_dir else None,
     )
     control = StoreControl(driver.group.host.store)
-    driver.group.start(config.slots)
+    driver.start(config.slots)
     # A first status before the record that lets the backend connect: a backend that
     # polls between the two would otherwise find no status and take the job for lost.
     control.publish(driver.status(), False, [])

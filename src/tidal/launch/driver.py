@@ -27,13 +27,23 @@ from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.launchers import Group, make_group
 from tidal.launch.process import Spawner
 from tidal.launch.role_groups import RoleGroups
+from tidal.launch.role_slots import group_replicas
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_number
 from tidal.policy.api import Slot
 from tidal.runtime.api import EXIT_RELEASED
 from tidal.runtime.rendezvous import ReportQueue
 from tidal.runtime.report import REPORT_PREFIX
 
-__all__ = ["GroupDriver", "JobControl", "parse_slot", "slot_name", "worker_state"]
+__all__ = [
+    "GroupDriver",
+    "JobControl",
+    "parse_slot",
+    "parse_slots",
+    "replica_name",
+    "slot_name",
+    "worker_slots",
+    "worker_state",
+]
 
 log = logging.getLogger("tidal.launch")
 
@@ -46,10 +56,28 @@ def slot_name(slot: Slot) -> str:
     return f"{slot[0]}:{slot[1]}"
 
 
+def replica_name(slots: Sequence[Slot]) -> str:
+    """The slots of one worker, all on one host, as a group names them: ``host:i`` for
+    one, ``host:2,3`` for a worker of several GPUs."""
+    return f"{slots[0][0]}:{','.join(str(i) for _, i in slots)}"
+
+
 def parse_slot(name: str) -> Slot:
-    """The inverse of :func:`slot_name`."""
-    host, _, index = name.rpartition(":")
-    return host, int(index)
+    """The inverse of :func:`slot_name`; of a replica of several slots (``host:2,3``),
+    its first."""
+    return parse_slots(name)[0]
+
+
+def parse_slots(name: str) -> tuple[Slot, ...]:
+    """Every slot a worker's slot name covers: ``host:2,3`` → ``(host, 2), (host, 3)``."""
+    host, _, indices = name.rpartition(":")
+    return tuple((host, int(i)) for i in indices.split(","))
+
+
+def worker_slots(name: str) -> dict[str, Any]:
+    """The slot fields of a :class:`WorkerStatus` for a worker on ``name``."""
+    held = parse_slots(name)
+    return {"slot": held[0], "slots": held if len(held) > 1 else ()}
 
 
 def worker_state(worker: Worker) -> WorkerState:
@@ -103,6 +131,8 @@ class GroupDriver:
         ``spec``."""
         self.job_id = job_id
         self.stop_grace = stop_grace
+        self.replica_slots = spec.replica_slots
+        self._replicas: list[str] = []
         self.group: Group | RoleGroups
         if roles:
             self.group = RoleGroups(
@@ -139,7 +169,7 @@ class GroupDriver:
         workers = tuple(
             WorkerStatus(
                 worker_id=worker_number(w.id),
-                slot=parse_slot(w.slot),
+                **worker_slots(w.slot),
                 state=worker_state(w),
                 pid=w.process.pid,
                 exit_code=w.exit_code,
@@ -183,6 +213,22 @@ class GroupDriver:
                 log.debug("job=%s: malformed report skipped", self.job_id)
         return batches
 
+    def _as_replicas(self, slots: Sequence[str]) -> list[str]:
+        """One group's slots as its workers' (a worker of several GPUs holds several;
+        the roles of a multi-role job are split by :class:`RoleGroups` itself)."""
+        if isinstance(self.group, RoleGroups) or self.replica_slots == 1:
+            return list(slots)
+        self._replicas = group_replicas(slots, self.replica_slots, self._replicas)
+        return self._replicas
+
+    def start(self, slots: Sequence[str]) -> None:
+        """Start the group on ``slots`` (one name a slot)."""
+        self.group.start(self._as_replicas(slots))
+
+    def assign(self, slots: Sequence[str]) -> None:
+        """Move the group to ``slots`` (one name a slot) at its next step boundary."""
+        self.group.assign(self._as_replicas(slots))
+
     def drive(self, control: JobControl) -> JobStatus:
         """Run the job until it ends or ``control`` stops it; returns the final status
         (also published). An error in the group fails the job with that reason."""
@@ -194,7 +240,7 @@ class GroupDriver:
                     group.stop(grace=self.stop_grace)
                     break
                 if slots is not None:
-                    group.assign(slots)
+                    self.assign(slots)
                 outcome = group.poll()
                 control.publish(self.status(), False, self.take_reports())
                 if outcome is not None:

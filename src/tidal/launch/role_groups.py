@@ -88,7 +88,13 @@ class RoleGroups:
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=f"tidal-{spec.run_id}-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.shapes = [
-            RoleShape(r.name, r.min, r.max, stops_alone(r.launcher, r.name, r.min != r.max))
+            RoleShape(
+                r.name,
+                r.min,
+                r.max,
+                stops_alone(r.launcher, r.name, r.min != r.max),
+                r.replica_slots,
+            )
             for r in self.roles
         ]
         self.assigned: dict[str, list[str]] = {}

@@ -6,6 +6,10 @@ that set among the roles with :func:`assign_roles`: a fixed role keeps the slots
 (a resize never moves a parameter server or a chief), the elastic role takes the rest.
 A fixed role some of whose replicas the controller stopped for good runs that many fewer
 (:func:`fit_shapes`).
+
+A replica given several GPUs holds that many slots of one host; its group knows it by
+one name for all of them, ``host:2,3`` (:func:`group_replicas` forms them; a one-slot
+replica's name is its slot's, ``host:2``). The process on it sees those GPUs.
 """
 
 from __future__ import annotations
@@ -13,7 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["RoleShape", "assign_roles", "fit_shapes", "replica_indices"]
+__all__ = [
+    "RoleShape",
+    "assign_roles",
+    "fit_shapes",
+    "group_replicas",
+    "members",
+    "replica_indices",
+]
 
 
 @dataclass(frozen=True)
@@ -25,6 +36,8 @@ class RoleShape:
     max: int
     #: A fixed role whose replicas may be stopped for good (:func:`tidal.model.stops_alone`).
     shrinkable: bool = False
+    #: Slots one replica holds, all on one host.
+    size: int = 1
 
     @property
     def elastic(self) -> bool:
@@ -32,19 +45,74 @@ class RoleShape:
         return self.min != self.max
 
 
+def members(name: str) -> list[str]:
+    """The slots a replica's name covers: ``host:2,3`` → ``host:2``, ``host:3``."""
+    host, _, indices = name.rpartition(":")
+    return [f"{host}:{i}" for i in indices.split(",")]
+
+
+def _carve(free: Sequence[str], size: int, count: int) -> list[str]:
+    """Up to ``count`` replicas of ``size`` slots each, every one on one host, out of
+    ``free`` (taken in its order, hosts in the order they first appear)."""
+    if size == 1:
+        return list(free[:count])
+    by_host: dict[str, list[str]] = {}
+    for slot in free:
+        by_host.setdefault(slot.rpartition(":")[0], []).append(slot)
+    out: list[str] = []
+    for host, slots in by_host.items():
+        for start in range(0, len(slots) - size + 1, size):
+            if len(out) == count:
+                return out
+            chunk = slots[start : start + size]
+            out.append(f"{host}:{','.join(s.rpartition(':')[2] for s in chunk)}")
+    return out
+
+
+def _kept(previous: Sequence[str], free: Sequence[str], limit: int) -> list[str]:
+    """The replicas of ``previous`` whose every slot is still in ``free`` (up to
+    ``limit``): they go on where they run."""
+    left = set(free)
+    kept: list[str] = []
+    for name in previous:
+        covered = members(name)
+        if len(kept) < limit and all(s in left for s in covered):
+            kept.append(name)
+            left.difference_update(covered)
+    return kept
+
+
+def _without(free: Sequence[str], names: Sequence[str]) -> list[str]:
+    taken = {s for name in names for s in members(name)}
+    return [s for s in free if s not in taken]
+
+
+def group_replicas(slots: Sequence[str], size: int, previous: Sequence[str] = ()) -> list[str]:
+    """``slots`` (one name each) as replicas of ``size`` slots on one host: those of
+    ``previous`` whose slots are all still given keep running, the rest are formed host by
+    host; slots too few on a host to form one more are left unused. One-slot replicas:
+    ``slots`` as given."""
+    if size == 1:
+        return list(slots)
+    kept = _kept(previous, slots, len(slots))
+    free = _without(slots, kept)
+    return kept + _carve(free, size, len(free))
+
+
 def assign_roles(
     roles: Sequence[RoleShape],
     slots: Sequence[str],
     previous: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, list[str]]:
-    """Each role's slots out of ``slots``, keeping what each role held in ``previous``.
+    """Each role's replicas (their names: :func:`group_replicas`) out of ``slots``,
+    keeping what each role held in ``previous``.
 
-    Fixed roles are served first, in the order given: each keeps the slots it held that
-    are still in ``slots``, and tops up from the free ones (preferring slots the elastic
-    role did not hold, so a refill moves as few elastic replicas as possible). The elastic
-    role keeps its still-assigned slots in their order and takes the rest, up to its
-    ``max``. ``ValueError`` when ``slots`` cannot hold every fixed role and the elastic
-    role's ``min`` (the controller never asks for that).
+    Fixed roles are served first, in the order given: each keeps the replicas it held
+    whose slots are still in ``slots``, and tops up from the free ones (preferring slots
+    the elastic role did not hold, so a refill moves as few elastic replicas as possible).
+    The elastic role keeps its still-assigned replicas in their order and forms the rest,
+    up to its ``max``. ``ValueError`` when ``slots`` cannot hold every fixed role and the
+    elastic role's ``min`` (the controller never asks for that).
     """
     previous = previous or {}
     if len(set(slots)) != len(slots):
@@ -53,16 +121,19 @@ def assign_roles(
     if len(elastic) > 1:
         raise ValueError(f"roles: at most one elastic role, got {[r.name for r in elastic]}")
     stretchy = elastic[0] if elastic else None
-    offered = set(slots)
     free = list(slots)
     taken: dict[str, list[str]] = {}
     for role in roles:
         if role is stretchy:
             continue
-        kept = [s for s in previous.get(role.name, ()) if s in offered and s in free][: role.max]
+        kept = _kept(previous.get(role.name, ()), free, role.max)
         taken[role.name] = kept
-        free = [s for s in free if s not in kept]
-    held_by_elastic = set(previous.get(stretchy.name, ())) if stretchy else set()
+        free = _without(free, kept)
+    held_by_elastic = (
+        {s for name in previous.get(stretchy.name, ()) for s in members(name)}
+        if stretchy
+        else set()
+    )
     for role in roles:
         if role is stretchy:
             continue
@@ -71,22 +142,22 @@ def assign_roles(
             continue
         # Stable: slots nobody held first, then the elastic role's, each in given order.
         candidates = sorted(free, key=lambda s: s in held_by_elastic)
-        if len(candidates) < need:
+        refill = _carve(candidates, role.size, need)
+        if len(refill) < need:
             raise ValueError(
-                f"slots: {len(slots)} cannot hold role {role.name!r} ({role.max} replicas) "
-                "beside the other fixed roles"
+                f"slots: {len(slots)} cannot hold role {role.name!r} ({role.max} replicas "
+                f"of {role.size} slot(s)) beside the other fixed roles"
             )
-        refill = candidates[:need]
         taken[role.name] = taken[role.name] + refill
-        free = [s for s in free if s not in refill]
+        free = _without(free, refill)
     if stretchy is not None:
-        kept = [s for s in previous.get(stretchy.name, ()) if s in free]
-        rest = [s for s in free if s not in kept]
-        mine = (kept + rest)[: stretchy.max]
+        kept = _kept(previous.get(stretchy.name, ()), free, stretchy.max)
+        rest = _carve(_without(free, kept), stretchy.size, stretchy.max - len(kept))
+        mine = kept + rest
         if len(mine) < stretchy.min:
             raise ValueError(
-                f"slots: {len(slots)} leave {len(mine)} for elastic role {stretchy.name!r}, "
-                f"which needs at least {stretchy.min}"
+                f"slots: {len(slots)} leave {len(mine)} replica(s) for elastic role "
+                f"{stretchy.name!r}, which needs at least {stretchy.min}"
             )
         taken[stretchy.name] = mine
     return {role.name: taken[role.name] for role in roles}
@@ -104,12 +175,18 @@ def fit_shapes(
     shrinkable role, in order). Otherwise ``roles`` unchanged: a fixed role that lost a
     slot while the count stays (a host left, another slot given) refills in
     :func:`assign_roles`."""
-    need = sum(r.max for r in roles if not r.elastic) + sum(r.min for r in roles if r.elastic)
+    need = sum(r.max * r.size for r in roles if not r.elastic)
+    need += sum(r.min * r.size for r in roles if r.elastic)
     short = need - len(slots)
     if short <= 0:
         return list(roles)
     offered = set(slots)
-    lost = {r.name: sum(s not in offered for s in previous.get(r.name, ())) for r in roles}
+    lost = {
+        r.name: sum(
+            any(s not in offered for s in members(name)) for name in previous.get(r.name, ())
+        )
+        for r in roles
+    }
     cuts = {r.name: 0 for r in roles}
     # With no previous split (a fresh agent) every shrinkable role may be the one.
     for first in (True,) if previous else (True, False):
@@ -117,11 +194,17 @@ def fit_shapes(
             if role.elastic or not role.shrinkable or short <= 0:
                 continue
             room = role.max - 1 - cuts[role.name]
-            cut = min(lost[role.name] if first else room, room, short)
+            cut = min(lost[role.name] if first else room, room, -(-short // role.size))
             cuts[role.name] += cut
-            short -= cut
+            short -= cut * role.size
     return [
-        RoleShape(r.name, min(r.min, r.max - cuts[r.name]), r.max - cuts[r.name], r.shrinkable)
+        RoleShape(
+            r.name,
+            min(r.min, r.max - cuts[r.name]),
+            r.max - cuts[r.name],
+            r.shrinkable,
+            r.size,
+        )
         for r in roles
     ]
 

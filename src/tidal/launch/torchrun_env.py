@@ -12,7 +12,8 @@ as torchrun's agent does): a new one per incarnation, so no worker ever binds th
 
 On GPU slots each worker sees the GPUs of its host's slots, in local-rank order
 (``CUDA_VISIBLE_DEVICES``), so ``cuda:LOCAL_RANK`` is its own slot's GPU, as under torchrun
-with one process per GPU.
+with one process per GPU. A worker given several GPUs (slot ``host:2,3``) is a node of its
+own, as a Kubeflow pod with several GPUs is: ``LOCAL_RANK`` 0 of 1, seeing only its GPUs.
 """
 
 from __future__ import annotations
@@ -42,8 +43,12 @@ class TorchrunWorld:
     gpus: bool = False
 
 
-def _host(slot: str) -> str:
-    return slot.rpartition(":")[0]
+def _node(slot: str) -> str:
+    """The torchrun node a worker on ``slot`` belongs to: its host, or, for a worker of
+    several GPUs (``host:2,3``), itself, as a Kubernetes pod given several GPUs is a node
+    of its own that sees only those."""
+    host, _, indices = slot.rpartition(":")
+    return slot if "," in indices else host
 
 
 def torchrun_env(
@@ -59,7 +64,7 @@ def torchrun_env(
     hosts: list[str] = []
     by_host: dict[str, list[str]] = {}
     for slot in slots:
-        host = _host(slot)
+        host = _node(slot)
         if host not in by_host:
             hosts.append(host)
             by_host[host] = []

@@ -82,8 +82,11 @@ class WorkerSpec:
     #: Bound on collectives and joins inside the workers, in seconds.
     timeout: float = 10.0
     sync_every: int = 1
-    #: Slots are GPUs: a worker on slot ``host:i`` sees only GPU ``i``.
+    #: Slots are GPUs: a worker on slot ``host:i`` sees only GPU ``i`` (on ``host:i,j``,
+    #: GPUs ``i`` and ``j``).
     gpus: bool = False
+    #: Slots one worker holds, all on one host (its GPUs).
+    replica_slots: int = 1
     #: What starts the workers and forms their group: ``tidal`` (the rescale protocol, in
     #: place) or ``torchrun`` (torchrun's environment; every resize restarts the group).
     launcher: str = "tidal"

@@ -207,6 +207,7 @@ class RayBackend:
             timeout=self.timeout,
             # Ray gives each GPU worker its GPU (CUDA_VISIBLE_DEVICES) itself.
             gpus=False,
+            replica_slots=launch.replica_slots,
             launcher=launch.launcher,
             role=launch.role,
             max_restarts=launch.max_restarts,

@@ -369,10 +369,12 @@ class RaySpawner:
             # If the node dies first, the actor fails, which reads as a lost worker.
             "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
         }
+        # A worker of several GPUs is named ``host:2,3``: it takes that many of the node's.
+        width = len(slot.rpartition(":")[2].split(","))
         if resource == "GPU":
-            options["num_gpus"] = 1  # Ray sets CUDA_VISIBLE_DEVICES to the GPU it gives
+            options["num_gpus"] = width  # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gives
         else:
-            options["resources"] = {resource: 1}
+            options["resources"] = {resource: width}
         actor = _remote_actor().options(**options).remote()
         start = actor.start.remote(list(argv), dict(env), cwd)
         log.info("worker %s: actor for slot %s on node %s", worker_id, slot, node_id)

@@ -28,12 +28,29 @@ def _holding(job: JobRecord) -> None:
         raise HTTPException(status_code=409, detail=f"job {job.id} is {job.state.value}")
 
 
+def _width(job: JobRecord) -> int:
+    """Slots one worker of the job's scaling role holds (its GPUs; 1 when the stored spec
+    cannot be read): the requests below count workers, the job's bounds count slots."""
+    try:
+        return job.job.role.resources.slots
+    except ValueError:
+        return 1
+
+
+def _workers(job: JobRecord, slots: int) -> int:
+    """``slots`` of ``job`` as a count of workers, as the requests give it."""
+    return slots if _width(job) == 1 else job.job.replicas_in(slots)
+
+
 @router.post("/jobs/{ref}/scale", response_model=JobView)
 def scale(ref: str, body: ScaleRequest, store: StoreDep) -> JobView:
     """Ask for exactly ``workers`` workers (of ``role``, when given)."""
     job = job_or_404(store, ref)
     if body.role is not None:
         return _scale_role(store, job, body.role, body.workers)
+    if _width(job) > 1:
+        # Workers of several slots each: ``workers`` counts replicas, not slots.
+        return _scale_role(store, job, job.job.role.name, body.workers)
     if not job.min_workers <= body.workers <= job.max_workers:
         raise invalid(
             "workers",
@@ -67,7 +84,7 @@ def _scale_role(store: Store, job: JobRecord, role_name: str, replicas: int) -> 
     low, high = role.replicas.min, role.replicas.max
     if not low <= replicas <= high:
         raise invalid("workers", f"must be within [{low}, {high}] for role {role_name}")
-    target = model.fixed_slots + replicas
+    target = model.slots_for(replicas)
     return ask(
         store,
         job,
@@ -85,10 +102,13 @@ def scale_out(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
     """Grow by ``count`` workers; with ``timeout_s``, rolled back if not reached in time."""
     job = job_or_404(store, ref)
     _holding(job)
-    target = len(job.slots) + body.count
+    width = _width(job)
+    target = len(job.slots) + body.count * width
     if target > job.max_workers:
         raise invalid(
-            "count", f"would make {target} workers, above the job's max of {job.max_workers}"
+            "count",
+            f"would make {_workers(job, target)} workers, above the job's max of "
+            f"{_workers(job, job.max_workers)}",
         )
     deadline = time.time() + body.timeout_s if body.timeout_s else None
     return ask(
@@ -104,10 +124,13 @@ def scale_in(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
     """Shrink by ``count`` workers."""
     job = job_or_404(store, ref)
     _holding(job)
-    target = len(job.slots) - body.count
+    width = _width(job)
+    target = len(job.slots) - body.count * width
     if target < job.min_workers:
         raise invalid(
-            "count", f"would leave {target} workers, below the job's min of {job.min_workers}"
+            "count",
+            f"would leave {_workers(job, target)} workers, below the job's min of "
+            f"{_workers(job, job.min_workers)}",
         )
     return ask(
         store,

@@ -26,6 +26,7 @@ from tidal.controller.api.spec_body import (
 )
 from tidal.controller.api.views import allocation_view, event_view, job_view, unreadable_view
 from tidal.controller.change_cache import ChangeCache
+from tidal.controller.cluster import ClusterModel
 from tidal.controller.job_pages import Cursor, CursorError, UnreadableJob
 from tidal.controller.job_status import RoleStatus, conditions, role_statuses
 from tidal.controller.limits import off_loop
@@ -77,6 +78,12 @@ def _can(request: Request) -> Capabilities:
     return capabilities_of(request.app.state.controller.backend)
 
 
+def _cluster(request: Request) -> ClusterModel:
+    """The hosts the server hands out now."""
+    cluster: ClusterModel = request.app.state.controller.cluster
+    return cluster
+
+
 def fresh(store: Store, job: JobRecord) -> tuple[JobRecord, list[PendingRequest]]:
     """``job`` read again, with its requests still pending.
 
@@ -112,7 +119,9 @@ def ask(store: Store, job: JobRecord, request: UserRequest, event: Event) -> Job
 async def submit(request: Request, store: StoreDep) -> Response:
     """Submit a job from a spec: JSON, or YAML text with ``Content-Type: application/yaml``."""
     try:
-        spec, warnings = await parse_spec_body(request, *await spec_text(request), _can(request))
+        spec, warnings = await parse_spec_body(
+            request, *await spec_text(request), _can(request), _cluster(request)
+        )
     except SpecError as exc:
         return spec_problem_response(exc)
     job = await run_in_threadpool(store.add_job, spec)
@@ -133,7 +142,9 @@ async def validate(request: Request) -> SpecCheck:
     YAML, the line it names (what the dashboard's submit page shows next to the text)."""
     text, is_yaml = await spec_text(request)
     try:
-        _, warnings = await parse_spec_body(request, text, is_yaml, _can(request))
+        _, warnings = await parse_spec_body(
+            request, text, is_yaml, _can(request), _cluster(request)
+        )
     except SpecError as exc:
         lines = None
         if is_yaml:
@@ -258,6 +269,7 @@ def get_job(ref: str, controller: ControllerDep) -> Response:
             ip_address=addresses.get(w.slot[0]),
             role=w.role,
             index=w.index,
+            slots=[i for _, i in w.held],
         )
         for w in records
     ]

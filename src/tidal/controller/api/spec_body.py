@@ -8,8 +8,9 @@ from fastapi.responses import JSONResponse
 
 from tidal.compat import spec_from_document
 from tidal.controller.api.deps import UNPROCESSABLE
+from tidal.controller.cluster import ClusterModel
 from tidal.controller.limits import off_loop
-from tidal.controller.support import LOCAL, Capabilities, unsupported
+from tidal.controller.support import LOCAL, Capabilities, too_wide, unsupported
 from tidal.documents import SPEC_LIMITS, DocumentError, load_json, load_yaml
 from tidal.model import job_from_spec
 from tidal.spec import JobSpec, SpecError
@@ -67,35 +68,46 @@ async def spec_text(request: Request) -> tuple[str, bool]:
 
 
 def read_spec(
-    text: str, is_yaml: bool, capabilities: Capabilities = LOCAL
+    text: str,
+    is_yaml: bool,
+    capabilities: Capabilities = LOCAL,
+    cluster: ClusterModel | None = None,
 ) -> tuple[JobSpec, list[tuple[str, str]]]:
     """The spec in a request body (a tidal spec, or a Kubeflow manifest translated, with
-    its warnings), if a backend of ``capabilities`` can run it; raises :class:`SpecError`
-    (with what it cannot run: :func:`tidal.controller.support.unsupported`)."""
+    its warnings), if a backend of ``capabilities`` can run it on ``cluster``; raises
+    :class:`SpecError` (with what it cannot run: :func:`tidal.controller.support.
+    unsupported`, :func:`~tidal.controller.support.too_wide`)."""
     try:
         data = load_yaml(text, SPEC_LIMITS) if is_yaml else load_json(text, SPEC_LIMITS)
     except DocumentError as exc:
         raise SpecError(exc.problems) from None
     spec, warnings = spec_from_document(data)
-    check_runnable(spec, capabilities)
+    check_runnable(spec, capabilities, cluster)
     return spec, warnings
 
 
 async def parse_spec_body(
-    request: Request, text: str, is_yaml: bool, capabilities: Capabilities
+    request: Request,
+    text: str,
+    is_yaml: bool,
+    capabilities: Capabilities,
+    cluster: ClusterModel | None = None,
 ) -> tuple[JobSpec, list[tuple[str, str]]]:
     """:func:`read_spec` of a request's body: on the loop for a small JSON one, else in
     the parsing thread (:func:`~tidal.controller.limits.off_loop`)."""
     if not is_yaml and len(text) <= INLINE_JSON_BYTES:
-        return read_spec(text, is_yaml, capabilities)
-    return await off_loop(request, read_spec, text, is_yaml, capabilities)
+        return read_spec(text, is_yaml, capabilities, cluster)
+    return await off_loop(request, read_spec, text, is_yaml, capabilities, cluster)
 
 
-def check_runnable(spec: JobSpec, capabilities: Capabilities = LOCAL) -> None:
+def check_runnable(
+    spec: JobSpec, capabilities: Capabilities = LOCAL, cluster: ClusterModel | None = None
+) -> None:
     """Raise :class:`SpecError` naming every part of ``spec`` a backend of
-    ``capabilities`` cannot run."""
-    problems = unsupported(
-        job_from_spec(spec), named_roles=spec.has_roles, capabilities=capabilities
-    )
+    ``capabilities`` cannot run, or ``cluster`` cannot hold."""
+    job = job_from_spec(spec)
+    problems = unsupported(job, named_roles=spec.has_roles, capabilities=capabilities)
+    if cluster is not None:
+        problems += too_wide(job, cluster, named_roles=spec.has_roles)
     if problems:
         raise SpecError(problems)
