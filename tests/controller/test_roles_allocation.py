@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.controller.fakes import PS_JOB
-from tidal.backends.base import LOCAL, ONE_GROUP
+from tidal.backends.base import LOCAL, ONE_GROUP, DiscoveredHost
 from tidal.controller.allocation import allocation_problems, policy_request
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.launching import JobFiles, build_launch
@@ -107,3 +107,35 @@ def test_what_each_backend_refuses() -> None:
         }
     )
     assert [p for p, _ in unsupported(job_from_spec(two))] == ["roles"]
+
+
+def test_workers_of_several_gpus_are_asked_and_checked_as_whole_replicas(store: Store) -> None:
+    spec = parse_spec(
+        {
+            "name": "wide",
+            "roles": [
+                {"name": "chief", "command": "a", "launcher": "tf", "resources": {"gpus": 2}},
+                {"name": "ps", "command": "a", "launcher": "ps", "resources": {"gpus": 0}},
+                {"name": "worker", "command": "a", "replicas": "1:3", "resources": {"gpus": 2}},
+            ],
+        }
+    )
+    record = store.add_job(spec, now=1.0)
+    request = policy_request(record, record.job, now=2.0)
+    assert (request.replica_slots, request.gang_slots) == (2, (2, 1))
+    assert (request.min_workers, request.max_workers) == (5, 9)
+    launch = build_launch(record.job, JobFiles(Path("/data")), gpu=True)
+    assert [(r.name, r.replica_slots) for r in launch.roles] == [
+        ("chief", 2),
+        ("ps", 1),
+        ("worker", 2),
+    ]
+    cluster = ClusterModel.from_hosts([DiscoveredHost(h, 4) for h in "abc"])
+    jobs = {record.id: record.job}
+    whole = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]
+    assert allocation_problems({record.id: whole}, jobs, cluster) == []
+    # Five slots, but however the chief and ps are put, the worker's two are on two hosts.
+    split = [("a", 0), ("b", 0), ("c", 0), ("c", 1), ("c", 2)]
+    assert allocation_problems({record.id: split}, jobs, cluster) == [
+        f"{record.id}: slots that do not make whole replicas on one host each"
+    ]

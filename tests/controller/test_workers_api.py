@@ -204,7 +204,7 @@ def test_cli_marks_failures_and_names_bad_arguments(
         (["workers", "launch", "1", "--command", "true", "--script", "a.py"], "script/command: "),
         (["workers", "launch", "1", "--command", "true", "--cpus", "-1"], "cpu: "),
         (["workers", "launch", "1", "--command", "true", "--memory", "-1"], "memory: "),
-        (["workers", "launch", "1", "--command", "true", "--gpus", "2"], "gpus: "),
+        (["workers", "launch", "1", "--command", "true", "--gpus", "64"], "gpus: "),
         (["workers", "launch", "1", "--command", "true", "--env", "novalue"], "--env"),
         (["workers", "await", "bad-id"], "ids[0]: "),
         (["workers", "await", ids[0], "--timeout", "-1"], "--timeout"),

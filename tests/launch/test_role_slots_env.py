@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tidal.launch.role_env import hostfile_text, hosts_text, mpi_env, ps_env, tf_config
 from tidal.launch.driver import parse_slots, replica_name, worker_slots
+from tidal.launch.role_env import hostfile_text, hosts_text, mpi_env, ps_env, tf_config
 from tidal.launch.role_slots import (
     RoleShape,
     assign_roles,

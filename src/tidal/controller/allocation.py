@@ -13,6 +13,7 @@ from tidal.controller.cluster import ClusterModel
 from tidal.controller.store import JobRecord
 from tidal.model import Job
 from tidal.policy.api import JobRequest, Slot, ThroughputModel
+from tidal.policy.whole_replicas import fit_replicas
 
 __all__ = ["Placed", "allocation_problems", "plan_changes", "policy_request"]
 
@@ -67,6 +68,8 @@ def allocation_problems(
             problems.append(
                 f"{job_id}: {len(slots)} slot(s) outside [{replicas.min}, {replicas.max}]"
             )
+        if slots and not _whole(job, slots):
+            problems.append(f"{job_id}: slots that do not make whole replicas on one host each")
         for host, index in slots:
             model = cluster.host(host)
             if model is None or not 0 <= index < model.slots:
@@ -74,6 +77,18 @@ def allocation_problems(
             elif not model.matches(job.placement.group, job.placement.labels):
                 problems.append(f"{job_id}: host {host} does not match the job's target")
     return problems
+
+
+def _whole(job: Job, slots: Sequence[Slot]) -> bool:
+    """Whether ``slots`` hold ``job``'s replicas whole, each on one host."""
+    shape = JobRequest(
+        job.id,
+        job.slot_range.min,
+        job.slot_range.max,
+        replica_slots=job.role.resources.slots,
+        gang_slots=job.gang_slots,
+    )
+    return shape.one_slot_replicas or fit_replicas(shape, slots, slots) == tuple(sorted(slots))
 
 
 @dataclass(frozen=True)

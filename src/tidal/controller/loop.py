@@ -32,6 +32,7 @@ from tidal.controller.observe import apply_pending, observe, throughput_models
 from tidal.controller.store import Event, JobRecord, Store
 from tidal.model import ACTIVE_STATES, Job, JobState
 from tidal.policy.api import Policy, Slot
+from tidal.policy.whole_replicas import WholeReplicas
 
 __all__ = ["HANDOVER_INTERVAL", "Controller"]
 
@@ -203,7 +204,9 @@ class Controller:
             j.id: tuple(s for s in j.slots if s not in j.release_slots) for j in jobs if j.slots
         }
         try:
-            proposed = self.policy.allocate(requests, self.cluster.to_policy(), previous)
+            # Any policy, its answer made of whole replicas for workers of several slots.
+            whole = WholeReplicas(self.policy)
+            proposed = whole.allocate(requests, self.cluster.to_policy(), previous)
         except Exception as exc:
             log.exception("policy %s failed", getattr(self.policy, "name", "?"))
             self.effects.note_policy_error(f"{type(exc).__name__}: {exc}")
