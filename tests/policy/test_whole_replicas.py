@@ -248,3 +248,13 @@ def test_random_scenarios_give_valid_whole_replica_answers() -> None:
             assert fit_replicas(job, slots) == slots, case
             if not job.gang_slots:
                 assert all(n % job.replica_slots == 0 for n in per_host(slots).values()), case
+
+
+def test_a_big_gang_on_many_mixed_hosts_falls_back_to_first_fit() -> None:
+    rng = random.Random(1)
+    cluster = Cluster(tuple(Host(f"h{i}", rng.randint(1, 8)) for i in range(64)))
+    gang = (5, 4, 3, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1)
+    job = JobRequest("big", sum(gang) + 3, sum(gang) + 600, replica_slots=3, gang_slots=gang)
+    fitted = fit_replicas(job, cluster.slots())
+    assert job.min_workers <= len(fitted) <= job.max_workers
+    assert (len(fitted) - sum(gang)) % 3 == 0
