@@ -68,7 +68,8 @@ def test_one_slot_jobs_get_exactly_the_inner_answer() -> None:
             )
     answer: dict[str, tuple[Slot, ...]] = {"a": (("h0", 1),)}
     inner = Fixed(answer)
-    assert WholeReplicas(inner).allocate([JobRequest("a", 1, 1)], cluster, {}) == answer
+    inner.allocate = lambda jobs, cluster, previous: answer  # type: ignore[method-assign]
+    assert WholeReplicas(inner).allocate([JobRequest("a", 1, 1)], cluster, {}) is answer
 
 
 def test_fit_keeps_multiples_of_the_replica_size_per_host() -> None:
@@ -248,3 +249,13 @@ def test_random_scenarios_give_valid_whole_replica_answers() -> None:
             assert fit_replicas(job, slots) == slots, case
             if not job.gang_slots:
                 assert all(n % job.replica_slots == 0 for n in per_host(slots).values()), case
+
+
+def test_a_big_gang_on_many_mixed_hosts_falls_back_to_first_fit() -> None:
+    rng = random.Random(1)
+    cluster = Cluster(tuple(Host(f"h{i}", rng.randint(1, 8)) for i in range(64)))
+    gang = (5, 4, 3, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1)
+    job = JobRequest("big", sum(gang) + 3, sum(gang) + 600, replica_slots=3, gang_slots=gang)
+    fitted = fit_replicas(job, cluster.slots())
+    assert job.min_workers <= len(fitted) <= job.max_workers
+    assert (len(fitted) - sum(gang)) % 3 == 0

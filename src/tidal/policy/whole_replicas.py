@@ -24,6 +24,28 @@ def _replica_range(job: JobRequest) -> tuple[int, int]:
     return low, max(0, job.max_workers - gang) // size
 
 
+#: Most gang states the exact search visits before it settles for plain first fit: the
+#: search is exponential in the gang's size and a big gang on mixed hosts would stall.
+SEARCH_STATES = 5_000
+
+
+class _SearchTooLarge(Exception):
+    """The exact gang search ran past :data:`SEARCH_STATES`."""
+
+
+def _first_fit(counts: list[int], sizes: list[int]) -> list[int] | None:
+    """First-fit host position of each of ``sizes`` over ``counts``, or ``None``."""
+    rem = list(counts)
+    hosts: list[int] = []
+    for need in sizes:
+        h = next((h for h, r in enumerate(rem) if r >= need), None)
+        if h is None:
+            return None
+        rem[h] -= need
+        hosts.append(h)
+    return hosts
+
+
 def _place_gang(counts: list[int], sizes: list[int], size: int, most: int) -> list[int] | None:
     """Host position of each gang replica (``sizes`` largest first), or ``None``.
 
@@ -31,37 +53,52 @@ def _place_gang(counts: list[int], sizes: list[int], size: int, most: int) -> li
     (up to ``most``), take the one first-fit decreasing over the hosts in their given order
     would pick: plain first fit is that placement whenever it is optimal, and the search
     only differs where first fit strands room (4+3+3 on two hosts of 6, say), which would
-    also make the answer fail to fit itself again.
+    also make the answer fail to fit itself again. Past :data:`SEARCH_STATES`, first fit.
     """
     memo: dict[tuple[int, tuple[int, ...]], int] = {}
 
     def best(i: int, rem: tuple[int, ...]) -> int:
         # Only the multiset of free counts matters for what is still reachable.
         key = (i, tuple(sorted(rem)))
-        if key not in memo:
-            if i == len(sizes):
-                memo[key] = min(most, sum(r // size for r in rem))
-            else:
-                value, tried = -1, set()
-                for h, r in enumerate(rem):
-                    if r >= sizes[i] and r not in tried:
-                        tried.add(r)
-                        value = max(value, best(i + 1, _minus(rem, h, sizes[i])))
-                memo[key] = value
-        return memo[key]
+        if key in memo:
+            return memo[key]
+        if len(memo) >= SEARCH_STATES:
+            raise _SearchTooLarge
+        spare = sum(rem) - sum(sizes[i:])
+        # Neither more than the spare slots nor more than the hosts hold before the rest of
+        # the gang is placed: reaching this bound ends the search of this state.
+        bound = min(most, spare // size, sum(r // size for r in rem))
+        value = -1
+        if i == len(sizes):
+            value = min(most, sum(r // size for r in rem))
+        elif spare >= 0:
+            tried: set[int] = set()
+            for h, r in enumerate(rem):
+                if r >= sizes[i] and r not in tried:
+                    tried.add(r)
+                    value = max(value, best(i + 1, _minus(rem, h, sizes[i])))
+                    if value >= bound:
+                        break  # no placement can do better: keep the first that does
+        memo[key] = value
+        return value
 
-    rem = tuple(counts)
-    goal = best(0, rem)
-    if goal < 0:
-        return None
-    hosts: list[int] = []
-    for i, need in enumerate(sizes):
-        h = next(
-            h for h, r in enumerate(rem) if r >= need and best(i + 1, _minus(rem, h, need)) == goal
-        )
-        hosts.append(h)
-        rem = _minus(rem, h, need)
-    return hosts
+    try:
+        rem = tuple(counts)
+        goal = best(0, rem)
+        if goal < 0:
+            return None
+        hosts: list[int] = []
+        for i, need in enumerate(sizes):
+            h = next(
+                h
+                for h, r in enumerate(rem)
+                if r >= need and best(i + 1, _minus(rem, h, need)) == goal
+            )
+            hosts.append(h)
+            rem = _minus(rem, h, need)
+        return hosts
+    except _SearchTooLarge:
+        return _first_fit(counts, sizes)
 
 
 def _minus(rem: tuple[int, ...], host: int, count: int) -> tuple[int, ...]:
