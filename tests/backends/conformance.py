@@ -13,6 +13,9 @@ and provides the ``harness`` fixture (a :class:`Harness`). The cases:
 - **a killed worker**: SIGKILL one of two workers: it is reported failed with its exit
   status, the survivor goes on in a new generation, and no worker replaces it until the
   controller assigns its slot again (the restart decision is the controller's).
+- **workers of two slots**: a job whose workers hold two slots each (``replica_slots``)
+  started on four slots of one host runs two workers, each reporting both of its slots;
+  given two of them it goes on with the worker whose slots stay, same process.
 - **re-attach**: a new backend object on the same data dir (the controller restarted)
   finds the running job, with the same worker processes, and can resize and stop it. A
   backend whose jobs end with the controller says so (``reattach_unsupported``) and the
@@ -49,6 +52,8 @@ class Harness:
     make: Callable[[Path], Backend]
     #: Three slots the backend can run workers on.
     slots: tuple[Slot, Slot, Slot]
+    #: Four slots of one host (workers of two slots each).
+    wide: tuple[Slot, Slot, Slot, Slot]
     #: Why the backend cannot re-attach to its jobs (``None``: it can).
     reattach_unsupported: str | None = None
     #: Seconds to wait for a change (workers start, a generation forms).
@@ -68,7 +73,7 @@ class Harness:
         self.made.clear()
 
 
-def launch(tmp_path: Path) -> JobLaunch:
+def launch(tmp_path: Path, replica_slots: int = 1) -> JobLaunch:
     """The job: trains far longer than any case, so it ends only when stopped."""
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
@@ -79,6 +84,7 @@ def launch(tmp_path: Path) -> JobLaunch:
         log_dir=tmp_path / "logs",
         checkpoint_dir=tmp_path / "ckpt",
         gpu=False,
+        replica_slots=replica_slots,
     )
 
 
@@ -178,6 +184,35 @@ class BackendConformance:
         watch.gone()
         assert not watch.last or not watch.last.failed, watch.last
         assert list((tmp_path / "ckpt").glob("checkpoint-*.pt")), "rank 0 checkpoints first"
+        assert_no_process(watch.pids)
+
+    def test_workers_of_two_slots(self, harness: Harness, tmp_path: Path) -> None:
+        a, b, c, d = harness.wide
+        backend = harness.backend(tmp_path / "data")
+        watch = Watch(backend, harness.timeout)
+        backend.start(launch(tmp_path, replica_slots=2), [a, b, c, d])
+
+        def workers(status: JobStatus) -> list[tuple[Slot, ...]]:
+            return sorted(w.held for w in status.workers if w.state is WorkerState.RUNNING)
+
+        def settled(status: JobStatus) -> bool:
+            return not any(w.state is WorkerState.STARTING for w in status.workers)
+
+        both = watch.until(
+            lambda s: workers(s) == [(a, b), (c, d)] and settled(s), "2 workers of 2 slots"
+        )
+        assert both.alive_slots() == {a, b, c, d}
+        kept = next(w for w in both.workers if w.held == (c, d))
+
+        backend.assign(JOB, [c, d])
+        shrunk = watch.until(lambda s: workers(s) == [(c, d)] and settled(s), "1 worker left")
+        assert shrunk.generation > both.generation
+        (stays,) = (w for w in shrunk.workers if w.state is WorkerState.RUNNING)
+        assert (stays.worker_id, stays.pid) == (kept.worker_id, kept.pid)
+        left = {w.held for w in shrunk.workers if w.state is WorkerState.RELEASED}
+        assert left == {(a, b)}, shrunk
+        backend.stop(JOB)
+        watch.gone()
         assert_no_process(watch.pids)
 
     def test_killed_worker_is_replaced_only_when_assigned(

@@ -29,6 +29,7 @@ class TestLocalConformance(BackendConformance):
         made = Harness(
             make=lambda data: LocalBackend(data),
             slots=(("local", 0), ("local", 1), ("local", 2)),
+            wide=(("local", 0), ("local", 1), ("local", 2), ("local", 3)),
         )
         yield made
         made.close()

@@ -487,6 +487,7 @@ class TestRayConformance(BackendConformance):
         made = Harness(
             make=make,
             slots=(slots[0], slots[1], slots[-1]),
+            wide=(slots[0], slots[1], slots[2], slots[3]),
             reattach_unsupported="the Ray backend's jobs end with the controller (its actors "
             "belong to the controller's Ray driver)",
         )
