@@ -16,6 +16,11 @@ const METRIC_ORDER = ["loss", "accuracy", "samples/s", "samples_per_s", "through
 const LOG_TAIL = 200;
 const LOG_KEEP = 2000;
 
+// A worker given several GPUs holds several slots of its host: "2,3".
+function slotsOf(worker) {
+  return (worker.slots && worker.slots.length ? worker.slots : [worker.slot]).join(",");
+}
+
 function fact(label, ...value) {
   return h("div", { class: label === "Command" ? "fact wide" : "fact" }, h("div", { class: "fact-label" }, label), h("div", { class: "fact-value" }, ...value));
 }
@@ -146,7 +151,7 @@ export function render(view, id) {
 
   function askToStop(worker) {
     stopping = worker.worker_id;
-    stopText.textContent = `Worker ${worker.worker_id} (${worker.role}, ${worker.host} slot ${worker.slot}) `
+    stopText.textContent = `Worker ${worker.worker_id} (${worker.role}, ${worker.host} slot ${slotsOf(worker)}) `
       + `stops for good and ${id} goes on without it: the job gives up that slot and runs one `
       + "worker fewer (an elastic job is scaled in by one). The server refuses when the others "
       + "count on it (a parameter server, a chief) or it is the last one.";
@@ -179,7 +184,7 @@ export function render(view, id) {
     el.count.disabled = over;
     fill(el.workers, job.worker_list.map((w) => h("tr", { dataset: { worker: w.worker_id, state: w.state } },
       h("td", { class: "num" }, w.worker_id), h("td", {}, w.role), h("td", {}, w.host),
-      h("td", { class: "num" }, w.slot), h("td", { class: "num muted" }, w.pid ?? "–"),
+      h("td", { class: "num" }, slotsOf(w)), h("td", { class: "num muted" }, w.pid ?? "–"),
       h("td", {}, badge(w.state)), h("td", { class: "num" }, w.exit_code ?? ""),
       h("td", {}, !over && LIVE_WORKERS.has(w.state)
         ? h("button", { class: "danger small stop-worker", title: `Stop worker ${w.worker_id}`, onclick: () => askToStop(w) }, "Stop…")
