@@ -229,7 +229,8 @@ class Backend(Protocol):
     """
 
     def start(self, launch: JobLaunch, slots: Sequence[Slot]) -> None:
-        """Start the job with one worker per slot (resuming from its checkpoint if any)."""
+        """Start the job with one worker per slot, or per ``launch.replica_slots`` slots of
+        one host for workers of several GPUs (resuming from its checkpoint if any)."""
         ...
 
     def assign(self, job_id: str, slots: Sequence[Slot]) -> None:

@@ -138,7 +138,7 @@ class LocalBackend:
         return sorted(self._agents)
 
     def start(self, launch: JobLaunch, slots: Sequence[Slot]) -> None:
-        """Start the job's agent, which starts one worker per slot."""
+        """Start the job's agent, which starts one worker per worker's slots."""
         if launch.job_id in self._agents and not self._agents[launch.job_id].stopped:
             self.assign(launch.job_id, slots)
             return

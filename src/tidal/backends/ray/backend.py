@@ -190,7 +190,7 @@ class RayBackend:
         return sorted(self._jobs)
 
     def start(self, launch: JobLaunch, slots: Sequence[Slot]) -> None:
-        """Start the job's group, which starts one worker actor per slot."""
+        """Start the job's group, which starts one worker actor per worker's slots."""
         existing = self._jobs.get(launch.job_id)
         if existing is not None and not existing.stopping:
             self.assign(launch.job_id, slots)
