@@ -4,7 +4,9 @@ Jobs come from the Philly trace mapped onto the profiled models (as the simulato
 them), each with its fitted throughput model at a random point of its training. Every trial
 times one decision that starts from the previous decision's allocation with a tenth of the
 jobs finished and as many new ones, so placement has slots to keep and slots to find.
-Prints the median.
+Prints the median. A second table times the whole-replicas wrapper the controller puts
+around any policy (:mod:`tidal.policy.whole_replicas`) when half of the jobs' workers hold
+two GPUs each, beside the policy alone on the same jobs, and prints the ratio.
 
     PYTHONPATH=src python benchmarks/policy_decision_time.py [--profiles DIR] [--trials 5]
 """
@@ -26,6 +28,7 @@ from tidal.policy.api import Cluster, Host, JobRequest, Policy
 from tidal.policy.fairshare import FairSharePolicy
 from tidal.policy.goodput import GoodputPolicy
 from tidal.policy.goodput_model import noise_scale
+from tidal.policy.whole_replicas import WholeReplicas
 from tidal.sim.engine import SimConfig
 from tidal.sim.locations import DEFAULT_PHILLY, DEFAULT_PROFILES
 from tidal.sim.profiles import ModelProfile, load_profiles
@@ -63,6 +66,21 @@ def requests(
             )
         )
     return jobs
+
+
+def half_wide(jobs: list[JobRequest], slots: int) -> list[JobRequest]:
+    """Every other job with workers of two slots each (its bounds counted in slots)."""
+    return [
+        replace(
+            j,
+            replica_slots=2,
+            min_workers=2,
+            max_workers=max(2, min(2 * j.max_workers, slots) // 2 * 2),
+        )
+        if i % 2
+        else j
+        for i, j in enumerate(jobs)
+    ]
 
 
 def time_decisions(
@@ -119,6 +137,41 @@ def main(
             "-" if target is None else f"≤ {target * 1000:.0f} ms",
         )
     console.print(table)
+    console.print(wide_table(model_profiles, philly, trials))
+
+
+def _policy(name: str) -> Policy:
+    return GoodputPolicy() if name == "goodput" else FairSharePolicy()
+
+
+def wide_table(profiles: dict[str, ModelProfile], philly: Path, trials: int) -> Table:
+    """The whole-replicas wrapper's cost: half the jobs with workers of two GPUs, the
+    policy alone and wrapped timed on the same jobs in the same run."""
+    table = Table(title=f"half the jobs with 2-GPU workers, median of {trials}")
+    for column in ("policy", "jobs", "hosts x slots", "alone", "whole replicas", "ratio"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for name, count, hosts, per_host in (
+        ("goodput", 160, 16, 4),
+        ("fairshare", 160, 16, 4),
+        ("fairshare", 2000, 1024, 4),
+    ):
+        cluster = Cluster(tuple(Host(f"h{i:04d}", per_host) for i in range(hosts)))
+        size = count + count // 10 * (trials + 1)
+        pool = half_wide(
+            requests(profiles, philly, size, cluster.total_slots, seed=count), cluster.total_slots
+        )
+
+        alone = time_decisions(_policy(name), pool, count, cluster, trials)
+        whole = time_decisions(WholeReplicas(_policy(name)), pool, count, cluster, trials)
+        table.add_row(
+            name,
+            str(count),
+            f"{hosts} x {per_host}",
+            f"{alone * 1000:.1f} ms",
+            f"{whole * 1000:.1f} ms",
+            f"{whole / alone:.2f}x",
+        )
+    return table
 
 
 if __name__ == "__main__":
