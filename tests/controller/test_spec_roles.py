@@ -267,7 +267,7 @@ def test_a_replica_of_several_gpus_holds_that_many_slots_of_one_host() -> None:
     assert narrow.shortfall(None, {}, 2, replica=2) == (
         "one replica needs 2 slots on one host; the widest host that matches has 1"
     )
-    # Only the hosts the job may run on count; none matching is a wait, not a refusal.
+    # Only the hosts the job may run on count; when none matches yet, any host.
     one = job_from_spec(parse_spec({"name": "x", "command": "a", "resources": {"gpus": 4}}))
     labelled = job_from_spec(
         parse_spec(
@@ -281,4 +281,15 @@ def test_a_replica_of_several_gpus_holds_that_many_slots_of_one_host() -> None:
     )
     assert too_wide(one, cluster, named_roles=False) == []
     assert [p for p, _ in too_wide(labelled, cluster, named_roles=False)] == ["resources.gpus"]
-    assert too_wide(labelled, narrow, named_roles=False) == []
+    assert [p for p, _ in too_wide(labelled, narrow, named_roles=False)] == ["resources.gpus"]
+    two = job_from_spec(
+        parse_spec(
+            {
+                "name": "x",
+                "command": "a",
+                "resources": {"gpus": 2},
+                "target": {"labels": {"y": "1"}},
+            }
+        )
+    )
+    assert too_wide(two, cluster, named_roles=False) == []

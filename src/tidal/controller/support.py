@@ -75,9 +75,11 @@ def _role_problems(role: Role, named: bool, can: Capabilities) -> list[tuple[str
 
 def too_wide(job: Job, cluster: ClusterModel, *, named_roles: bool = True) -> list[tuple[str, str]]:
     """Every ``(field path, message)`` for a role whose one replica needs more slots than
-    any host ``job`` may run on has: such a job could never start. A job no host matches
-    at all is not refused here: it waits, and says why (``no host has label ...``)."""
+    any host ``job`` may run on has (any host at all, when none matches the job's target
+    yet: such a job is accepted and waits, saying why, unless no host could hold it)."""
     widest = cluster.widest(job.placement.group, job.placement.labels)
+    if widest is None:
+        widest = cluster.widest(None, {})
     if widest is None:
         return []
     problems: list[tuple[str, str]] = []
