@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -135,3 +136,26 @@ def test_an_agent_whose_job_ended_before_it_was_looked_at_is_not_a_failed_start(
     final.unlink()
     with pytest.raises(RuntimeError, match="agent exited with status 0"):
         backend._connect(agent, deadline=time.monotonic() + 5)  # no final status: failed
+
+
+def test_an_agent_record_whose_store_answers_nothing_is_a_lost_job_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    """A record left by a killed agent whose pid still runs (not yet reaped, or taken by
+    another process) with nothing serving its store: the next backend starts, the record
+    is dropped and the job is not reported (the controller takes it for lost)."""
+    agents = tmp_path / "data" / "agents"
+    agents.mkdir(parents=True)
+    with socket.socket() as closed:  # a port nothing listens on once closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    record = agents / "ghost.agent.json"
+    record.write_text(
+        json.dumps({"job_id": "ghost", "pid": os.getpid(), "store": f"127.0.0.1:{port}"})
+    )
+    backend = LocalBackend(tmp_path / "data")
+    try:
+        assert not record.exists()
+        assert "ghost" not in backend.poll()
+    finally:
+        backend.close()

@@ -94,7 +94,10 @@ class LocalBackend:
         for record in sorted(self.state_dir.glob("*.agent.json")):
             try:
                 data = json.loads(record.read_text())
-                os.kill(int(data["pid"]), 0)
+                pid = int(data["pid"])
+                os.kill(pid, 0)  # PermissionError: the pid is another user's now
+                if not _process_alive(pid):
+                    raise ProcessLookupError
             except (ValueError, KeyError, ProcessLookupError, PermissionError):
                 record.unlink(missing_ok=True)
                 continue
@@ -105,7 +108,14 @@ class LocalBackend:
                 raw = json.loads(launch.read_text()).get("log_dir")
                 log_dir = Path(raw) if raw else None
             host, _, port = str(data["store"]).rpartition(":")
-            store = connect_store(host, int(port), timeout=10)
+            try:
+                store = connect_store(host, int(port), timeout=10)
+            except (RuntimeError, OSError, ValueError) as exc:
+                # Its process lives on but serves nothing (killed and not yet reaped, or its
+                # pid taken by another): the job is lost, not the server.
+                log.warning("job=%s: agent pid=%s unreachable (%s)", job_id, data["pid"], exc)
+                record.unlink(missing_ok=True)
+                continue
             agent = _Agent(job_id, int(data["pid"]), store, log_dir, tree=str(data.get("tree", "")))
             if store.check([KEY_STATUS]):
                 agent.last = AgentStatus.from_json(store.get(KEY_STATUS))
@@ -412,15 +422,20 @@ class LocalBackend:
 def _pid_alive(agent: _Agent) -> bool:
     if agent.process is not None:
         return agent.process.poll() is None
+    return _process_alive(agent.pid)
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
     try:
-        os.kill(agent.pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     # A re-attached agent is not our child: a zombie cannot be reaped here, so look at it.
     try:
-        with open(f"/proc/{agent.pid}/stat") as fh:
+        with open(f"/proc/{pid}/stat") as fh:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
