@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tidal.policy.api import Cluster, Host, JobRequest, ThroughputModel
 from tidal.policy.goodput import DEFAULT_SERVICE_SCALE, GoodputPolicy
+from tidal.policy.whole_replicas import WholeReplicas
 
 from .strategies import assert_valid
 
@@ -196,3 +197,16 @@ def test_a_move_of_an_old_job_must_repay_its_delay_over_the_horizon() -> None:
     assert GoodputPolicy(move_horizon=300.0)._reallocation_factor(old) == 0.9
     with pytest.raises(ValueError, match="move_horizon"):
         GoodputPolicy(move_horizon=0.0)
+
+
+def test_a_job_of_two_gpu_workers_is_planned_per_worker_not_per_slot() -> None:
+    """The model is fitted per worker process: a job of 2-GPU workers whose model pays
+    up to 4 workers gets 4 workers (8 slots), as a one-GPU job with it gets 4 (4 slots)."""
+    model = replace(
+        SCALES_WELL, grad_noise_scale=50.0, alpha_sync_local=0.05, beta_sync_local=0.0125
+    )
+    host = Cluster((Host("n0", 16),))
+    narrow = JobRequest("narrow", 1, 16, throughput=model)
+    wide = JobRequest("wide", 2, 16, throughput=model, replica_slots=2)
+    assert len(GoodputPolicy().allocate([narrow], host, {})["narrow"]) == 4
+    assert len(WholeReplicas(GoodputPolicy()).allocate([wide], host, {})["wide"]) == 8

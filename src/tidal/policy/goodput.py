@@ -247,7 +247,7 @@ class GoodputPolicy:
             speed = np.zeros(cap + 1)
             speed[min(max(1, job.min_workers), cap) :] = 1.0 if cap > 0 else 0.0
         else:
-            goodput, _ = best_goodput_table(model, cap, slots_per_node)
+            goodput = _goodput_by_slots(job, model, cap, slots_per_node)
             reference = goodput[min(fair, cap)]
             speed = goodput / reference if reference > 0 else goodput
         current = held.get(job.job_id, 0)
@@ -319,6 +319,19 @@ class GoodputPolicy:
 
 #: Sync cost assumed for a job that has not reported yet, as a fraction of its step time.
 LIVE_PRIOR_SYNC = 0.05
+
+
+def _goodput_by_slots(
+    job: JobRequest, model: ThroughputModel, cap: int, slots_per_node: int
+) -> FloatArray:
+    """The job's best goodput at ``0..cap`` slots. The model is fitted per worker process:
+    a job whose workers hold several slots each (several GPUs) runs ``slots // width``
+    of them, so a slot that completes no worker buys nothing."""
+    width = job.replica_slots if not job.gang_slots else 1
+    if width <= 1:
+        return best_goodput_table(model, cap, slots_per_node)[0]
+    per_worker, _ = best_goodput_table(model, cap // width, max(1, slots_per_node // width))
+    return per_worker[np.arange(cap + 1) // width]
 
 
 def live_policy(
