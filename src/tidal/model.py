@@ -295,6 +295,14 @@ class Job:
         """Slots the whole job holds when :attr:`role` runs ``replicas`` replicas."""
         return sum(self.gang_slots) + replicas * self.role.resources.slots
 
+    def workers_of(self, slots: int) -> int:
+        """How many processes ``slots`` slots of the whole job run, as users count them:
+        one a slot when every replica holds one; else every fixed replica plus the
+        workers of :attr:`role` (``2`` for 4 slots of 2-GPU workers)."""
+        if all(r.resources.slots == 1 for r in self.roles):
+            return slots
+        return len(self.gang_slots) + self.replicas_in(slots)
+
     def replicas_in(self, slots: int) -> int:
         """How many replicas of :attr:`role` ``slots`` slots of the whole job hold (the
         inverse of :meth:`slots_for`, rounded down)."""

@@ -79,6 +79,13 @@ def test_workers_of_two_slots_train_and_resize_by_whole_workers(tmp_path: Path) 
             )
             (kept,) = running(wide.id)
             assert len(kept.slots) == 2 and len(client.get(wide.id).slots) == 2
+            # Its events count workers, their data slots.
+            shrinks = [
+                e.message
+                for e in client.events(wide.id)
+                if e.kind == "rescale" and e.data == {"from": 4, "to": 2}
+            ]
+            assert shrinks == ["2 → 1 worker(s)"]
 
             # Scaled by workers, not slots: one worker is two slots, three are too many.
             assert client.scale(wide.id, 1).state in ("running", "rescaling")

@@ -33,6 +33,8 @@ def apply_slots(
     store, backend = effects.store, effects.backend
     effects.clear(job.id)
     old = len(job.slots)
+    # Messages count workers (a worker of several GPUs holds several slots); data, slots.
+    workers = effects.model(job).workers_of
     if not job.slots:
         resumed = job.started_at is not None
         if known:
@@ -52,7 +54,7 @@ def apply_slots(
             reason=f"running on {len(slots)} slot(s)",
             event=Event(
                 "resumed" if resumed else "started",
-                f"{len(slots)} worker(s)",
+                f"{workers(len(slots))} worker(s)",
                 {"workers": len(slots)},
             ),
         )
@@ -66,7 +68,7 @@ def apply_slots(
             state=JobState.QUEUED,
             rescale_started_at=None,
             reason="preempted: its slots went to other jobs",
-            event=Event("preempted", f"{old} → 0 worker(s)", {"from": old, "to": 0}),
+            event=Event("preempted", f"{workers(old)} → 0 worker(s)", {"from": old, "to": 0}),
         )
     else:
         if not effects.call(job.id, "assign", lambda: backend.assign(job.id, slots)):
@@ -79,9 +81,11 @@ def apply_slots(
             state=JobState.RESCALING,
             reallocations=job.reallocations + 1,
             rescale_started_at=now,
-            reason=f"rescaling {old} → {len(slots)} worker(s)",
+            reason=f"rescaling {workers(old)} → {workers(len(slots))} worker(s)",
             event=Event(
-                "rescale", f"{old} → {len(slots)} worker(s)", {"from": old, "to": len(slots)}
+                "rescale",
+                f"{workers(old)} → {workers(len(slots))} worker(s)",
+                {"from": old, "to": len(slots)},
             ),
         )
     return slots

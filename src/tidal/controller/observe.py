@@ -110,7 +110,8 @@ def observe(
             reason=f"running on {len(job.slots)} slot(s)",
             rescale_started_at=None,
         )
-        event = Event("rescaled", f"now {len(job.slots)} worker(s)", {"stall_s": stall})
+        workers = effects.model(job).workers_of(len(job.slots))
+        event = Event("rescaled", f"now {workers} worker(s)", {"stall_s": stall})
     return store.update_job(job.id, now, event=event, **changes)
 
 

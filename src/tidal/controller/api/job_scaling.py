@@ -38,8 +38,11 @@ def _width(job: JobRecord) -> int:
 
 
 def _workers(job: JobRecord, slots: int) -> int:
-    """``slots`` of ``job`` as a count of workers, as the requests give it."""
-    return slots if _width(job) == 1 else job.job.replicas_in(slots)
+    """``slots`` of ``job`` as a count of workers, as users count them."""
+    try:
+        return job.job.workers_of(slots)
+    except ValueError:  # a stored spec this release cannot read: one worker a slot
+        return slots
 
 
 @router.post("/jobs/{ref}/scale", response_model=JobView)
@@ -115,7 +118,7 @@ def scale_out(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
         store,
         job,
         Resize(target, "scale_out", deadline),
-        Event("scale_out", f"target {target} worker(s)", {"to": target}),
+        Event("scale_out", f"target {_workers(job, target)} worker(s)", {"to": target}),
     )
 
 
@@ -136,5 +139,5 @@ def scale_in(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
         store,
         job,
         Resize(target, "scale_in"),
-        Event("scale_in", f"target {target} worker(s)", {"to": target}),
+        Event("scale_in", f"target {_workers(job, target)} worker(s)", {"to": target}),
     )
