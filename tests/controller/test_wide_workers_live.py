@@ -1,6 +1,7 @@
 """Workers of several GPUs (``resources.gpus: 2``) on a real ``tidal server`` (local
 backend, virtual slots): each worker holds two slots of one host and sees both, the job
-shrinks and is scaled by whole workers while it trains, and still trains every step."""
+shrinks and is scaled by whole workers while it trains, and still trains every step; a
+multi-role job's wide chief is one replica in every TF_CONFIG."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = str(ROOT / "examples" / "digits_mlp.py")
+PROBE = str(ROOT / "tests" / "scripts" / "role_probe.py")
 EPOCHS = 12
 BATCH = 64
 
@@ -104,3 +106,38 @@ def test_workers_of_two_slots_train_and_resize_by_whole_workers(tmp_path: Path) 
         assert outcome["accuracy"] >= 0.9
     finally:
         stop_server(process)
+
+
+def test_a_tf_job_whose_chief_holds_two_slots_lists_every_replica_once(tmp_path: Path) -> None:
+    """A chief of two GPUs beside two one-GPU workers: the chief holds two slots of the
+    host, each replica gets its TF_CONFIG with one address per replica (not per slot)."""
+    process = start_server(tmp_path, "--interval", "0.2", slots=4)
+    out = tmp_path / "tf"
+    try:
+        with Client(data_dir=tmp_path / "data", timeout=30) as client:
+
+            def role(name: str, replicas: int, gpus: int) -> dict[str, object]:
+                return {
+                    "name": name,
+                    "command": [sys.executable, PROBE, "tf", str(out), "3"],
+                    "replicas": replicas,
+                    "resources": {"gpus": gpus},
+                    "launcher": "tf",
+                }
+
+            job = client.submit(
+                {"name": "tf", "roles": [role("chief", 1, 2), role("worker", 2, 1)]}
+            )
+            assert client.wait(job.id, timeout=180).state == "succeeded"
+            detail = client.get(job.id)
+    finally:
+        stop_server(process)
+    chief = next(w for w in detail.worker_list if w.role == "chief")
+    workers = [w for w in detail.worker_list if w.role == "worker"]
+    assert len(chief.slots) == 2 and [len(w.slots) for w in workers] == [1, 1]
+    assert sorted(s for w in detail.worker_list for s in w.slots) == [0, 1, 2, 3]
+    configs = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert sorted(configs) == ["chief-0", "worker-0", "worker-1"]
+    for name, config in configs.items():
+        assert [len(config["cluster"][k]) for k in ("chief", "worker")] == [1, 2], name
+        assert config["task"] == {"type": name.split("-")[0], "index": int(name.split("-")[1])}
