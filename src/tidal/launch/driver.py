@@ -27,7 +27,7 @@ from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.launchers import Group, make_group
 from tidal.launch.process import Spawner
 from tidal.launch.role_groups import RoleGroups
-from tidal.launch.role_slots import group_replicas
+from tidal.launch.role_slots import group_replicas, join_name, split_name
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_number
 from tidal.policy.api import Slot
 from tidal.runtime.api import EXIT_RELEASED
@@ -59,7 +59,7 @@ def slot_name(slot: Slot) -> str:
 def replica_name(slots: Sequence[Slot]) -> str:
     """The slots of one worker, all on one host, as a group names them: ``host:i`` for
     one, ``host:2,3`` for a worker of several GPUs."""
-    return f"{slots[0][0]}:{','.join(str(i) for _, i in slots)}"
+    return join_name(slots[0][0], (i for _, i in slots))
 
 
 def parse_slot(name: str) -> Slot:
@@ -70,8 +70,8 @@ def parse_slot(name: str) -> Slot:
 
 def parse_slots(name: str) -> tuple[Slot, ...]:
     """Every slot a worker's slot name covers: ``host:2,3`` → ``(host, 2), (host, 3)``."""
-    host, _, indices = name.rpartition(":")
-    return tuple((host, int(i)) for i in indices.split(","))
+    host, indices = split_name(name)
+    return tuple((host, int(i)) for i in indices)
 
 
 def worker_slots(name: str) -> dict[str, Any]:

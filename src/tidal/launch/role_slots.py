@@ -14,7 +14,7 @@ replica's name is its slot's, ``host:2``). The process on it sees those GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -22,8 +22,10 @@ __all__ = [
     "assign_roles",
     "fit_shapes",
     "group_replicas",
+    "join_name",
     "members",
     "replica_indices",
+    "split_name",
 ]
 
 
@@ -45,10 +47,22 @@ class RoleShape:
         return self.min != self.max
 
 
+def split_name(name: str) -> tuple[str, list[str]]:
+    """A worker's slot name as its host and slot indices: ``host:2,3`` → ``host``,
+    ``["2", "3"]`` (the one place that reads the format)."""
+    host, _, indices = name.rpartition(":")
+    return host, indices.split(",")
+
+
+def join_name(host: str, indices: Iterable[object]) -> str:
+    """The inverse of :func:`split_name`: ``host:2,3``, or ``host:2`` for one slot."""
+    return f"{host}:{','.join(str(i) for i in indices)}"
+
+
 def members(name: str) -> list[str]:
     """The slots a replica's name covers: ``host:2,3`` → ``host:2``, ``host:3``."""
-    host, _, indices = name.rpartition(":")
-    return [f"{host}:{i}" for i in indices.split(",")]
+    host, indices = split_name(name)
+    return [join_name(host, [i]) for i in indices]
 
 
 def _carve(free: Sequence[str], size: int, count: int) -> list[str]:
@@ -58,14 +72,14 @@ def _carve(free: Sequence[str], size: int, count: int) -> list[str]:
         return list(free[:count])
     by_host: dict[str, list[str]] = {}
     for slot in free:
-        by_host.setdefault(slot.rpartition(":")[0], []).append(slot)
+        by_host.setdefault(split_name(slot)[0], []).append(slot)
     out: list[str] = []
     for host, slots in by_host.items():
         for start in range(0, len(slots) - size + 1, size):
             if len(out) == count:
                 return out
             chunk = slots[start : start + size]
-            out.append(f"{host}:{','.join(s.rpartition(':')[2] for s in chunk)}")
+            out.append(join_name(host, (i for s in chunk for i in split_name(s)[1])))
     return out
 
 

@@ -26,6 +26,7 @@ from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tidal.launch.process import resolve_python
+from tidal.launch.role_slots import split_name
 
 __all__ = ["EXIT_LOST", "RayProcess", "RaySpawner", "Unplaced", "WorkerActor"]
 
@@ -370,7 +371,7 @@ class RaySpawner:
             "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
         }
         # A worker of several GPUs is named ``host:2,3``: it takes that many of the node's.
-        width = len(slot.rpartition(":")[2].split(","))
+        width = len(split_name(slot)[1])
         if resource == "GPU":
             options["num_gpus"] = width  # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gives
         else:
