@@ -282,15 +282,6 @@ class Job:
             r.resources.slots for r in self.roles if r is not scaling for _ in range(r.replicas.max)
         )
 
-    @cached_property
-    def fixed_slots(self) -> int:
-        """Slots the job's fixed roles hold, all together (placed as a gang)."""
-        scaling = self.role
-        fixed = sum(self.gang_slots)
-        if not scaling.replicas.elastic:
-            fixed += scaling.replicas.max * scaling.resources.slots
-        return fixed
-
     def slots_for(self, replicas: int) -> int:
         """Slots the whole job holds when :attr:`role` runs ``replicas`` replicas."""
         return sum(self.gang_slots) + replicas * self.role.resources.slots
