@@ -12,7 +12,7 @@ from tidal.backends.base import ONE_GROUP
 from tidal.client import InvalidRequest
 from tidal.controller.cluster import ClusterHost, ClusterModel
 from tidal.controller.support import too_wide, unsupported
-from tidal.model import Launcher, RestartKind, job_from_spec
+from tidal.model import Job, Launcher, RestartKind, job_from_spec
 from tidal.spec import SpecError, parse_spec, parse_spec_yaml
 
 TF_SPEC = """
@@ -267,29 +267,14 @@ def test_a_replica_of_several_gpus_holds_that_many_slots_of_one_host() -> None:
     assert narrow.shortfall(None, {}, 2, replica=2) == (
         "one replica needs 2 slots on one host; the widest host that matches has 1"
     )
+
     # Only the hosts the job may run on count; when none matches yet, any host.
-    one = job_from_spec(parse_spec({"name": "x", "command": "a", "resources": {"gpus": 4}}))
-    labelled = job_from_spec(
-        parse_spec(
-            {
-                "name": "x",
-                "command": "a",
-                "resources": {"gpus": 4},
-                "target": {"labels": {"x": "1"}},
-            }
-        )
-    )
-    assert too_wide(one, cluster, named_roles=False) == []
+    def wide(gpus: int, labels: dict[str, str]) -> Job:
+        spec = {"name": "x", "command": "a", "resources": {"gpus": gpus}}
+        return job_from_spec(parse_spec({**spec, "target": {"labels": labels}}))
+
+    labelled = wide(4, {"x": "1"})
+    assert too_wide(wide(4, {}), cluster, named_roles=False) == []
     assert [p for p, _ in too_wide(labelled, cluster, named_roles=False)] == ["resources.gpus"]
     assert [p for p, _ in too_wide(labelled, narrow, named_roles=False)] == ["resources.gpus"]
-    two = job_from_spec(
-        parse_spec(
-            {
-                "name": "x",
-                "command": "a",
-                "resources": {"gpus": 2},
-                "target": {"labels": {"y": "1"}},
-            }
-        )
-    )
-    assert too_wide(two, cluster, named_roles=False) == []
+    assert too_wide(wide(2, {"y": "1"}), cluster, named_roles=False) == []
