@@ -44,6 +44,16 @@ __all__ = [
     "load_yaml",
 ]
 
+
+class _PyParser(Reader, Scanner, Parser):
+    """PyYAML's own event parser."""
+
+    def __init__(self, stream: Any) -> None:
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+
+
 # libyaml's event parser where PyYAML was built with it; the composer stays in Python (it
 # enforces the bounds), the parser and scanner are where the time goes.
 try:
@@ -51,14 +61,12 @@ try:
 
     _Parser: Any = cyaml.CParser  # type: ignore[attr-defined]
 except (ImportError, AttributeError):  # pragma: no cover - PyYAML without libyaml
-
-    class _PyParser(Reader, Scanner, Parser):
-        def __init__(self, stream: Any) -> None:
-            Reader.__init__(self, stream)
-            Scanner.__init__(self)
-            Parser.__init__(self)
-
     _Parser = _PyParser
+
+#: What the libyaml of PyYAML 6.0.4's wheels says of flow collections nested more than
+#: 1,000 deep: its scanner looks that far ahead before the composer has counted past its own
+#: bound, so the document is read again by PyYAML's parser to say where it went too deep.
+_LIBYAML_TOO_DEEP = "exceeded maximum nesting depth"
 
 
 @dataclass(frozen=True)
@@ -284,15 +292,26 @@ class _BoundedComposer(Composer):
         return node
 
 
+def _start_loader(loader: Any, parser: Any, data: bytes, limits: DocumentLimits) -> None:
+    parser.__init__(loader, data)
+    _BoundedComposer.__init__(loader)
+    SafeConstructor.__init__(loader)
+    _Resolver.__init__(loader)
+    loader._start_bounds(limits)
+
+
 class _Loader(_BoundedComposer, _Parser, SafeConstructor, _Resolver):  # type: ignore[misc]
     """libyaml's parser, the bounded composer, PyYAML's safe constructor."""
 
     def __init__(self, data: bytes, limits: DocumentLimits) -> None:
-        _Parser.__init__(self, data)
-        _BoundedComposer.__init__(self)
-        SafeConstructor.__init__(self)
-        _Resolver.__init__(self)
-        self._start_bounds(limits)
+        _start_loader(self, _Parser, data, limits)
+
+
+class _PyLoader(_BoundedComposer, _PyParser, SafeConstructor, _Resolver):
+    """:class:`_Loader` with PyYAML's own parser (see :data:`_LIBYAML_TOO_DEEP`)."""
+
+    def __init__(self, data: bytes, limits: DocumentLimits) -> None:
+        _start_loader(self, _PyParser, data, limits)
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> DocumentError:
@@ -304,14 +323,18 @@ def _yaml_problem(exc: yaml.YAMLError) -> DocumentError:
     return DocumentError([("", f"invalid YAML{where}: {problem}")])
 
 
-def _run_loader(text: str | bytes, limits: DocumentLimits, construct: bool) -> Any:
-    loader = _Loader(_encoded(text, limits), limits)
+def _run_loader(
+    text: str | bytes, limits: DocumentLimits, construct: bool, loader_class: Any = _Loader
+) -> Any:
+    loader = loader_class(_encoded(text, limits), limits)
     try:
         node = loader.get_single_node()
         if not construct or node is None:
             return node
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
+        if loader_class is not _PyLoader and _LIBYAML_TOO_DEEP in str(exc):
+            return _run_loader(text, limits, construct, _PyLoader)
         raise _yaml_problem(exc) from None
     except (ValueError, RecursionError) as exc:  # e.g. int() of a 5,000-digit number
         if isinstance(exc, DocumentError):
