@@ -3,6 +3,7 @@ conformance suite, re-attaching to its agents included."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -159,3 +160,61 @@ def test_an_agent_record_whose_store_answers_nothing_is_a_lost_job_not_a_crash(
         assert "ghost" not in backend.poll()
     finally:
         backend.close()
+
+
+def test_a_new_backend_numbers_its_orders_past_one_the_agent_took_but_had_not_reported(
+    tmp_path: Path,
+) -> None:
+    """The agent took an assignment, but the status it last published (what a new backend
+    reads on re-attaching) predates it. The new backend's orders must still be numbered
+    past it: the agent ignores a number it has seen, so the job stayed at its old size."""
+    from dataclasses import asdict, replace
+
+    from tidal.launch.agent import KEY_STATUS, AgentStatus
+
+    data = tmp_path / "data"
+    a, b = ("local", 0), ("local", 1)
+    first = LocalBackend(data)
+    backends = [first]
+
+    def alive_on(backend: LocalBackend, slots: set[tuple[str, int]], what: str) -> None:
+        deadline = time.monotonic() + 60
+        while (status := backend.poll().get("plain")) is None or status.alive_slots() != slots:
+            assert time.monotonic() < deadline, f"{what}: {status}"
+            time.sleep(0.05)
+
+    try:
+        first.start(
+            JobLaunch(
+                job_id="plain",
+                argv=(sys.executable, "-c", "import time; time.sleep(600)"),
+                log_dir=tmp_path / "logs",
+                checkpoint_dir=tmp_path / "ckpt",
+                gpu=False,
+            ),
+            [a, b],
+        )
+        alive_on(first, {a, b}, "two workers")
+        first.assign("plain", [a])
+        alive_on(first, {a}, "one worker")
+        store = first._agents["plain"].store
+        assert store is not None
+        taken = AgentStatus.from_json(store.get(KEY_STATUS))
+        assert taken.assign_seq == 1
+        stale = json.dumps(asdict(replace(taken, assign_seq=0)))
+        for _ in range(20):
+            # The report from before the order; the agent writes its own again within a
+            # second, so until a new backend has read the stale one, try again.
+            store.set(KEY_STATUS, stale)
+            again = LocalBackend(data)  # the controller restarted
+            backends.append(again)
+            if again._agents["plain"].last.assign_seq == 0:
+                break
+        else:
+            pytest.fail("no new backend read the stale status")
+        again.assign("plain", [a, b])
+        alive_on(again, {a, b}, "two workers again, ordered by the re-attached backend")
+    finally:
+        backends[-1].stop("plain")
+        for backend in reversed(backends):
+            backend.close()

@@ -188,8 +188,27 @@ class Run:
                 return [p for p in pids if p]
             return None
 
-        pids: list[int] = until(check, timeout, f"{job_id} to run all its workers")
+        try:
+            pids: list[int] = until(check, timeout, f"{job_id} to run all its workers")
+        except AssertionError as exc:
+            exc.add_note(self.describe(job_id))
+            raise
         return None if pids == [-1] else pids
+
+    def describe(self, job_id: str) -> str:
+        """The job as the server shows it and its last events: what a failed wait saw."""
+        view = self.job(job_id)
+        with self.server.api() as api:
+            events = api.get(f"/jobs/{job_id}/events").json()
+        workers = [
+            (w["worker_id"], w["host"], w["slot"], w["state"], w["pid"])
+            for w in view["worker_list"]
+        ]
+        trail = [(e["kind"], e.get("message", "")) for e in events[-12:]]
+        return (
+            f"{job_id}: state {view['state']} ({view['reason']}), slots {view['slots']}, "
+            f"workers {workers}; events {trail}"
+        )
 
     def stored_jobs_intact(self) -> None:
         """Every submitted job is listed, readable, with the spec it was submitted with."""

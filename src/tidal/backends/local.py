@@ -120,6 +120,10 @@ class LocalBackend:
             if store.check([KEY_STATUS]):
                 agent.last = AgentStatus.from_json(store.get(KEY_STATUS))
                 agent.assign_seq = agent.last.assign_seq
+            # Past the last order written too, not only the last the agent reported: one
+            # written just before the previous backend died may be taken after this read,
+            # and the agent ignores any order whose number it has already seen.
+            agent.assign_seq = max(agent.assign_seq, _written_seq(store))
             self._agents[job_id] = agent
             if log_dir is not None:
                 self._log_dirs[job_id] = log_dir
@@ -417,6 +421,16 @@ class LocalBackend:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     agent.process.wait(timeout=5)
         self._agents.clear()
+
+
+def _written_seq(store: dist.Store) -> int:
+    """The number of the last assignment written to the agent's store (0 if none)."""
+    try:
+        if store.check([KEY_ASSIGN]):
+            return int(json.loads(store.get(KEY_ASSIGN))["seq"])
+    except (RuntimeError, ValueError, KeyError, TypeError):
+        pass  # unreadable: the agent's own report stands
+    return 0
 
 
 def _pid_alive(agent: _Agent) -> bool:
