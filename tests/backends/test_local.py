@@ -3,7 +3,6 @@ conformance suite, re-attaching to its agents included."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal

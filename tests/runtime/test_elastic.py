@@ -181,6 +181,35 @@ def test_peer_lost_after_the_optimizer_step_keeps_the_step(
     assert "failed" in launch.output()
 
 
+def test_peer_lost_before_ddp_settles_its_buckets_leaves_the_survivor_training(
+    launches: list[Launch], tmp_path: Path, reference: Path
+) -> None:
+    # DDP's second forward of a generation rebuilds its gradient buckets with a broadcast
+    # of its own. Rank 1 dies just before step 2: rank 0's broadcast meets a dead peer,
+    # which once raised out of the script's model(x) and failed the survivor too (the job
+    # then restarted from its checkpoint). Now it is a failed collective like any other:
+    # the survivor drops the step and goes on, and the run matches the fixed one.
+    launch, out = _run(
+        launches,
+        tmp_path,
+        "rebuild-failure",
+        "1:2",
+        script_args=("--rank1-dies-before-step", "2"),
+    )
+    assert launch.finish(timeout=240) == 0, launch.output()
+    output = launch.output()
+    history = final_history(steps(out))
+    assert sorted(history) == list(range(1, STEPS + 1))
+    assert_ranks_agree(history)
+    assert_each_sample_once(history, DIGITS)
+    assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
+    # One failure (the killed rank), and its peer was never without a survivor's state.
+    assert "restarts: 1" in output, output
+    assert "no survivor" not in output, output
+    assert [line for line in output.splitlines() if "failed: w0 " in line] == [], output
+    assert {r["worker"] for r in history[STEPS]} >= {"w0"}, history[STEPS]
+
+
 def test_a_step_committed_by_one_survivor_is_adopted_not_redone(
     launches: list[Launch], tmp_path: Path, reference: Path
 ) -> None:

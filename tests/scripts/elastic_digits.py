@@ -79,6 +79,13 @@ def main() -> None:
         "ranks hold that step's boundary until they have noticed",
     )
     parser.add_argument(
+        "--rank1-dies-before-step",
+        type=int,
+        default=0,
+        help="in the first generation, rank 1 SIGKILLs itself before this step's forward; "
+        "the other ranks reach theirs once it is gone (step 2: DDP's bucket rebuild)",
+    )
+    parser.add_argument(
         "--rank0-misses-the-step",
         action="store_true",
         help="with --rank1-dies-after-step: rank 0 hears of the failure before its optimizer "
@@ -119,6 +126,10 @@ def main() -> None:
             epoch, indices = loader.epoch, loader.last_indices
             everyone = loader.last_global_indices
             gen, world, rank = ctx.generation.number, ctx.world_size, ctx.rank
+            if state.global_step + 1 == args.rank1_dies_before_step and gen == 0 and world > 1:
+                if rank == 1:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                time.sleep(0.5)  # not a wait for an event: the kill lands either way
             optimizer.zero_grad()
             for xb, yb in loader.micro_batches(batch):
                 loss = loss_fn(model(xb), yb)

@@ -239,6 +239,11 @@ class WorkerContext:
             raise PeerLost(self.failure or "peer lost")
         return value
 
+    def collective_failed(self, exc: BaseException) -> None:
+        """A collective outside :meth:`guard` failed (``exc``): the generation is broken,
+        as if a guarded one had failed (the peers are told, the step is dropped)."""
+        self._break(f"collective failed: {exc}", report=True)
+
     def _break(self, reason: str, *, report: bool) -> None:
         """Fail every pending collective of the current generation at once."""
         with self._lock:

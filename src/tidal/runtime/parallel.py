@@ -160,12 +160,35 @@ class ElasticDataParallel(nn.Module):
         self._hook_state.recorder = recorder
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the wrapped module (through DDP when part of a group)."""
-        out = self._ddp(*args, **kwargs) if self._ddp is not None else self.module(*args, **kwargs)
+        """Run the wrapped module (through DDP when part of a group whose collectives
+        work; once the generation broke, the step is dropped: it is computed locally)."""
+        ddp = self._ddp
+        if ddp is not None and not self._buckets_agreed(ddp):
+            ddp = None
+        out = ddp(*args, **kwargs) if ddp is not None else self.module(*args, **kwargs)
         weight = self._micro_weight
         if weight != 1.0 and torch.is_grad_enabled():
             out = _scale_gradients(out, weight)
         return out
+
+    def _buckets_agreed(self, ddp: DistributedDataParallel) -> bool:
+        """Whether ``ddp`` may run this forward: its group is not known broken, and the
+        bucket order it settles on its second forward with a broadcast of its own (not
+        routed through the hook's guard) is agreed. A peer dead at that moment made the
+        broadcast raise out of the user's ``model(x)``, killing the survivor with it; here
+        it breaks the generation instead, like any failed collective. Done before DDP's
+        own forward, which then finds the buckets rebuilt (the call is a no-op then, and
+        on the first forward, before backward has recorded an order)."""
+        if self._context.failed:
+            return False
+        if not torch.is_grad_enabled():
+            return True
+        try:
+            ddp.reducer._rebuild_buckets()
+        except RuntimeError as exc:
+            self._context.collective_failed(exc)
+            return False
+        return True
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
