@@ -34,7 +34,6 @@ from tidal.backends.base import (
 )
 from tidal.launch.agent import (
     ENV_AGENT_TREE,
-    KEY_ASSIGN,
     KEY_REPORTS,
     KEY_STATUS,
     KEY_STOP,
@@ -42,7 +41,9 @@ from tidal.launch.agent import (
     AgentStatus,
     AgentWorker,
     final_path,
+    read_order,
     record_path,
+    write_order,
 )
 from tidal.launch.driver import slot_name
 from tidal.launch.process import kill_marked
@@ -273,9 +274,8 @@ class LocalBackend:
         if agent.store is None:
             return
         agent.assign_seq += 1
-        payload = {"slots": [slot_name(s) for s in slots], "seq": agent.assign_seq}
         with contextlib.suppress(Exception):  # an agent that just ended: poll reports it
-            agent.store.set(KEY_ASSIGN, json.dumps(payload))
+            write_order(agent.store, [slot_name(s) for s in slots], agent.assign_seq)
 
     def stop(self, job_id: str) -> None:
         """Release the job's workers (rank 0 checkpoints) and end its agent."""
@@ -426,11 +426,10 @@ class LocalBackend:
 def _written_seq(store: dist.Store) -> int:
     """The number of the last assignment written to the agent's store (0 if none)."""
     try:
-        if store.check([KEY_ASSIGN]):
-            return int(json.loads(store.get(KEY_ASSIGN))["seq"])
+        order = read_order(store)
     except (RuntimeError, ValueError, KeyError, TypeError):
-        pass  # unreadable: the agent's own report stands
-    return 0
+        return 0  # unreadable: the agent's own report stands
+    return 0 if order is None else order[0]
 
 
 def _pid_alive(agent: _Agent) -> bool:

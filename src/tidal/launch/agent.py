@@ -55,6 +55,20 @@ KEY_STATUS = "agent/status"
 KEY_REPORTS = "agent/report/"
 
 
+def write_order(store: dist.Store, slots: Sequence[str], seq: int) -> None:
+    """Write the backend's assignment of ``slots``, numbered ``seq`` (an agent takes an
+    order only once, and only one numbered past every order it took)."""
+    store.set(KEY_ASSIGN, json.dumps({"slots": list(slots), "seq": seq}))
+
+
+def read_order(store: dist.Store) -> tuple[int, list[str]] | None:
+    """The last assignment written: its number and its slots; ``None`` before the first."""
+    if not store.check([KEY_ASSIGN]):
+        return None
+    order = json.loads(store.get(KEY_ASSIGN))
+    return int(order["seq"]), list(order["slots"])
+
+
 @dataclass
 class AgentWorker:
     """One worker as the agent reports it."""
@@ -214,13 +228,11 @@ class StoreControl:
         """The newest assignment not applied yet, and whether the backend stopped the job."""
         if not self.stopping and self.store.check([KEY_STOP]):
             self.stopping = True
-        if self.stopping or not self.store.check([KEY_ASSIGN]):
+        order = None if self.stopping else read_order(self.store)
+        if order is None or order[0] <= self.seq:
             return None, self.stopping
-        request = json.loads(self.store.get(KEY_ASSIGN))
-        if int(request["seq"]) <= self.seq:
-            return None, False
-        self.seq = int(request["seq"])
-        return list(request["slots"]), False
+        self.seq, slots = order
+        return slots, False
 
     def publish(self, status: JobStatus, ended: bool, reports: list[dict[str, Any]]) -> None:
         """Pass the workers' batches on whole (the controller reads metrics and the goodput
