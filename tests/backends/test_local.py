@@ -36,6 +36,21 @@ class TestLocalConformance(BackendConformance):
         made.close()
 
 
+#: A worker that does nothing until it is stopped.
+SLEEP = "import time; time.sleep(600)"
+
+
+def _plain(job_id: str, code: str, tmp_path: Path) -> JobLaunch:
+    """A job whose workers run ``python -c code`` (no tidal runtime)."""
+    return JobLaunch(
+        job_id=job_id,
+        argv=(sys.executable, "-c", code),
+        log_dir=tmp_path / "logs",
+        checkpoint_dir=tmp_path / "ckpt",
+        gpu=False,
+    )
+
+
 def test_a_job_that_ended_while_no_controller_watched_is_reported_ended(
     tmp_path: Path,
 ) -> None:
@@ -44,13 +59,7 @@ def test_a_job_that_ended_while_no_controller_watched_is_reported_ended(
     data = tmp_path / "data"
     first = LocalBackend(data)
     first.start(
-        JobLaunch(
-            job_id="quick",
-            argv=(sys.executable, "-c", "pass"),
-            log_dir=tmp_path / "logs",
-            checkpoint_dir=tmp_path / "ckpt",
-            gpu=False,
-        ),
+        _plain("quick", "pass", tmp_path),
         [("local", 0)],
     )
     # No poll: this backend is the controller that was SIGKILLed.
@@ -80,13 +89,7 @@ def test_an_agent_killed_mid_job_is_replaced_at_once(tmp_path: Path) -> None:
     record = data / "agents" / "killed.agent.json"
     try:
         backend.start(
-            JobLaunch(
-                job_id="killed",
-                argv=(sys.executable, "-c", "import time; time.sleep(600)"),
-                log_dir=tmp_path / "logs",
-                checkpoint_dir=tmp_path / "ckpt",
-                gpu=False,
-            ),
+            _plain("killed", SLEEP, tmp_path),
             [("local", 0)],
         )
         dead_pid = int(json.loads(record.read_text())["pid"])
@@ -184,13 +187,7 @@ def test_a_new_backend_numbers_its_orders_past_one_the_agent_took_but_had_not_re
 
     try:
         first.start(
-            JobLaunch(
-                job_id="plain",
-                argv=(sys.executable, "-c", "import time; time.sleep(600)"),
-                log_dir=tmp_path / "logs",
-                checkpoint_dir=tmp_path / "ckpt",
-                gpu=False,
-            ),
+            _plain("plain", SLEEP, tmp_path),
             [a, b],
         )
         alive_on(first, {a, b}, "two workers")
