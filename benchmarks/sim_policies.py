@@ -25,9 +25,9 @@ from rich.table import Table
 from tidal.sim.cli import comparison_markdown
 from tidal.sim.engine import SimConfig, SimResult
 from tidal.sim.locations import DEFAULT_PROFILES, DEFAULT_WORKLOADS
-from tidal.sim.metrics import summarise
 from tidal.sim.profiles import ModelProfile, load_profiles
 from tidal.sim.runner import simulate
+from tidal.sim.summary import summarise
 from tidal.sim.workload import WorkloadJob, load_workload
 
 console = Console()

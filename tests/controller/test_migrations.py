@@ -22,7 +22,7 @@ from sqlalchemy import Column, Engine, MetaData, String, create_engine, inspect,
 from tests.controller.postgres import Postgres
 from tidal.backends.base import WorkerState, WorkerStatus
 from tidal.controller import migrations
-from tidal.controller.database import SCHEMA_VERSION, StoreError
+from tidal.controller.database import SCHEMA_VERSION
 from tidal.controller.requests import SetPriority
 from tidal.controller.store import JobRecord, Store
 from tidal.model import JobState
@@ -289,7 +289,7 @@ def test_a_store_from_a_newer_release_is_refused_untouched(db_url: str) -> None:
     engine = create_engine(db_url)
     try:
         before = dump(engine)
-        with pytest.raises(StoreError, match="schema revision 9999_from_the_future"):
+        with pytest.raises(migrations.StoreError, match="schema revision 9999_from_the_future"):
             Store(db_url)
         assert dump(engine) == before
         with engine.connect() as conn:
@@ -305,7 +305,7 @@ def test_a_store_of_an_unknown_schema_version_is_refused(db_url: str) -> None:
         with engine.begin() as conn:
             conn.execute(text("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)"))
             conn.execute(text("INSERT INTO schema_version VALUES (999)"))
-        with pytest.raises(StoreError, match="schema version 999"):
+        with pytest.raises(migrations.StoreError, match="schema version 999"):
             Store(db_url)
         assert set(inspect(engine).get_table_names()) == {"schema_version"}
     finally:

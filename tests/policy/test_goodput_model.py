@@ -7,16 +7,17 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from numpy.typing import ArrayLike
 
 from tidal.policy.api import ThroughputModel
 from tidal.policy.goodput_model import (
+    FloatArray,
     best_batch,
     best_goodput_table,
     goodput,
     model_from_dict,
     model_to_dict,
     noise_scale,
-    statistical_efficiency,
     statistical_gain,
     step_time,
 )
@@ -33,6 +34,12 @@ MODEL = ThroughputModel(
     max_local_batch=256,
     max_global_batch=8192,
 )
+
+
+def statistical_efficiency(model: ThroughputModel, global_batch: ArrayLike) -> FloatArray:
+    """Progress per sample at ``global_batch`` relative to the initial batch (in ``(0, 1]``)."""
+    scale = np.asarray(global_batch, dtype=np.float64) / max(model.init_batch_size, 1)
+    return np.asarray(statistical_gain(model, global_batch) / scale, dtype=np.float64)
 
 
 def test_gain_is_one_at_the_initial_batch_and_efficiency_falls_with_batch() -> None:

@@ -16,7 +16,8 @@ from torch.utils.data import TensorDataset
 import tidal
 from tidal.runtime.context import current
 from tidal.runtime.data import shard_bounds
-from tidal.runtime.sample_rng import new_span, stream_key, uniform
+from tidal.runtime.sample_rng import stream_key, uniform
+from tidal.runtime.sample_span import new_span
 
 
 @settings(max_examples=40, deadline=None)

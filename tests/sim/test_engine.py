@@ -9,9 +9,9 @@ import pytest
 
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
 from tidal.sim.engine import AllocationError, SimConfig, Simulator, Sizing, fixed_batch_step
-from tidal.sim.metrics import summarise
 from tidal.sim.profiles import ModelProfile
 from tidal.sim.runner import simulate, synthetic_workload
+from tidal.sim.summary import summarise
 from tidal.sim.workload import WorkloadJob, load_workload
 
 SMALL = SimConfig(nodes=4, gpus_per_node=4)

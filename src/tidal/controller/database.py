@@ -28,7 +28,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "SQLITE_BUSY_TIMEOUT_MS",
     "Database",
-    "StoreError",
     "make_engine",
     "number_change",
     "number_changes",
@@ -49,10 +48,6 @@ SQLITE_POOL_SIZE = 16
 
 #: PostgreSQL advisory lock held while a change is numbered, so numbers follow commits.
 _CHANGE_LOCK_KEY = 0x7469_6461_6C01
-
-
-class StoreError(RuntimeError):
-    """The store cannot be used (e.g. written by an incompatible version)."""
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -157,8 +152,8 @@ def number_changes(session: Session, job_ids: Sequence[str]) -> None:
 
 class Database:
     """The store's database at ``url``, its schema brought to the newest revision on
-    opening (:class:`StoreError` if this release cannot read it). Safe to share between
-    threads."""
+    opening (:class:`~tidal.controller.migrations.StoreError` if this release cannot read
+    it). Safe to share between threads."""
 
     def __init__(self, url: str) -> None:
         self.url = url

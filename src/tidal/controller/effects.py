@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Collection
 
 from tidal.backends.base import Backend
-from tidal.controller.metrics import ControllerMetrics
+from tidal.controller.prometheus import ControllerMetrics
 from tidal.controller.store import JobRecord, Store
 from tidal.model import Job
 

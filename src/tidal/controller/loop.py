@@ -27,8 +27,8 @@ from tidal.controller.cluster import ClusterModel, describe_change
 from tidal.controller.deadlines import check_deadline
 from tidal.controller.effects import LoopEffects
 from tidal.controller.launching import JobFiles, build_launch
-from tidal.controller.metrics import ControllerMetrics
 from tidal.controller.observe import apply_pending, observe, throughput_models
+from tidal.controller.prometheus import ControllerMetrics
 from tidal.controller.store import Event, JobRecord, Store
 from tidal.model import ACTIVE_STATES, Job, JobState
 from tidal.policy.api import Policy, Slot

@@ -113,12 +113,6 @@ def statistical_gain(model: ThroughputModel, global_batch: ArrayLike) -> FloatAr
     return np.asarray((ratio + 1.0) / (ratio / scale + 1.0), dtype=np.float64)
 
 
-def statistical_efficiency(model: ThroughputModel, global_batch: ArrayLike) -> FloatArray:
-    """Progress per sample at ``global_batch`` relative to the initial batch (in ``(0, 1]``)."""
-    scale = np.asarray(global_batch, dtype=np.float64) / max(model.init_batch_size, 1)
-    return np.asarray(statistical_gain(model, global_batch) / scale, dtype=np.float64)
-
-
 def goodput(
     model: ThroughputModel, workers: ArrayLike, nodes: ArrayLike, global_batch: ArrayLike
 ) -> FloatArray:

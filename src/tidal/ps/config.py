@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -204,10 +204,6 @@ class ClusterSpec:
             if text:
                 return text
         return self.addresses[i] if i < len(self.addresses) else None
-
-    def with_config(self, **changes: object) -> ClusterSpec:
-        """A copy whose config has ``changes`` (validated)."""
-        return replace(self, config=replace(self.config, **changes).validate())  # type: ignore[arg-type]
 
 
 def address_file(directory: str, index: int) -> Path:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -30,9 +30,7 @@ from tidal.runtime.rendezvous import (
     RendezvousTimeout,
     connect_store,
 )
-
-if TYPE_CHECKING:
-    from tidal.runtime.sample_rng import SampleSpan
+from tidal.runtime.sample_span import SampleSpan
 
 log = logging.getLogger("tidal.runtime")
 

@@ -17,7 +17,7 @@ from torch.utils.data import Dataset, TensorDataset, default_collate
 
 from tidal.runtime.adaptive import AdaptiveBatch
 from tidal.runtime.context import WorkerContext, current
-from tidal.runtime.sample_rng import SampleSpan, new_span
+from tidal.runtime.sample_span import SampleSpan, new_span
 
 
 def shard_bounds(batch: int, world: int, rank: int) -> tuple[int, int]:

@@ -12,47 +12,23 @@ counter-based hash (splitmix64) in int64 tensor arithmetic. So:
   is rolled back, and the call counts start again with the redone batch);
 * newcomers need nothing sent: the loader's state, which they receive, is the whole key.
 
-The loader publishes the current batch's :class:`SampleSpan` on the worker's context at
-every batch (and every micro-batch); :class:`PerSampleDropout` and :func:`sample_rand_like`
-read it there.
+The loader publishes the current batch's :class:`~tidal.runtime.sample_span.SampleSpan` on
+the worker's context at every batch (and every micro-batch); :class:`PerSampleDropout` and
+:func:`sample_rand_like` read it there.
 """
 
 from __future__ import annotations
-
-import itertools
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from tidal.runtime.context import current
+from tidal.runtime.sample_span import SampleSpan
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX1 = 0xBF58476D1CE4E5B9
 _MIX2 = 0x94D049BB133111EB
-
-
-#: Numbers the batches drawn in this process (see :attr:`SampleSpan.serial`).
-_serials = itertools.count()
-
-
-@dataclass(frozen=True)
-class SampleSpan:
-    """This rank's samples in the current (micro-)batch: positions ``start`` to
-    ``start + count`` of epoch ``epoch``'s order, under the loader's ``seed``.
-    ``serial`` counts the loader's batches (call counts restart with each one)."""
-
-    seed: int
-    epoch: int
-    start: int
-    count: int
-    serial: int
-
-
-def new_span(seed: int, epoch: int, start: int, count: int) -> SampleSpan:
-    """The span of a batch just drawn (a fresh serial)."""
-    return SampleSpan(seed, epoch, start, count, next(_serials))
 
 
 def _signed(value: int) -> int:

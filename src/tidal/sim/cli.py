@@ -17,10 +17,10 @@ from rich.table import Table
 
 from tidal.sim.engine import SimConfig, SimResult
 from tidal.sim.locations import DEFAULT_PHILLY, DEFAULT_PROFILES, DEFAULT_WORKLOADS
-from tidal.sim.metrics import Summary, summarise
 from tidal.sim.policies import POLICY_NAMES
 from tidal.sim.profiles import load_profiles
 from tidal.sim.runner import simulate, synthetic_workload
+from tidal.sim.summary import Summary, summarise
 from tidal.sim.workload import WorkloadJob, load_workload
 
 log = logging.getLogger(__name__)

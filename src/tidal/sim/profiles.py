@@ -117,13 +117,6 @@ class ModelProfile:
             float(np.interp(progress, self.epoch_progress, self.grad_var)),
         )
 
-    def epoch_of(self, progress: float) -> int:
-        """Index of the epoch that ``progress`` lies in (epochs end at ``epoch_progress``)."""
-        return min(
-            int(np.searchsorted(self.epoch_progress, progress + 1e-9, side="left")),
-            self.epochs - 1,
-        )
-
     def grad_stats_at(self, batch: float, epoch: int) -> tuple[float, float]:
         """``(grad_sqr, grad_var)`` during ``epoch`` of a run at global ``batch``.
 

@@ -2,7 +2,8 @@
 
 ``jobs`` (submit, list, requests to change a job), ``job_scaling`` (resize a job),
 ``job_workers`` (stop some of a job's workers), ``logs``, ``cluster`` (hosts, events,
-allocations, utilisation), ``metrics`` (training metrics and Prometheus) and ``health``.
+allocations, utilisation), ``job_metrics`` (training metrics jobs report, progress),
+``prometheus`` (the controller's own metrics) and ``health``.
 Handlers read the store and record what users ask for as requests
 (:mod:`tidal.controller.requests`); the controller loop carries them out on its next tick.
 Every route but ``/health`` needs the admin bearer token; :func:`tidal.controller.app.create_app`
@@ -13,7 +14,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from tidal.controller.api import cluster, health, job_scaling, job_workers, jobs, logs, metrics
+from tidal.controller.api import (
+    cluster,
+    health,
+    job_metrics,
+    job_scaling,
+    job_workers,
+    jobs,
+    logs,
+    prometheus,
+)
 
 __all__ = ["PROTECTED_ROUTERS", "PUBLIC_ROUTERS"]
 
@@ -26,5 +36,6 @@ PROTECTED_ROUTERS: tuple[APIRouter, ...] = (
     job_workers.router,
     logs.router,
     cluster.router,
-    metrics.router,
+    job_metrics.router,
+    prometheus.router,
 )

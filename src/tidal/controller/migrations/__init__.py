@@ -21,9 +21,15 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, MetaData, inspect, text
 
-from tidal.controller.database import SQLITE_BUSY_TIMEOUT_MS, StoreError
-
-__all__ = ["LEGACY_SCHEMA_VERSIONS", "config", "head", "revisions", "target_metadata", "upgrade"]
+__all__ = [
+    "LEGACY_SCHEMA_VERSIONS",
+    "StoreError",
+    "config",
+    "head",
+    "revisions",
+    "target_metadata",
+    "upgrade",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +54,10 @@ _MIGRATION_WAIT_MS = 120_000
 
 #: PostgreSQL advisory lock held while migrating, so two servers starting at once take turns.
 _PG_LOCK_KEY = 0x7469_6461_6C00  # "tidal"
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used (e.g. written by an incompatible version)."""
 
 
 def target_metadata() -> MetaData:
@@ -136,6 +146,8 @@ def _exclusive(engine: Engine) -> Iterator[Connection]:
             # A migration holds the write lock while Alembic loads its scripts and applies
             # every revision: seconds on a loaded machine, longer than the store's usual
             # busy timeout, and a second server starting beside it must wait, not fail.
+            # The connection's own timeout is put back afterwards (it goes back to the pool).
+            usual_wait_ms = int(conn.exec_driver_sql("PRAGMA busy_timeout").scalar_one())
             conn.exec_driver_sql(f"PRAGMA busy_timeout={_MIGRATION_WAIT_MS}")
             try:
                 # Takes the write lock now: a second process waits here (busy_timeout).
@@ -148,7 +160,7 @@ def _exclusive(engine: Engine) -> Iterator[Connection]:
             finally:
                 conn.rollback()
                 conn.exec_driver_sql("PRAGMA foreign_keys=ON")
-                conn.exec_driver_sql(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={usual_wait_ms}")
                 conn.commit()
         else:
             if conn.dialect.name == "postgresql":

@@ -1,12 +1,11 @@
-"""Metrics: training metrics jobs report, each job's latest progress, and the
-controller's Prometheus exposition."""
+"""Training metrics: what jobs report at each step, and each job's latest progress."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import Response
 
-from tidal.controller.api.deps import ControllerDep, StoreDep, job_or_404
+from tidal.controller.api.deps import StoreDep, job_or_404
 from tidal.controller.schema import JobProgress, MetricsReport, MetricsView
 
 __all__ = ["router"]
@@ -38,10 +37,3 @@ def progress(store: StoreDep) -> list[JobProgress]:
         JobProgress(job_id=m.job_id, step=m.step, time=m.time, values=dict(m.values))
         for m in store.latest_metrics()
     ]
-
-
-@router.get("/metrics", tags=["meta"], response_class=PlainTextResponse)
-def prometheus(controller: ControllerDep) -> Response:
-    """Prometheus exposition: slots, jobs by state, rescales, rescale stalls."""
-    body, content_type = controller.metrics.render()
-    return Response(content=body, media_type=content_type)

@@ -1,4 +1,5 @@
-"""Prometheus metrics the controller keeps and ``/metrics`` serves."""
+"""Prometheus metrics the controller keeps and ``GET /metrics`` serves
+(:mod:`tidal.controller.api.prometheus`)."""
 
 from __future__ import annotations
 
