@@ -180,9 +180,9 @@ def test_water_filling_redistributes_clipped_slack() -> None:
 
 def test_simulator_replays_the_controllers_fairshare() -> None:
     import tidal.policy.fairshare as controller_module
-    from tidal.sim.policies import build_policy
+    from tidal.policy.registry import simulated_policy
 
-    policy = build_policy("fairshare", reallocation_cost=30.0)
+    policy = simulated_policy("fairshare", reallocation_cost=30.0)
     assert type(policy) is controller_module.FairSharePolicy
     assert type(policy).allocate is controller_module.FairSharePolicy.allocate
 

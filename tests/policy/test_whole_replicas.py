@@ -6,9 +6,10 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from tidal.controller.plugins import POLICIES, load_policy
+from tidal.controller.plugins import load_policy
 from tidal.policy.api import Allocation, Cluster, Host, JobRequest, Policy, Slot
 from tidal.policy.fairshare import FairSharePolicy
+from tidal.policy.registry import SERVED
 from tidal.policy.static import StaticPolicy
 from tidal.policy.tiresias import TiresiasPolicy
 from tidal.policy.whole_replicas import WholeReplicas, fit_replicas
@@ -23,7 +24,7 @@ FACTORIES: list[Callable[[], Policy]] = [
     FairSharePolicy,
     StaticPolicy,
     TiresiasPolicy,
-    *[lambda name=name: load_policy(name) for name in sorted(POLICIES)],
+    *[lambda name=name: load_policy(name) for name in SERVED],
 ]
 
 

@@ -335,9 +335,21 @@ def _goodput_by_slots(
 
 
 def live_policy(
-    p: float = -1.0, reallocation_delay: float = 30.0, prior_sync: float = LIVE_PRIOR_SYNC
+    p: float = -1.0, reallocation_delay: float = 30.0, prior_sync: float | None = LIVE_PRIOR_SYNC
 ) -> GoodputPolicy:
     """``goodput`` as ``tidal server --policy goodput`` runs it: jobs that have not
     reported a throughput model yet are assumed to scale nearly linearly (``prior_sync``),
     so they share the cluster like under ``fairshare`` until their reports say otherwise."""
     return GoodputPolicy(p=p, reallocation_delay=reallocation_delay, prior_sync=prior_sync)
+
+
+def plain_policy(reallocation_delay: float = 30.0) -> GoodputPolicy:
+    """``goodput-plain``: Pollux's rules alone (no repacking, any size, no attained-service
+    weighting, no move horizon), to measure what tidal's additions buy in simulation."""
+    return GoodputPolicy(
+        reallocation_delay=reallocation_delay,
+        packed=False,
+        whole_nodes=False,
+        service_scale=None,
+        move_horizon=None,
+    )
