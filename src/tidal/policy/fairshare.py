@@ -20,9 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
-from tidal.policy.budget import SlotBudget, queue_order, worker_cap
-from tidal.policy.placement import held_counts, place
+from tidal.policy.api import JobRequest
+from tidal.policy.budget import CountingPolicy, Decision, queue_order, worker_cap
 
 #: A job keeps its extra rounding slot unless another job's fractional claim beats its own
 #: by more than this: stops a slot bouncing between two jobs over rounding noise.
@@ -85,32 +84,24 @@ def whole_shares(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -
     return counts
 
 
-class FairSharePolicy:
+class FairSharePolicy(CountingPolicy):
     """Priority-proportional shares of the slots; see the module docstring."""
 
     name = "fairshare"
 
-    def allocate(
-        self,
-        jobs: Sequence[JobRequest],
-        cluster: Cluster,
-        previous: Allocation,
-    ) -> dict[str, tuple[Slot, ...]]:
-        """Admit, share out and place; deterministic for equal inputs."""
-        budget = SlotBudget(cluster)
-        held = held_counts(previous)
-        by_id = {job.job_id: job for job in jobs}
+    def counts(self, decision: Decision) -> dict[str, int]:
+        """Admit and share out, pool by pool."""
         counts: dict[str, int] = {}
         # Grouped pools first: ungrouped jobs share whatever the groups leave.
-        pools = sorted({j.group for j in jobs if j.group is not None})
+        pools = sorted({j.group for j in decision.jobs if j.group is not None})
         for group in [*pools, None]:
-            members = [j for j in jobs if j.group == group and worker_cap(j) > 0]
-            slots = budget.room(group)
-            admitted = _admit(members, slots, held)
-            pool_counts = whole_shares(admitted, slots, held)
+            members = [j for j in decision.jobs if j.group == group and worker_cap(j) > 0]
+            slots = decision.budget.room(group)
+            admitted = _admit(members, slots, decision.held)
+            pool_counts = whole_shares(admitted, slots, decision.held)
             counts.update(pool_counts)
-            budget.take(group, sum(pool_counts.values()))
-        return place(counts, by_id, cluster, previous)
+            decision.budget.take(group, sum(pool_counts.values()))
+        return counts
 
 
 def _admit(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -> list[JobRequest]:

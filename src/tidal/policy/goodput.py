@@ -34,15 +34,15 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tidal.policy.api import Allocation, Cluster, JobRequest, Slot, ThroughputModel
-from tidal.policy.budget import SlotBudget, queue_order, worker_cap
+from tidal.policy.api import JobRequest, Slot, ThroughputModel
+from tidal.policy.budget import CountingPolicy, Decision, SlotBudget, queue_order, worker_cap
 from tidal.policy.goodput_model import FloatArray, best_goodput_table
-from tidal.policy.placement import held_counts, place, place_packed
+from tidal.policy.placement import place_packed
 
 #: Attained service (slot-seconds, about 55 GPU-hours) at which a job's weight is halved;
 #: a smaller scale (10 GPU-hours) starved long jobs: higher mean, p99 and makespan.
@@ -78,7 +78,7 @@ class _JobState:
         self.utility = self.shaped
 
 
-class GoodputPolicy:
+class GoodputPolicy(CountingPolicy):
     """Pollux-style goodput maximisation with a fairness p-norm; see the module docstring."""
 
     name = "goodput"
@@ -137,16 +137,14 @@ class GoodputPolicy:
             )
         )
 
-    def allocate(
-        self,
-        jobs: Sequence[JobRequest],
-        cluster: Cluster,
-        previous: Allocation,
-    ) -> dict[str, tuple[Slot, ...]]:
-        """Greedy marginal-utility allocation, then placement."""
-        budget = SlotBudget(cluster)
-        held = held_counts(previous)
-        by_id = {job.job_id: job for job in jobs}
+    def counts(self, decision: Decision) -> dict[str, int]:
+        """Greedy marginal-utility sizes."""
+        jobs, cluster, budget, held = (
+            decision.jobs,
+            decision.cluster,
+            decision.budget,
+            decision.held,
+        )
         if not jobs or cluster.total_slots == 0:
             return {}
         slots_per_node = max(h.slots for h in cluster.hosts)
@@ -187,10 +185,13 @@ class GoodputPolicy:
                 state.utility = state.any_size
             self._grow(states, budget)
 
-        counts = {s.job.job_id: s.workers for s in states if s.workers > 0}
+        return {s.job.job_id: s.workers for s in states if s.workers > 0}
+
+    def place(self, counts: Mapping[str, int], decision: Decision) -> dict[str, tuple[Slot, ...]]:
+        """Packed on as few hosts as possible (``packed``), else moving as little as can be."""
         if self.packed:
-            return place_packed(counts, by_id, cluster, previous)
-        return place(counts, by_id, cluster, previous)
+            return place_packed(counts, decision.by_id, decision.cluster, decision.previous)
+        return super().place(counts, decision)
 
     def _trial(
         self,
