@@ -12,16 +12,16 @@ from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
 from tidal.policy.placement import held_counts, place
 
 
-def worker_cap(job: JobRequest) -> int:
+def slot_cap(job: JobRequest) -> int:
     """Most slots an elastic ``job`` may get: its manual target if set, else its maximum."""
-    if job.target_workers is not None:
-        return max(0, min(job.target_workers, job.max_workers))
-    return max(0, job.max_workers)
+    if job.target_slots is not None:
+        return max(0, min(job.target_slots, job.max_slots))
+    return max(0, job.max_slots)
 
 
 def requested_size(job: JobRequest) -> int:
     """The size a fixed-size policy gives ``job``: its manual target, else its maximum."""
-    return job.target_workers if job.target_workers is not None else job.max_workers
+    return job.target_slots if job.target_slots is not None else job.max_slots
 
 
 def queue_order(job: JobRequest) -> tuple[int, float, str]:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tidal.policy.api import JobRequest, Slot, ThroughputModel
-from tidal.policy.budget import CountingPolicy, Decision, SlotBudget, queue_order, worker_cap
+from tidal.policy.budget import CountingPolicy, Decision, SlotBudget, queue_order, slot_cap
 from tidal.policy.goodput_model import FloatArray, best_goodput_table
 from tidal.policy.placement import place_packed
 
@@ -61,7 +61,7 @@ MIN_REALLOCATION_FACTOR = 0.05
 class _JobState:
     """Greedy bookkeeping for one job.
 
-    Utility tables hold the utility at 0..cap workers, -inf where the job may not run:
+    Utility tables hold the utility at 0..cap slots, -inf where the job may not run:
     ``shaped`` at the shaped sizes only, ``within_host`` also at any size that fits on one
     host, ``any_size`` at every size. ``utility`` is the table the greedy uses now.
     """
@@ -72,7 +72,7 @@ class _JobState:
     any_size: FloatArray
     cap: int
     utility: FloatArray = field(init=False)
-    workers: int = 0
+    slots: int = 0
 
     def __post_init__(self) -> None:
         self.utility = self.shaped
@@ -152,7 +152,7 @@ class GoodputPolicy(CountingPolicy):
         # Positions follow the queue order, so ties break the same way for any input order.
         states = [
             self._state(
-                job, min(worker_cap(job), budget.size_of(job.group)), held, fair, slots_per_node
+                job, min(slot_cap(job), budget.size_of(job.group)), held, fair, slots_per_node
             )
             for job in sorted(jobs, key=queue_order)
         ]
@@ -160,13 +160,13 @@ class GoodputPolicy(CountingPolicy):
         # Minimums first: the p-norm is -inf while any job sits at zero, so everyone who
         # can be started is; the order only matters when there are more jobs than slots.
         for state in states:
-            size = max(1, state.job.min_workers)
+            size = max(1, state.job.min_slots)
             if size <= state.cap and size <= budget.room(state.job.group):
-                state.workers = size
+                state.slots = size
                 budget.take(state.job.group, size)
 
         if self.whole_nodes and self.within_host:
-            start = {s.job.job_id: s.workers for s in states}
+            start = {s.job.job_id: s.slots for s in states}
             shaped = self._trial(states, budget, start, within_host=False)
             within_host = self._trial(states, budget, start, within_host=True)
             # Shapes keep hosts packable, but can hand a slot to one job for a tiny gain
@@ -175,8 +175,8 @@ class GoodputPolicy(CountingPolicy):
             # On a tie the shapes win (max keeps the first of equals).
             best = max((shaped, within_host), key=lambda counts: self._objective(counts, states))
             for state in states:
-                budget.take(state.job.group, best[state.job.job_id] - state.workers)
-                state.workers = best[state.job.job_id]
+                budget.take(state.job.group, best[state.job.job_id] - state.slots)
+                state.slots = best[state.job.job_id]
         else:
             self._grow(states, budget)
         if self.fill_idle and budget.room(None) > 0:
@@ -185,7 +185,7 @@ class GoodputPolicy(CountingPolicy):
                 state.utility = state.any_size
             self._grow(states, budget)
 
-        return {s.job.job_id: s.workers for s in states if s.workers > 0}
+        return {s.job.job_id: s.slots for s in states if s.slots > 0}
 
     def place(self, counts: Mapping[str, int], decision: Decision) -> dict[str, tuple[Slot, ...]]:
         """Packed on as few hosts as possible (``packed``), else moving as little as can be."""
@@ -206,9 +206,9 @@ class GoodputPolicy(CountingPolicy):
         for state in states:
             state.utility = state.within_host if within_host else state.shaped
         self._grow(states, budget)
-        counts = {s.job.job_id: s.workers for s in states}
+        counts = {s.job.job_id: s.slots for s in states}
         for state in states:
-            state.workers = start[state.job.job_id]
+            state.slots = start[state.job.job_id]
             state.utility = state.shaped
         budget.free = saved
         return counts
@@ -234,7 +234,7 @@ class GoodputPolicy(CountingPolicy):
                 # Stale: other jobs took the slots this step needed; re-price and retry.
                 self._push(heap, position, state, budget)
                 continue
-            state.workers += step
+            state.slots += step
             budget.take(state.job.group, step)
             self._push(heap, position, state, budget)
 
@@ -246,7 +246,7 @@ class GoodputPolicy(CountingPolicy):
         if model is None or cap <= 0:
             # Nothing known about scaling: more than the minimum buys nothing.
             speed = np.zeros(cap + 1)
-            speed[min(max(1, job.min_workers), cap) :] = 1.0 if cap > 0 else 0.0
+            speed[min(max(1, job.min_slots), cap) :] = 1.0 if cap > 0 else 0.0
         else:
             goodput = _goodput_by_slots(job, model, cap, slots_per_node)
             reference = goodput[min(fair, cap)]
@@ -264,7 +264,7 @@ class GoodputPolicy(CountingPolicy):
             # Least attained service first, softly: short jobs finish sooner, which is what
             # lowers the average completion time when the cluster is contended.
             utility = utility / (1.0 + job.attained_service / self.service_scale)
-        utility[: max(1, job.min_workers)] = -np.inf
+        utility[: max(1, job.min_slots)] = -np.inf
         utility[0] = -math.inf
         any_size = utility.copy()
         within_host = utility  # the same table when no sizes are ruled out
@@ -274,7 +274,7 @@ class GoodputPolicy(CountingPolicy):
                 (sizes & (sizes - 1)) == 0
             )
             allowed[min(current, cap)] = True
-            allowed[min(max(1, job.min_workers), cap)] = True
+            allowed[min(max(1, job.min_slots), cap)] = True
             within_host = np.where(allowed | (sizes <= slots_per_node), utility, -np.inf)
             utility = np.where(allowed, utility, -np.inf)
         return _JobState(
@@ -304,13 +304,13 @@ class GoodputPolicy(CountingPolicy):
         budget: SlotBudget,
     ) -> None:
         """Queue ``state``'s best step (slots to add, gain per slot), if it gains anything."""
-        if state.workers == 0:
+        if state.slots == 0:
             return
-        room = min(budget.room(state.job.group), state.cap - state.workers)
+        room = min(budget.room(state.job.group), state.cap - state.slots)
         if room <= 0:
             return
-        now = state.utility[state.workers]
-        ahead = state.utility[state.workers + 1 : state.workers + room + 1]
+        now = state.utility[state.slots]
+        ahead = state.utility[state.slots + 1 : state.slots + room + 1]
         per_slot = (ahead - now) / np.arange(1, room + 1)
         best = int(np.argmax(per_slot))
         gain = float(per_slot[best])

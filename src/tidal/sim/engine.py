@@ -27,7 +27,15 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from tidal.policy.api import Cluster, Host, JobRequest, Policy, Slot, ThroughputModel
+from tidal.policy.api import (
+    Cluster,
+    Host,
+    JobRequest,
+    Policy,
+    Slot,
+    ThroughputModel,
+    job_request,
+)
 from tidal.policy.goodput_model import best_batch, noise_scale
 from tidal.policy.registry import Sizing
 from tidal.sim.profiles import ModelProfile
@@ -268,14 +276,15 @@ class Simulator:
             throughput = self._current_model(job)
             # More workers than the largest batch has samples per worker cannot help.
             low, high = 1, min(total, max(1, profile.max_batch // max(profile.min_local_batch, 1)))
-        return JobRequest(
-            job_id=spec.name,
-            min_workers=low,
-            max_workers=high,
+        return job_request(
+            spec.name,
+            min_slots=low,
+            max_slots=high,
+            now=now,
+            age_from=spec.submit_time,
             submitted_at=spec.submit_time,
             attained_service=job.attained,
             throughput=throughput,
-            age=now - spec.submit_time,
             reallocations=job.reallocations,
         )
 
