@@ -30,7 +30,7 @@ def test_the_policy_sees_fixed_roles_plus_the_elastic_range(store: Store) -> Non
     job = record.job
     request = policy_request(record, job, now=2.0)
     assert (request.min_slots, request.max_slots) == (3, 5)
-    assert (record.min_workers, record.max_workers) == (3, 5)
+    assert (record.min_slots, record.max_slots) == (3, 5)
     cluster = ClusterModel.single(8, name="h")
     assert (
         allocation_problems({record.id: [("h", i) for i in range(4)]}, {record.id: job}, cluster)

@@ -85,7 +85,7 @@ def test_queue_is_served_in_priority_then_submission_order() -> None:
     assert policy.allocate(blocked, ONE_HOST, {}) == {}
 
 
-def test_target_workers_caps_the_share() -> None:
+def test_target_slots_caps_the_share() -> None:
     policy = FairSharePolicy()
     jobs = [
         JobRequest("a", 1, 8, target_slots=2, submitted_at=0),

@@ -32,7 +32,7 @@ def policy_request(
         now=now,
         age_from=record.started_at,
         initial_slots=replicas.initial if record.started_at is None else None,
-        target_slots=record.target_workers,
+        target_slots=record.target_slots,
         priority=record.priority,
         submitted_at=record.submitted_at,
         group=job.placement.group,
