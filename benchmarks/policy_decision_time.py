@@ -56,8 +56,8 @@ def requests(
         jobs.append(
             JobRequest(
                 job_id=job.name,
-                min_workers=1,
-                max_workers=min(useful, gpus),
+                min_slots=1,
+                max_slots=min(useful, gpus),
                 priority=int(rng.choice([5000, 5000, 5000, 10000])),
                 submitted_at=job.submit_time,
                 throughput=model,
@@ -74,8 +74,8 @@ def half_wide(jobs: list[JobRequest], slots: int) -> list[JobRequest]:
         replace(
             j,
             replica_slots=2,
-            min_workers=2,
-            max_workers=max(2, min(2 * j.max_workers, slots) // 2 * 2),
+            min_slots=2,
+            max_slots=max(2, min(2 * j.max_slots, slots) // 2 * 2),
         )
         if i % 2
         else j

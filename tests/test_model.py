@@ -125,7 +125,7 @@ def _record(workers: str | int, target: int | None = None, held: int = 2) -> Job
     store = Store("sqlite://")
     job = store.add_job(parse_spec({"name": "j", "command": "a", "workers": workers}))
     store.close()
-    return replace(job, target_workers=target, slots=tuple(("h", i) for i in range(held)))
+    return replace(job, target_slots=target, slots=tuple(("h", i) for i in range(held)))
 
 
 def test_requests_apply_in_order() -> None:
@@ -133,14 +133,14 @@ def test_requests_apply_in_order() -> None:
     decided = apply_requests(job, _pending(SetPriority(7), Resize(4, "scale_out", 99.0)))
     assert decided.changes == {
         "priority": 7,
-        "target_workers": 4,
+        "target_slots": 4,
         "scale_deadline": 99.0,
         "scale_previous": 2,
     }
     assert decided.applied == (0, 1)
     later = apply_requests(job, _pending(Resize(4, "scale_out", 99.0), Resize(3), Cancel()))
     assert later.changes == {
-        "target_workers": 3,
+        "target_slots": 3,
         "scale_deadline": None,
         "scale_previous": None,
         "cancel_requested": True,
@@ -154,9 +154,9 @@ def test_stopping_workers_lowers_a_fixed_job_and_names_the_slots_it_gives_up() -
     again = StopWorkers((1, 3), (("h", 1), ("h", 3)), "worker", fixed=True)  # 1 asked twice
     decided = apply_requests(job, _pending(first, again))
     assert decided.changes == {
-        "min_workers": 2,
-        "max_workers": 2,
-        "target_workers": None,
+        "min_slots": 2,
+        "max_slots": 2,
+        "target_slots": None,
         "stopped_replicas": {"worker": 2},
         "release_slots": (("h", 1), ("h", 3)),
     }
@@ -169,7 +169,7 @@ def test_stopping_workers_of_an_elastic_job_lowers_its_target_from_what_it_holds
     job = _record("1:4", held=3)
     decided = apply_requests(job, _pending(StopWorkers((0,), (("h", 0),), "worker", fixed=False)))
     assert decided.changes == {
-        "target_workers": 2,
+        "target_slots": 2,
         "scale_deadline": None,
         "scale_previous": None,
         "release_slots": (("h", 0),),
@@ -186,6 +186,8 @@ def test_requests_round_trip_through_rows() -> None:
         Cancel(),
     ):
         assert request_from_row(*request_to_row(request)) == request
+    # A resize stored by the release before names its slot count ``workers``.
+    assert request_from_row("resize", {"workers": 3, "how": "scale"}) == Resize(3)
     with pytest.raises(ValueError, match="unknown request kind"):
         request_from_row("reboot", {})
 
@@ -199,12 +201,12 @@ def test_deadline_decisions() -> None:
         1.0,
         slots=[("h", 0)],
         state=JobState.RUNNING,
-        target_workers=3,
+        target_slots=3,
         scale_previous=1,
         scale_deadline=60.0,
     )
     assert decide_deadline(job, 59.0) is None
     assert decide_deadline(job, 60.0) == DeadlineMissed(target=3, restored=1)
     grown = store.update_job(job.id, 2.0, slots=[("h", 0), ("h", 1), ("h", 2)])
-    assert decide_deadline(grown, 30.0) == DeadlineMet(workers=3)
+    assert decide_deadline(grown, 30.0) == DeadlineMet(slots=3)
     store.close()

@@ -123,7 +123,7 @@ def test_server_problems_are_told_as_the_arguments_that_set_them() -> None:
     ]
 
 
-def _job(state: str, workers: list[dict[str, Any]], max_workers: int = 2) -> JobDetail:
+def _job(state: str, workers: list[dict[str, Any]], max_slots: int = 2) -> JobDetail:
     base = {
         "id": "w-1",
         "name": "w",
@@ -131,9 +131,9 @@ def _job(state: str, workers: list[dict[str, Any]], max_workers: int = 2) -> Job
         "reason": "",
         "priority": 1,
         "workers": len(workers),
-        "min_workers": max_workers,
-        "max_workers": max_workers,
-        "target_workers": None,
+        "min_slots": max_slots,
+        "max_slots": max_slots,
+        "target_slots": None,
         "slots": [],
         "restarts": 0,
         "labels": {},
@@ -201,7 +201,7 @@ def test_unknown_worker_index() -> None:
     job = _job(
         "running", [{"worker_id": 0, "state": "running"}, {"worker_id": 3, "state": "running"}]
     )
-    assert unknown_worker(WorkerRef("w-1", 1), job) is None  # one of the first max_workers
+    assert unknown_worker(WorkerRef("w-1", 1), job) is None  # one of the first max_slots
     assert unknown_worker(WorkerRef("w-1", 3), job) is None  # a replacement
     assert (
         unknown_worker(WorkerRef("w-1", 4), job) == "job w-1 has no worker 4 (its workers are 0-3)"

@@ -179,7 +179,7 @@ class WorkerVerbs:
                 continue  # nothing of it runs any more
             named = {r.index for r in refs if r.job == job_id}
             ended = {w.worker_id for w in job.worker_list if w.state in ENDED_STATES}
-            known = {w.worker_id for w in job.worker_list} | set(range(job.max_workers))
+            known = {w.worker_id for w in job.worker_list} | set(range(job.max_slots))
             if known - ended - named:
                 some[job_id] = sorted(named - ended)
             else:

@@ -294,11 +294,11 @@ def summarise(
 def unknown_worker(ref: WorkerRef, job: JobDetail) -> str | None:
     """Why ``job`` has no worker ``ref`` (and never will), or ``None`` when it has or may.
 
-    A job's first workers are ``0 .. max_workers - 1``; later ones (replacements) appear
+    A job's first workers are ``0 .. max_slots - 1``; later ones (replacements) appear
     in its worker list.
     """
     known = {w.worker_id for w in job.worker_list}
-    if ref.index in known or ref.index < job.max_workers:
+    if ref.index in known or ref.index < job.max_slots:
         return None
-    top = max(known | {job.max_workers - 1})
+    top = max(known | {job.max_slots - 1})
     return f"job {job.id} has no worker {ref.index} (its workers are 0-{top})"

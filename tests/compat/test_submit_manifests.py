@@ -60,7 +60,7 @@ def test_an_accepted_manifest_answers_with_its_warnings(
     # An elastic PyTorchJob is accepted; each field tidal cannot honour comes back as a
     # warning.
     job = served.client().submit(HERE / "pytorchjob-elastic.yaml")
-    assert (job.name, job.min_workers, job.max_workers) == ("elastic-imagenet", 2, 6)
+    assert (job.name, job.min_slots, job.max_slots) == ("elastic-imagenet", 2, 6)
     paths = {w.path for w in job.warnings}
     assert "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].image" in paths
     assert "spec.elasticPolicy.rdzvBackend" in paths
@@ -174,7 +174,7 @@ def test_the_cli_against_a_live_server(tmp_path: Path) -> None:
         )
         assert arena.returncode == 0, arena.stderr
         job = json.loads(arena.stdout)
-        assert (job["min_workers"], job["max_workers"]) == (1, 3)
+        assert (job["min_slots"], job["max_slots"]) == (1, 3)
         assert job["spec"]["workers"] == {"min": 1, "max": 3, "initial": 2}
         assert job["spec"]["resources"]["gpus"] == 0
         out = tmp_path / "arena.yaml"

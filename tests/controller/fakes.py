@@ -191,14 +191,14 @@ class GreedyPolicy:
         taken: set[Slot] = set()
         out: dict[str, tuple[Slot, ...]] = {}
         for job in sorted(jobs, key=lambda j: (-j.priority, j.submitted_at, j.job_id)):
-            want = job.target_workers or job.max_workers
+            want = job.target_slots or job.max_slots
             hosts = {h.name for h in cluster.hosts if job.group in (None, h.group)}
             usable = [s for s in cluster.slots() if s[0] in hosts and s not in taken]
             mine = [s for s in previous.get(job.job_id, ()) if s in usable]
             free = [s for s in usable if s not in mine and s not in held]
             others = [s for s in usable if s not in mine and s in held]
             pick = (mine + free + others)[:want]
-            if len(pick) >= job.min_workers:
+            if len(pick) >= job.min_slots:
                 out[job.job_id] = tuple(pick)
                 taken.update(pick)
         return out

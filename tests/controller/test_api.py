@@ -13,6 +13,7 @@ from tests.controller.conftest import Served
 from tests.controller.fakes import PS_JOB
 from tidal.client import AuthError, Conflict, InvalidRequest
 from tidal.controller.auth import ensure_token, read_token
+from tidal.controller.schema import JobView
 
 SPEC = {"name": "mnist", "command": "python train.py", "workers": "1:4"}
 
@@ -134,17 +135,41 @@ def test_a_request_the_loop_applies_while_the_api_answers_is_in_the_answer(
     monkeypatch.setattr(store, "pending_requests", loop_runs_first)
     assert c.priority(a.id, 9000).priority == 9000
     assert store.get_job(a.id).priority == 9000  # type: ignore[union-attr]  # applied
-    assert c.scale(a.id, 2).target_workers == 2
-    assert c.get(a.id).target_workers == 2
-    assert c.scale(a.id, 3).target_workers == 3
-    assert [j.target_workers for j in c.list()] == [3]
+    assert c.scale(a.id, 2).target_slots == 2
+    assert c.get(a.id).target_slots == 2
+    assert c.scale(a.id, 3).target_slots == 3
+    assert [j.target_slots for j in c.list()] == [3]
+
+
+def test_slot_counts_are_served_under_their_former_names_too(served: Served) -> None:
+    c = served.client()
+    a = c.submit(SPEC)
+    c.scale(a.id, 2)
+    response = httpx.get(
+        f"{served.url}/jobs/{a.id}",
+        headers={"Authorization": f"Bearer {served.token}"},
+        timeout=5,
+    )
+    body = response.json()
+    assert (body["min_slots"], body["max_slots"], body["target_slots"]) == (1, 4, 2)
+    # Deprecated, for one release: the same values under the former names.
+    assert (body["min_workers"], body["max_workers"], body["target_workers"]) == (1, 4, 2)
+    (pending,) = body["pending_requests"]
+    assert (pending["data"]["target_slots"], pending["data"]["workers"]) == (2, 2)
+    schema = httpx.get(f"{served.url}/openapi.json", timeout=5).json()
+    fields = schema["components"]["schemas"]["JobView"]["properties"]
+    assert fields["target_workers"]["deprecated"] is True
+    assert "deprecated" not in fields["target_slots"]
+    # A view from a server of the release before (former names only) reads the same.
+    old = {k: v for k, v in body.items() if not k.endswith("_slots")}
+    assert JobView.model_validate(old).target_slots == 2
 
 
 def test_scale_and_rollback_fields(served: Served) -> None:
     c = served.client()
     a = c.submit(SPEC)
     served.controller.tick()
-    assert c.scale(a.id, 2).target_workers == 2
+    assert c.scale(a.id, 2).target_slots == 2
     with pytest.raises(InvalidRequest) as info:
         c.scale(a.id, 9)
     assert info.value.problems[0][0] == "workers"
@@ -152,10 +177,10 @@ def test_scale_and_rollback_fields(served: Served) -> None:
     served.controller.tick()
     assert c.get(a.id).workers == 2
     grown = c.scale_out(a.id, 1, timeout_s=30)
-    assert grown.target_workers == 3 and grown.scale_deadline is not None
+    assert grown.target_slots == 3 and grown.scale_deadline is not None
     with pytest.raises(InvalidRequest, match="above the job's max"):
         c.scale_out(a.id, 5)
-    assert c.scale_in(a.id, 1).target_workers == 1
+    assert c.scale_in(a.id, 1).target_slots == 1
     with pytest.raises(InvalidRequest, match="below the job's min"):
         c.scale_in(a.id, 2)
     served.controller.tick()
@@ -260,11 +285,11 @@ def test_scale_by_role_counts_that_roles_replicas(served: Served) -> None:
     assert c.get(job.id).workers == 4  # 2 servers, and the slots left: 2 workers
     # Two workers of the elastic role: the job asks for them plus its two servers.
     asked = c.scale(job.id, 2, role="worker")
-    assert asked.target_workers == 4
+    assert asked.target_slots == 4
     served.controller.tick()
     served.controller.tick()
     assert c.get(job.id).workers == 4
-    assert c.scale(job.id, 1, role="worker").target_workers == 3
+    assert c.scale(job.id, 1, role="worker").target_slots == 3
     served.controller.tick()
     served.controller.tick()
     assert c.get(job.id).workers == 3
@@ -279,4 +304,4 @@ def test_scale_by_role_counts_that_roles_replicas(served: Served) -> None:
             c.scale(job.id, workers, role=role)
         ((path, message),) = info.value.problems
         assert problem in message and path == ("workers" if role == "worker" else "role")
-    assert c.get(job.id).target_workers == 3  # nothing refused was recorded
+    assert c.get(job.id).target_slots == 3  # nothing refused was recorded

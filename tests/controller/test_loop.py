@@ -226,7 +226,7 @@ def test_scale_out_rolls_back_after_deadline(store: Store, tmp_path: Path, clock
     a = submit(store, clock, target={"group": None})
     ctl.tick()
     assert len(job(store, a.id).slots) == 2
-    store.update_job(a.id, target_workers=4, scale_previous=None, scale_deadline=clock.now + 60)
+    store.update_job(a.id, target_slots=4, scale_previous=None, scale_deadline=clock.now + 60)
     ctl.tick()
     assert len(job(store, a.id).slots) == 2
     assert job(store, a.id).scale_deadline is not None
@@ -234,7 +234,7 @@ def test_scale_out_rolls_back_after_deadline(store: Store, tmp_path: Path, clock
     ctl.tick()
     got = job(store, a.id)
     assert got.scale_deadline is None
-    assert got.target_workers is None
+    assert got.target_slots is None
     assert store.events(a.id)[-1].kind == "scale_out_rolled_back"
 
 
@@ -243,17 +243,17 @@ def test_scale_out_that_succeeds_clears_the_deadline(
 ) -> None:
     ctl, _ = make(store, tmp_path, clock)
     a = submit(store, clock)
-    store.update_job(a.id, target_workers=2)
+    store.update_job(a.id, target_slots=2)
     ctl.tick()
     assert len(job(store, a.id).slots) == 2
-    store.update_job(a.id, target_workers=3, scale_previous=2, scale_deadline=clock.now + 60)
+    store.update_job(a.id, target_slots=3, scale_previous=2, scale_deadline=clock.now + 60)
     ctl.tick()
     ctl.tick()
     ctl.tick()
     got = job(store, a.id)
     assert len(got.slots) == 3
     assert got.scale_deadline is None
-    assert got.target_workers == 3
+    assert got.target_slots == 3
 
 
 def test_invalid_allocation_is_not_applied(store: Store, tmp_path: Path, clock: Clock) -> None:
@@ -450,11 +450,11 @@ def test_requests_wait_for_the_next_tick_and_apply_in_order(
     store.add_request(a.id, SetPriority(7000))
     store.add_request(a.id, Resize(3, "scale_out", deadline=clock.now + 60))
     store.add_request(a.id, Resize(2, "scale_in"))
-    assert job(store, a.id).priority == 5000 and job(store, a.id).target_workers is None
+    assert job(store, a.id).priority == 5000 and job(store, a.id).target_slots is None
     ctl.tick()
     got = job(store, a.id)
     # The later resize wins and, being no scale-out, leaves no deadline behind.
-    assert (got.priority, got.target_workers, got.scale_deadline) == (7000, 2, None)
+    assert (got.priority, got.target_slots, got.scale_deadline) == (7000, 2, None)
     assert len(got.slots) == 2
     assert store.pending_requests() == {}
 

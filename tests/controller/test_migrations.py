@@ -158,7 +158,8 @@ def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     0005 numbers no change of a stored job (``change`` 0); 0006 makes every stored worker
     a replica of the one role a job had, ``worker``, at an unknown index; 0007 gives every
     job an empty list of slots to give up and no stopped replicas; 0008 records no further
-    slot of any stored worker (each held one)."""
+    slot of any stored worker (each held one); 0009 names a job's bounds and target
+    ``min_slots``, ``max_slots`` and ``target_slots``."""
     if table == "workers":
         return [{**row, "role": "worker", "replica_index": None, "slots": []} for row in rows]
     if table != "jobs":
@@ -167,6 +168,8 @@ def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows:
         row = dict(row)
         row["reallocations"] = row.pop("generation")
+        for kind in ("min", "max", "target"):
+            row[f"{kind}_slots"] = row.pop(f"{kind}_workers")
         revised.append(
             {
                 **row,

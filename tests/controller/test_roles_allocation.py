@@ -29,8 +29,8 @@ def test_the_policy_sees_fixed_roles_plus_the_elastic_range(store: Store) -> Non
     record = store.add_job(parse_spec_yaml(PS_JOB), now=1.0)
     job = record.job
     request = policy_request(record, job, now=2.0)
-    assert (request.min_workers, request.max_workers) == (3, 5)
-    assert (record.min_workers, record.max_workers) == (3, 5)
+    assert (request.min_slots, request.max_slots) == (3, 5)
+    assert (record.min_slots, record.max_slots) == (3, 5)
     cluster = ClusterModel.single(8, name="h")
     assert (
         allocation_problems({record.id: [("h", i) for i in range(4)]}, {record.id: job}, cluster)
@@ -53,7 +53,7 @@ def test_a_fixed_multi_role_job_asks_for_exactly_its_sum(store: Store) -> None:
     )
     record = store.add_job(spec, now=1.0)
     request = policy_request(record, record.job, now=2.0)
-    assert (request.min_workers, request.max_workers, request.target_workers) == (3, 3, None)
+    assert (request.min_slots, request.max_slots, request.target_slots) == (3, 3, None)
     # Kubeflow's default successPolicy: the chief ends the job.
     assert [r.ends_job for r in record.job.roles] == [True, False]
 
@@ -61,7 +61,7 @@ def test_a_fixed_multi_role_job_asks_for_exactly_its_sum(store: Store) -> None:
 def test_a_one_role_job_asks_as_before(store: Store) -> None:
     record = store.add_job(parse_spec({"name": "a", "command": "x", "workers": "2:6"}), now=1.0)
     request = policy_request(record, record.job, now=2.0)
-    assert (request.min_workers, request.max_workers) == (2, 6)
+    assert (request.min_slots, request.max_slots) == (2, 6)
 
 
 def test_the_launch_carries_every_role(tmp_path: Path) -> None:
@@ -123,7 +123,7 @@ def test_workers_of_several_gpus_are_asked_and_checked_as_whole_replicas(store: 
     record = store.add_job(spec, now=1.0)
     request = policy_request(record, record.job, now=2.0)
     assert (request.replica_slots, request.gang_slots) == (2, (2, 1))
-    assert (request.min_workers, request.max_workers) == (5, 9)
+    assert (request.min_slots, request.max_slots) == (5, 9)
     launch = build_launch(record.job, JobFiles(Path("/data")), gpu=True)
     assert [(r.name, r.replica_slots) for r in launch.roles] == [
         ("chief", 2),

@@ -244,7 +244,7 @@ def test_the_api_refuses_a_job_it_cannot_run_and_stores_nothing(
     # A single elastic tidal role given as `roles:` is today's job, and runs.
     ok = {"name": "y", "roles": [{"name": "worker", "command": "python t.py", "replicas": "1:2"}]}
     job = served.client().submit(ok)
-    assert (job.min_workers, job.max_workers) == (1, 2)
+    assert (job.min_slots, job.max_slots) == (1, 2)
     assert job.spec is not None and job.spec["roles"][0]["name"] == "worker"
 
 

@@ -31,7 +31,7 @@ def test_launched_workers_are_one_fixed_job_with_addresses(served: Served) -> No
         job_id = ids[0].split("/")[0]
         assert ids == [f"{job_id}/0", f"{job_id}/1"]
         job = client.get(job_id)
-        assert (job.min_workers, job.max_workers, job.state) == (2, 2, "queued")
+        assert (job.min_slots, job.max_slots, job.state) == (2, 2, "queued")
         pending = client.await_workers(ids, timeout_seconds=0.2)
         assert [w["status"] for w in pending["workers"]] == ["queued", "queued"]
         assert pending["failures"] == ids  # not up in time
@@ -84,7 +84,7 @@ def test_stopping_some_workers_lowers_the_job_and_every_worker_cancels_it(
         slot_of = {w.worker_id: (w.host, w.slot) for w in client.get(job_id).worker_list}
         assert client.stop_workers(ids[1:2]) == [job_id]
         asked = client.get(job_id)  # the answer shows what was asked, before the tick
-        assert (asked.min_workers, asked.max_workers) == (2, 2)
+        assert (asked.min_slots, asked.max_slots) == (2, 2)
         _tick(served)
         job = client.get(job_id)
         assert job.state == "running"
@@ -119,14 +119,14 @@ def test_an_elastic_job_is_not_stopped_below_its_minimum(served: Served) -> None
             client.stop_workers([f"{job_id}/0", f"{job_id}/1"])
         assert _stored(served) == before
         assert client.stop_workers([f"{job_id}/0"]) == [job_id]
-        assert client.get(job_id).target_workers == 2
+        assert client.get(job_id).target_slots == 2
         # Asked before the loop applied the first: together they would go below the min.
         with pytest.raises(Conflict, match=r"would leave job .* 1, below its minimum of 2"):
             client.stop_workers([f"{job_id}/1"])
         _tick(served)
         job = client.get(job_id)
         assert sorted(w.worker_id for w in job.worker_list if w.state == "running") == [1, 2]
-        assert job.max_workers == 3  # still elastic: it may grow again
+        assert job.max_slots == 3  # still elastic: it may grow again
 
 
 def test_unknown_ids_are_named_and_bad_arguments_store_nothing(served: Served) -> None:

@@ -121,7 +121,7 @@ def test_stopping_one_worker_ends_it_and_the_others_run_on(live: tuple[Client, P
     # The shrink is a rescale: the job is running again once its agent reports it done.
     until(lambda: client.get(job_id).state == "running", 30, "the job to run on")
     job = client.get(job_id)
-    assert (job.max_workers, len(job.slots)) == (2, 2)
+    assert (job.max_slots, len(job.slots)) == (2, 2)
     assert not _gone(pids[0]) and not _gone(pids[2])
     running = {w.worker_id for w in job.worker_list if w.state in ("starting", "running")}
     assert running == {0, 2}  # not replaced
@@ -228,7 +228,7 @@ def test_a_parameter_server_jobs_worker_stopped_mid_training_leaves_and_the_rest
     assert done["failures"] == [], done
     until(lambda: client.get(job_id).state == "succeeded", 60, "the job to succeed")
     job = client.get(job_id)
-    assert job.max_workers == 3  # one server and the two workers left
+    assert job.max_slots == 3  # one server and the two workers left
     # Not replaced: the job's workers are its first four, one of them stopped.
     assert len([w for w in job.worker_list if w.role == "worker"]) == 3
     results = [json.loads(p.read_text()) for p in sorted(out.glob("worker-*.json"))]

@@ -319,4 +319,4 @@ def test_a_worker_is_stopped_from_its_row_after_a_confirmation(scene: Scene, pag
     expect(row).to_have_attribute("data-state", "released", timeout=60_000)
     expect(row.locator(".stop-worker")).to_have_count(0)
     expect(page.locator("#events-table")).to_contain_text(f"stop worker(s) {victim}")
-    assert scene.client.get(job).target_workers == SLOTS - 1
+    assert scene.client.get(job).target_slots == SLOTS - 1

@@ -26,11 +26,11 @@ def job_lists(draw: st.DrawFn, max_jobs: int = 8) -> list[JobRequest]:
         jobs.append(
             JobRequest(
                 job_id=f"j{i}",
-                min_workers=low,
-                max_workers=high,
+                min_slots=low,
+                max_slots=high,
                 priority=draw(st.sampled_from([1000, 5000, 10000])),
                 submitted_at=float(draw(st.integers(0, 5))),
-                target_workers=target,
+                target_slots=target,
             )
         )
     return jobs

@@ -85,10 +85,10 @@ def test_queue_is_served_in_priority_then_submission_order() -> None:
     assert policy.allocate(blocked, ONE_HOST, {}) == {}
 
 
-def test_target_workers_caps_the_share() -> None:
+def test_target_slots_caps_the_share() -> None:
     policy = FairSharePolicy()
     jobs = [
-        JobRequest("a", 1, 8, target_workers=2, submitted_at=0),
+        JobRequest("a", 1, 8, target_slots=2, submitted_at=0),
         JobRequest("b", 1, 8, submitted_at=1),
     ]
     assert counts(policy.allocate(jobs, ONE_HOST, {})) == {"a": 2, "b": 6}
@@ -130,8 +130,8 @@ def test_properties(jobs: list[JobRequest], cluster: Cluster) -> None:
     by_id = {j.job_id: j for j in jobs}
     for job_id, slots in alloc.items():
         job = by_id[job_id]
-        cap = job.target_workers if job.target_workers is not None else job.max_workers
-        assert job.min_workers <= len(slots) <= cap
+        cap = job.target_slots if job.target_slots is not None else job.max_slots
+        assert job.min_slots <= len(slots) <= cap
     # Deterministic, and stable when replayed with its own result as history.
     assert policy.allocate(list(reversed(jobs)), cluster, {}) == alloc
     assert counts(policy.allocate(jobs, cluster, alloc)) == counts(alloc)
@@ -140,7 +140,7 @@ def test_properties(jobs: list[JobRequest], cluster: Cluster) -> None:
     if used < cluster.total_slots:
         for job_id, slots in alloc.items():
             job = by_id[job_id]
-            cap = job.target_workers if job.target_workers is not None else job.max_workers
+            cap = job.target_slots if job.target_slots is not None else job.max_slots
             assert len(slots) == cap
 
 
@@ -180,9 +180,9 @@ def test_water_filling_redistributes_clipped_slack() -> None:
 
 def test_simulator_replays_the_controllers_fairshare() -> None:
     import tidal.policy.fairshare as controller_module
-    from tidal.sim.policies import build_policy
+    from tidal.policy.registry import simulated_policy
 
-    policy = build_policy("fairshare", reallocation_cost=30.0)
+    policy = simulated_policy("fairshare", reallocation_cost=30.0)
     assert type(policy) is controller_module.FairSharePolicy
     assert type(policy).allocate is controller_module.FairSharePolicy.allocate
 

@@ -135,7 +135,7 @@ def test_properties(count: int, noise: list[float], held_seed: int) -> None:
     assert_valid(alloc, CLUSTER)
     for request in jobs:
         held = len(alloc.get(request.job_id, ()))
-        assert held == 0 or request.min_workers <= held <= request.max_workers
+        assert held == 0 or request.min_slots <= held <= request.max_slots
     # As many jobs run as there are slots for.
     assert len(alloc) == min(count, CLUSTER.total_slots)
     assert policy.allocate(list(reversed(jobs)), CLUSTER, {}) == alloc

@@ -16,7 +16,7 @@ CLUSTER = Cluster((Host("h0", 4), Host("h1", 4)))
 def test_jobs_get_their_size_in_submission_order_or_wait() -> None:
     jobs = [
         JobRequest("first", 1, 4, submitted_at=0),
-        JobRequest("second", 1, 3, target_workers=2, submitted_at=1),
+        JobRequest("second", 1, 3, target_slots=2, submitted_at=1),
         JobRequest("third", 1, 4, submitted_at=2),
     ]
     alloc = StaticPolicy().allocate(jobs, CLUSTER, {})

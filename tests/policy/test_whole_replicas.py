@@ -6,9 +6,10 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from tidal.controller.plugins import POLICIES, load_policy
+from tidal.controller.plugins import load_policy
 from tidal.policy.api import Allocation, Cluster, Host, JobRequest, Policy, Slot
 from tidal.policy.fairshare import FairSharePolicy
+from tidal.policy.registry import SERVED
 from tidal.policy.static import StaticPolicy
 from tidal.policy.tiresias import TiresiasPolicy
 from tidal.policy.whole_replicas import WholeReplicas, fit_replicas
@@ -23,7 +24,7 @@ FACTORIES: list[Callable[[], Policy]] = [
     FairSharePolicy,
     StaticPolicy,
     TiresiasPolicy,
-    *[lambda name=name: load_policy(name) for name in sorted(POLICIES)],
+    *[lambda name=name: load_policy(name) for name in SERVED],
 ]
 
 
@@ -213,7 +214,7 @@ def random_scenario(
                 submitted_at=float(rng.randint(0, 5)),
                 group=rng.choice([None, None, None, "g"]),
                 attained_service=rng.choice([0.0, 5000.0, 50000.0]),
-                target_workers=target,
+                target_slots=target,
                 replica_slots=size,
                 gang_slots=gang,
             )
@@ -243,7 +244,7 @@ def test_random_scenarios_give_valid_whole_replica_answers() -> None:
             if job.one_slot_replicas:
                 assert slots == inner[job_id], case
                 continue
-            assert job.min_workers <= len(slots) <= job.max_workers, case
+            assert job.min_slots <= len(slots) <= job.max_slots, case
             assert len(slots) <= len(inner.get(job_id, ())), case
             assert job.group is None or all(groups[h] == job.group for h, _ in slots), case
             assert fit_replicas(job, slots) == slots, case
@@ -257,5 +258,5 @@ def test_a_big_gang_on_many_mixed_hosts_falls_back_to_first_fit() -> None:
     gang = (5, 4, 3, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1)
     job = JobRequest("big", sum(gang) + 3, sum(gang) + 600, replica_slots=3, gang_slots=gang)
     fitted = fit_replicas(job, cluster.slots())
-    assert job.min_workers <= len(fitted) <= job.max_workers
+    assert job.min_slots <= len(fitted) <= job.max_slots
     assert (len(fitted) - sum(gang)) % 3 == 0

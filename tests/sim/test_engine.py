@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
-from tidal.sim.engine import AllocationError, SimConfig, Simulator, Sizing, fixed_batch_step
+from tidal.policy.registry import Sizing
+from tidal.sim.engine import AllocationError, SimConfig, Simulator, fixed_batch_step
 from tidal.sim.profiles import ModelProfile
 from tidal.sim.runner import simulate, synthetic_workload
 from tidal.sim.summary import summarise

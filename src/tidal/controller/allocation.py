@@ -1,6 +1,6 @@
 """From jobs to an allocation: what the policy is asked, and whether its answer is valid.
 
-:func:`policy_request` is the one conversion of a job into what a policy sees;
+:func:`policy_request` is the controller's side of the one request builder;
 :func:`allocation_problems` checks a policy's answer against the cluster (both pure).
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.store import JobRecord
 from tidal.model import Job
-from tidal.policy.api import JobRequest, Slot, ThroughputModel
+from tidal.policy.api import JobRequest, Slot, ThroughputModel, job_request
 from tidal.policy.whole_replicas import fit_replicas
 
 __all__ = ["Placed", "allocation_problems", "plan_changes", "policy_request"]
@@ -21,28 +21,23 @@ __all__ = ["Placed", "allocation_problems", "plan_changes", "policy_request"]
 def policy_request(
     record: JobRecord, job: Job, now: float, throughput: ThroughputModel | None = None
 ) -> JobRequest:
-    """What the policy sees of ``record`` (whose model is ``job``) at ``now``.
-
-    A job that never ran and has no user target asks for its ``initial`` size: the target
-    the policy honours, so it starts there; from then on the policy sizes it within
-    ``[min, max]`` as usual.
-    """
+    """What the policy sees of ``record`` (whose model is ``job``) at ``now``: a job that
+    never ran starts at its ``initial`` size (see :func:`~tidal.policy.api.job_request`)."""
     # Several roles: one request for the whole job (fixed roles plus the elastic range).
     replicas = job.slot_range
-    target = record.target_workers
-    if target is None and record.started_at is None and replicas.initial < replicas.max:
-        target = replicas.initial
-    return JobRequest(
-        job_id=record.id,
-        min_workers=replicas.min,
-        max_workers=replicas.max,
+    return job_request(
+        record.id,
+        min_slots=replicas.min,
+        max_slots=replicas.max,
+        now=now,
+        age_from=record.started_at,
+        initial_slots=replicas.initial if record.started_at is None else None,
+        target_slots=record.target_slots,
         priority=record.priority,
         submitted_at=record.submitted_at,
         group=job.placement.group,
         attained_service=record.attained_service,
-        target_workers=target,
         throughput=throughput,
-        age=now - record.started_at if record.started_at is not None else 0.0,
         reallocations=record.reallocations,
         replica_slots=job.role.resources.slots,
         gang_slots=job.gang_slots,
@@ -83,8 +78,8 @@ def _whole(job: Job, slots: Sequence[Slot]) -> bool:
     """Whether ``slots`` hold ``job``'s replicas whole, each on one host."""
     shape = JobRequest(
         job.id,
-        job.slot_range.min,
-        job.slot_range.max,
+        min_slots=job.slot_range.min,
+        max_slots=job.slot_range.max,
         replica_slots=job.role.resources.slots,
         gang_slots=job.gang_slots,
     )

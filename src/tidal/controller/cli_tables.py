@@ -63,9 +63,9 @@ def jobs_table(jobs: Iterable[JobView]) -> Table:
     for column in ("ID", "STATE", "WORKERS", "BATCH", "PRIORITY", "RESTARTS", "AGE", "REASON"):
         table.add_column(column, no_wrap=column != "REASON")
     for j in jobs:
-        size = f"{j.workers} [{j.min_workers}-{j.max_workers}]"
-        if j.target_workers is not None:
-            size += f" →{j.target_workers}"
+        size = f"{j.workers} [{j.min_slots}-{j.max_slots}]"
+        if j.target_slots is not None:
+            size += f" →{j.target_slots}"
         table.add_row(
             j.id,
             _state(j.state),

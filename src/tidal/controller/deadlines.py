@@ -16,9 +16,9 @@ __all__ = ["DeadlineMet", "DeadlineMissed", "check_deadline", "decide_deadline"]
 
 @dataclass(frozen=True)
 class DeadlineMet:
-    """The job runs at (or above) the size it was asked to grow to."""
+    """The job runs at (or above) the size it was asked to grow to: ``slots``."""
 
-    workers: int
+    slots: int
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def decide_deadline(job: JobRecord, now: float) -> DeadlineMet | DeadlineMissed 
     pending, or it is still running)."""
     if job.scale_deadline is None:
         return None
-    target = job.target_workers or 0
+    target = job.target_slots or 0
     if job.state is JobState.RUNNING and len(job.slots) >= target:
         return DeadlineMet(len(job.slots))
     if now < job.scale_deadline:
@@ -51,13 +51,13 @@ def check_deadline(store: Store, job: JobRecord, now: float) -> JobRecord:
             now,
             scale_deadline=None,
             scale_previous=None,
-            event=Event("scale_out_done", f"reached {decision.workers} worker(s)"),
+            event=Event("scale_out_done", f"reached {decision.slots} worker(s)"),
         )
     if isinstance(decision, DeadlineMissed):
         return store.update_job(
             job.id,
             now,
-            target_workers=decision.restored,
+            target_slots=decision.restored,
             scale_deadline=None,
             scale_previous=None,
             event=Event(

@@ -42,7 +42,7 @@ class LoopEffects:
         found = self._specs.get(job.id)
         if found is None:
             found = self._specs[job.id] = job.job
-        if found.priority != job.priority or found.slot_range.max > job.max_workers:
+        if found.priority != job.priority or found.slot_range.max > job.max_slots:
             found = self._specs[job.id] = job.job
         return found
 

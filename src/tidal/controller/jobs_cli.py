@@ -146,7 +146,7 @@ def scale(
     client = options.client()
     # With --role the server names the field at fault itself (role or workers).
     view = call(lambda: client.scale(job, workers, role=role), None if role else "--workers")
-    options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
+    options.show(view, f"{view.id}: target {view.target_slots} worker(s)")
 
 
 @controller_app.command("scale-out")
@@ -168,7 +168,7 @@ def scale_out(
             raise typer.BadParameter(str(exc), param_hint="--timeout") from None
     client = options.client()
     view = call(lambda: client.scale_out(job, count, seconds), "--count")
-    options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
+    options.show(view, f"{view.id}: target {view.target_slots} worker(s)")
 
 
 @controller_app.command("scale-in")
@@ -181,7 +181,7 @@ def scale_in(
     """Shrink a running job by K workers."""
     client = options.client()
     view = call(lambda: client.scale_in(job, count), "--count")
-    options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
+    options.show(view, f"{view.id}: target {view.target_slots} worker(s)")
 
 
 @controller_app.command()

@@ -44,9 +44,9 @@ class JobRecord:
     priority: int
     target_group: str | None
     labels: Mapping[str, str]
-    min_workers: int
-    max_workers: int
-    target_workers: int | None
+    min_slots: int
+    max_slots: int
+    target_slots: int | None
     scale_deadline: float | None
     scale_previous: int | None
     slots: tuple[Slot, ...]
@@ -90,9 +90,9 @@ class JobRecord:
             priority=row.priority,
             target_group=row.target_group,
             labels=dict(row.labels or {}),
-            min_workers=row.min_workers,
-            max_workers=row.max_workers,
-            target_workers=row.target_workers,
+            min_slots=row.min_slots,
+            max_slots=row.max_slots,
+            target_slots=row.target_slots,
             scale_deadline=row.scale_deadline,
             scale_previous=row.scale_previous,
             slots=slots_of(row.slots or []),

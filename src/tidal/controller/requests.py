@@ -41,13 +41,13 @@ class SetPriority:
 
 @dataclass(frozen=True)
 class Resize:
-    """Give the job a new target size.
+    """Give the job a new target size, ``target`` slots.
 
     ``how`` is the verb that asked (``scale``, ``scale_out``, ``scale_in``); a scale-out
     with a ``deadline`` is rolled back to the previous target when not reached by then.
     """
 
-    workers: int
+    target: int
     how: str = "scale"
     deadline: float | None = None
 
@@ -97,7 +97,10 @@ def request_to_row(request: UserRequest) -> tuple[str, dict[str, Any]]:
         return "priority", {"priority": request.priority}
     if isinstance(request, Resize):
         return "resize", {
-            "workers": request.workers,
+            "target_slots": request.target,
+            # The same count under its former name, for readers of ``pending_requests``
+            # (deprecated: it goes in the next release).
+            "workers": request.target,
             "how": request.how,
             "deadline": request.deadline,
         }
@@ -118,7 +121,8 @@ def request_from_row(kind: str, data: Mapping[str, Any]) -> UserRequest:
     if kind == "resize":
         deadline = data.get("deadline")
         return Resize(
-            int(data["workers"]),
+            # ``workers``: a request stored by the release before, pending at its upgrade.
+            int(data["target_slots"] if "target_slots" in data else data["workers"]),
             str(data.get("how", "scale")),
             float(deadline) if deadline is not None else None,
         )
@@ -143,8 +147,8 @@ def apply_requests(job: JobRecord, pending: Sequence[PendingRequest]) -> Request
     so the job's bounds), or the elastic role's target (from the slots the job holds).
     """
     changes: dict[str, Any] = {}
-    target = job.target_workers
-    low, high = job.min_workers, job.max_workers
+    target = job.target_slots
+    low, high = job.min_slots, job.max_slots
     release = list(job.release_slots)
     stopped = dict(job.stopped_replicas)
     for item in pending:
@@ -154,11 +158,11 @@ def apply_requests(job: JobRecord, pending: Sequence[PendingRequest]) -> Request
         elif isinstance(request, Resize):
             rollback = request.how == "scale_out" and request.deadline is not None
             changes.update(
-                target_workers=request.workers,
+                target_slots=request.target,
                 scale_deadline=request.deadline if rollback else None,
                 scale_previous=target if rollback else None,
             )
-            target = request.workers
+            target = request.target
         elif isinstance(request, StopWorkers):
             gone = [s for s in request.slots if s not in release]
             release += gone
@@ -167,15 +171,15 @@ def apply_requests(job: JobRecord, pending: Sequence[PendingRequest]) -> Request
                 low, high = low - len(gone), high - len(gone)
                 target = None if target is None else max(low, min(target - len(gone), high))
                 changes.update(
-                    min_workers=low,
-                    max_workers=high,
-                    target_workers=target,
+                    min_slots=low,
+                    max_slots=high,
+                    target_slots=target,
                     stopped_replicas=dict(stopped),
                 )
             else:
                 held = len(job.slots) if target is None else min(target, len(job.slots))
                 target = max(low, held - len(gone))
-                changes.update(target_workers=target, scale_deadline=None, scale_previous=None)
+                changes.update(target_slots=target, scale_deadline=None, scale_previous=None)
             changes["release_slots"] = tuple(release)
         else:
             changes["cancel_requested"] = True

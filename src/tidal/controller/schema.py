@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, computed_field
 
 from tidal.spec import MAX_PRIORITY
 from tidal.spec_fields import MAX_WORKERS, text_problem
@@ -151,11 +151,18 @@ class RequestView(BaseModel):
     data: dict[str, Any]
 
 
+#: Marks a response field deprecated in the OpenAPI schema, without a warning at each use.
+_DEPRECATED: dict[str, Any] = {"deprecated": True}
+
+
 class JobView(BaseModel):
     """A job as the API shows it.
 
-    ``priority``, ``target_workers``, ``scale_deadline`` and ``cancel_requested`` show what
+    ``priority``, ``target_slots``, ``scale_deadline`` and ``cancel_requested`` show what
     was last asked for, including requests still pending (listed in ``pending_requests``).
+    ``min_slots``, ``max_slots`` and ``target_slots`` count slots (a worker given several
+    GPUs holds as many); ``min_workers``, ``max_workers`` and ``target_workers`` are the
+    same values under their former names, deprecated: they go in the next release.
     """
 
     id: str
@@ -164,9 +171,12 @@ class JobView(BaseModel):
     reason: str
     priority: int
     workers: int
-    min_workers: int
-    max_workers: int
-    target_workers: int | None
+    # Read under the former names too: a client of this release reads an older server.
+    min_slots: int = Field(validation_alias=AliasChoices("min_slots", "min_workers"))
+    max_slots: int = Field(validation_alias=AliasChoices("max_slots", "max_workers"))
+    target_slots: int | None = Field(
+        validation_alias=AliasChoices("target_slots", "target_workers")
+    )
     slots: list[tuple[str, int]]
     restarts: int
     #: How many times the job's allocation changed (started, resized, worker replaced).
@@ -193,6 +203,24 @@ class JobView(BaseModel):
     batch_size: int | None = None
     efficiency: float | None = None
     speedup: float | None = None
+
+    @computed_field(description="Deprecated: min_slots.", json_schema_extra=_DEPRECATED)  # type: ignore[prop-decorator]
+    @property
+    def min_workers(self) -> int:
+        """``min_slots`` under its former name (deprecated)."""
+        return self.min_slots
+
+    @computed_field(description="Deprecated: max_slots.", json_schema_extra=_DEPRECATED)  # type: ignore[prop-decorator]
+    @property
+    def max_workers(self) -> int:
+        """``max_slots`` under its former name (deprecated)."""
+        return self.max_slots
+
+    @computed_field(description="Deprecated: target_slots.", json_schema_extra=_DEPRECATED)  # type: ignore[prop-decorator]
+    @property
+    def target_workers(self) -> int | None:
+        """``target_slots`` under its former name (deprecated)."""
+        return self.target_slots
 
 
 class JobDetail(JobView):

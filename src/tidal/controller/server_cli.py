@@ -14,6 +14,7 @@ import typer
 
 from tidal.controller.cli_options import DataDirOpt, controller_app, fail, out, pairs
 from tidal.controller.discovery import default_data_dir
+from tidal.policy.registry import SERVED
 
 __all__ = ["GC_YOUNG_THRESHOLD", "server"]
 
@@ -30,7 +31,7 @@ def server(
     ] = None,
     data_dir: DataDirOpt = None,
     policy: Annotated[
-        str, typer.Option(help="fairshare, goodput, static, tiresias, or module:Class.")
+        str, typer.Option(help=f"{', '.join(SERVED)}, or module:Class.")
     ] = "fairshare",
     policy_option: Annotated[
         list[str] | None,

@@ -57,9 +57,9 @@ class JobRow(TableBase):
     priority: Mapped[int] = mapped_column(Integer)
     target_group: Mapped[str | None] = mapped_column(String(200), nullable=True)
     labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    min_workers: Mapped[int] = mapped_column(Integer)
-    max_workers: Mapped[int] = mapped_column(Integer)
-    target_workers: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    min_slots: Mapped[int] = mapped_column(Integer)
+    max_slots: Mapped[int] = mapped_column(Integer)
+    target_slots: Mapped[int | None] = mapped_column(Integer, nullable=True)
     #: A pending scale-out: when it must be satisfied, and the target to restore if not.
     scale_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
     scale_previous: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -92,12 +92,12 @@ def plan_stop(
         held = len(job.slots) - len(gone & set(job.slots))
         # Counted in slots: a worker holds as many as its replica's GPUs.
         left = held - sum(len(w.held) for w in named.values())
-        if left < job.min_workers:
+        if left < job.min_slots:
             unit = "" if role.resources.slots == 1 else " slot(s)"
             return StopRefused(
                 "workers",
                 f"stopping {len(named)} worker(s) would leave job {job.id} {left}{unit}, "
-                f"below its minimum of {job.min_workers}",
+                f"below its minimum of {job.min_slots}",
             )
     if kind == "fixed" and named and not one_group:
         problem = _aggregation_problem(role, len(staying))

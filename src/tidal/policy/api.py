@@ -106,8 +106,8 @@ class JobRequest:
     """What a policy sees of one job that wants slots (queued or running)."""
 
     job_id: str
-    min_workers: int
-    max_workers: int
+    min_slots: int
+    max_slots: int
     priority: int = 5000
     #: Submission order key; ties broken by ``job_id``.
     submitted_at: float = 0.0
@@ -115,15 +115,16 @@ class JobRequest:
     group: str | None = None
     #: Slot-seconds received so far (for least-attained-service policies).
     attained_service: float = 0.0
-    #: A user's manual target (``tidal scale``) inside ``[min_workers, max_workers]``.
-    target_workers: int | None = None
+    #: A user's manual target (``tidal scale``) inside ``[min_slots, max_slots]``.
+    target_slots: int | None = None
     throughput: ThroughputModel | None = None
-    #: Seconds since submission (``goodput`` discounts moving young jobs less than old ones).
+    #: Seconds since the job started (``goodput`` discounts moving young jobs less than old
+    #: ones); see :func:`job_request`.
     age: float = 0.0
     #: How many times this job's allocation has changed so far.
     reallocations: int = 0
     #: Slots one replica of the job's scaling role holds, all on one host (a replica
-    #: given 2 GPUs holds 2); ``min_workers`` .. ``max_workers`` count slots.
+    #: given 2 GPUs holds 2); ``min_slots`` .. ``max_slots`` count slots.
     replica_slots: int = 1
     #: Slots each replica of the job's other (fixed) roles holds, each replica on one
     #: host; empty for a one-role job.
@@ -133,6 +134,53 @@ class JobRequest:
     def one_slot_replicas(self) -> bool:
         """Whether every replica of the job holds one slot (any set of slots fits it)."""
         return self.replica_slots == 1 and all(s == 1 for s in self.gang_slots)
+
+
+def job_request(
+    job_id: str,
+    *,
+    min_slots: int,
+    max_slots: int,
+    now: float,
+    age_from: float | None,
+    initial_slots: int | None = None,
+    target_slots: int | None = None,
+    priority: int = 5000,
+    submitted_at: float = 0.0,
+    group: str | None = None,
+    attained_service: float = 0.0,
+    throughput: ThroughputModel | None = None,
+    reallocations: int = 0,
+    replica_slots: int = 1,
+    gang_slots: tuple[int, ...] = (),
+) -> JobRequest:
+    """What a policy sees of a job at ``now``: the one builder the controller and the
+    simulator both call, so each field of :class:`JobRequest` is filled here.
+
+    ``age_from``: when the job's age starts (the controller counts from its first start,
+    the simulator from submission, as the Pollux artifact does); ``None``: age 0.
+    ``initial_slots``: the size a job that never ran starts at (``None`` once it ran): with
+    no user target it is the target the policy honours, so the job starts there; from then
+    on the policy sizes it within ``[min_slots, max_slots]`` as usual.
+    """
+    target = target_slots
+    if target is None and initial_slots is not None and initial_slots < max_slots:
+        target = initial_slots
+    return JobRequest(
+        job_id=job_id,
+        min_slots=min_slots,
+        max_slots=max_slots,
+        priority=priority,
+        submitted_at=submitted_at,
+        group=group,
+        attained_service=attained_service,
+        target_slots=target,
+        throughput=throughput,
+        age=now - age_from if age_from is not None else 0.0,
+        reallocations=reallocations,
+        replica_slots=replica_slots,
+        gang_slots=gang_slots,
+    )
 
 
 class Policy(Protocol):

@@ -1,20 +1,27 @@
-"""Bookkeeping every policy shares: a job's size bounds, queue order and free slots."""
+"""Bookkeeping every policy shares: a job's size bounds, queue order and free slots, and
+the frame of a policy that decides counts first and places them after (:class:`CountingPolicy`).
+"""
 
 from __future__ import annotations
 
-from tidal.policy.api import Cluster, JobRequest
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
+from tidal.policy.placement import held_counts, place
 
 
-def worker_cap(job: JobRequest) -> int:
+def slot_cap(job: JobRequest) -> int:
     """Most slots an elastic ``job`` may get: its manual target if set, else its maximum."""
-    if job.target_workers is not None:
-        return max(0, min(job.target_workers, job.max_workers))
-    return max(0, job.max_workers)
+    if job.target_slots is not None:
+        return max(0, min(job.target_slots, job.max_slots))
+    return max(0, job.max_slots)
 
 
 def requested_size(job: JobRequest) -> int:
     """The size a fixed-size policy gives ``job``: its manual target, else its maximum."""
-    return job.target_workers if job.target_workers is not None else job.max_workers
+    return job.target_slots if job.target_slots is not None else job.max_slots
 
 
 def queue_order(job: JobRequest) -> tuple[int, float, str]:
@@ -52,3 +59,54 @@ class SlotBudget:
         self.free[None] -= size
         if group is not None:
             self.free[group] = self.free.get(group, 0) - size
+
+
+@dataclass
+class Decision:
+    """One decision's inputs and the bookkeeping every policy starts from."""
+
+    jobs: Sequence[JobRequest]
+    cluster: Cluster
+    previous: Allocation
+    #: Slots not promised yet; a policy takes from it as it sizes jobs.
+    budget: SlotBudget
+    #: How many slots each job holds in ``previous``.
+    held: dict[str, int]
+    by_id: dict[str, JobRequest]
+
+
+def start_decision(jobs: Sequence[JobRequest], cluster: Cluster, previous: Allocation) -> Decision:
+    """The :class:`Decision` for ``jobs``: every slot free in the budget, what each job holds."""
+    return Decision(
+        jobs=jobs,
+        cluster=cluster,
+        previous=previous,
+        budget=SlotBudget(cluster),
+        held=held_counts(previous),
+        by_id={job.job_id: job for job in jobs},
+    )
+
+
+class CountingPolicy(ABC):
+    """A policy that decides how many slots each job gets (:meth:`counts`), then places
+    them (:meth:`place`, by default :func:`~tidal.policy.placement.place`)."""
+
+    name: str
+
+    def allocate(
+        self,
+        jobs: Sequence[JobRequest],
+        cluster: Cluster,
+        previous: Allocation,
+    ) -> dict[str, tuple[Slot, ...]]:
+        """Size every job, then place the sizes; deterministic for equal inputs."""
+        decision = start_decision(jobs, cluster, previous)
+        return self.place(self.counts(decision), decision)
+
+    @abstractmethod
+    def counts(self, decision: Decision) -> dict[str, int]:
+        """How many slots each job gets (jobs left out get none)."""
+
+    def place(self, counts: Mapping[str, int], decision: Decision) -> dict[str, tuple[Slot, ...]]:
+        """Concrete slots for ``counts``, moving as little as possible."""
+        return place(counts, decision.by_id, decision.cluster, decision.previous)

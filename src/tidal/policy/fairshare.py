@@ -2,7 +2,7 @@
 
 The controller's default policy. For the admitted jobs of one pool of ``S`` slots, job ``j``
 with priority ``p_j`` is owed ``S * p_j / sum(p)`` slots; shares outside ``[min_j, cap_j]``
-are clipped (``cap_j`` is ``max_workers``, or ``target_workers`` when a user set one) and the
+are clipped (``cap_j`` is ``max_slots``, or ``target_slots`` when a user set one) and the
 slack is shared again in proportion to priority among the others (water-filling). Whole
 slots are handed out by largest remainder.
 
@@ -20,9 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
-from tidal.policy.budget import SlotBudget, queue_order, worker_cap
-from tidal.policy.placement import held_counts, place
+from tidal.policy.api import JobRequest
+from tidal.policy.budget import CountingPolicy, Decision, queue_order, slot_cap
 
 #: A job keeps its extra rounding slot unless another job's fractional claim beats its own
 #: by more than this: stops a slot bouncing between two jobs over rounding noise.
@@ -31,7 +30,7 @@ ROUNDING_HYSTERESIS = 0.25
 
 def _floor_size(job: JobRequest) -> int:
     """Fewest slots ``job`` can run on."""
-    return max(1, min(job.min_workers, worker_cap(job)))
+    return max(1, min(job.min_slots, slot_cap(job)))
 
 
 def proportional_shares(jobs: Sequence[JobRequest], slots: int) -> dict[str, float]:
@@ -42,7 +41,7 @@ def proportional_shares(jobs: Sequence[JobRequest], slots: int) -> dict[str, flo
     cap, so walking the kinks in order finds ``L`` exactly in ``O(n log n)``.
     """
     low = {j.job_id: float(_floor_size(j)) for j in jobs}
-    high = {j.job_id: float(worker_cap(j)) for j in jobs}
+    high = {j.job_id: float(slot_cap(j)) for j in jobs}
     if sum(high.values()) <= slots:
         return high
     if sum(low.values()) >= slots:
@@ -71,7 +70,7 @@ def whole_shares(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -
     """Integer shares by largest remainder, with hysteresis towards what jobs hold now."""
     shares = proportional_shares(jobs, slots)
     counts = {job_id: math.floor(share + 1e-9) for job_id, share in shares.items()}
-    leftover = min(slots, sum(worker_cap(j) for j in jobs)) - sum(counts.values())
+    leftover = min(slots, sum(slot_cap(j) for j in jobs)) - sum(counts.values())
 
     def claim(job: JobRequest) -> tuple[float, int, float, str]:
         remainder = shares[job.job_id] - counts[job.job_id]
@@ -79,38 +78,30 @@ def whole_shares(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -
             remainder += ROUNDING_HYSTERESIS
         return (-remainder, -job.priority, job.submitted_at, job.job_id)
 
-    candidates = sorted((j for j in jobs if counts[j.job_id] < worker_cap(j)), key=claim)
+    candidates = sorted((j for j in jobs if counts[j.job_id] < slot_cap(j)), key=claim)
     for job in candidates[: max(0, leftover)]:
         counts[job.job_id] += 1
     return counts
 
 
-class FairSharePolicy:
+class FairSharePolicy(CountingPolicy):
     """Priority-proportional shares of the slots; see the module docstring."""
 
     name = "fairshare"
 
-    def allocate(
-        self,
-        jobs: Sequence[JobRequest],
-        cluster: Cluster,
-        previous: Allocation,
-    ) -> dict[str, tuple[Slot, ...]]:
-        """Admit, share out and place; deterministic for equal inputs."""
-        budget = SlotBudget(cluster)
-        held = held_counts(previous)
-        by_id = {job.job_id: job for job in jobs}
+    def counts(self, decision: Decision) -> dict[str, int]:
+        """Admit and share out, pool by pool."""
         counts: dict[str, int] = {}
         # Grouped pools first: ungrouped jobs share whatever the groups leave.
-        pools = sorted({j.group for j in jobs if j.group is not None})
+        pools = sorted({j.group for j in decision.jobs if j.group is not None})
         for group in [*pools, None]:
-            members = [j for j in jobs if j.group == group and worker_cap(j) > 0]
-            slots = budget.room(group)
-            admitted = _admit(members, slots, held)
-            pool_counts = whole_shares(admitted, slots, held)
+            members = [j for j in decision.jobs if j.group == group and slot_cap(j) > 0]
+            slots = decision.budget.room(group)
+            admitted = _admit(members, slots, decision.held)
+            pool_counts = whole_shares(admitted, slots, decision.held)
             counts.update(pool_counts)
-            budget.take(group, sum(pool_counts.values()))
-        return place(counts, by_id, cluster, previous)
+            decision.budget.take(group, sum(pool_counts.values()))
+        return counts
 
 
 def _admit(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -> list[JobRequest]:

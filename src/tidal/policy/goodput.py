@@ -34,15 +34,15 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tidal.policy.api import Allocation, Cluster, JobRequest, Slot, ThroughputModel
-from tidal.policy.budget import SlotBudget, queue_order, worker_cap
+from tidal.policy.api import JobRequest, Slot, ThroughputModel
+from tidal.policy.budget import CountingPolicy, Decision, SlotBudget, queue_order, slot_cap
 from tidal.policy.goodput_model import FloatArray, best_goodput_table
-from tidal.policy.placement import held_counts, place, place_packed
+from tidal.policy.placement import place_packed
 
 #: Attained service (slot-seconds, about 55 GPU-hours) at which a job's weight is halved;
 #: a smaller scale (10 GPU-hours) starved long jobs: higher mean, p99 and makespan.
@@ -61,7 +61,7 @@ MIN_REALLOCATION_FACTOR = 0.05
 class _JobState:
     """Greedy bookkeeping for one job.
 
-    Utility tables hold the utility at 0..cap workers, -inf where the job may not run:
+    Utility tables hold the utility at 0..cap slots, -inf where the job may not run:
     ``shaped`` at the shaped sizes only, ``within_host`` also at any size that fits on one
     host, ``any_size`` at every size. ``utility`` is the table the greedy uses now.
     """
@@ -72,13 +72,13 @@ class _JobState:
     any_size: FloatArray
     cap: int
     utility: FloatArray = field(init=False)
-    workers: int = 0
+    slots: int = 0
 
     def __post_init__(self) -> None:
         self.utility = self.shaped
 
 
-class GoodputPolicy:
+class GoodputPolicy(CountingPolicy):
     """Pollux-style goodput maximisation with a fairness p-norm; see the module docstring."""
 
     name = "goodput"
@@ -137,16 +137,14 @@ class GoodputPolicy:
             )
         )
 
-    def allocate(
-        self,
-        jobs: Sequence[JobRequest],
-        cluster: Cluster,
-        previous: Allocation,
-    ) -> dict[str, tuple[Slot, ...]]:
-        """Greedy marginal-utility allocation, then placement."""
-        budget = SlotBudget(cluster)
-        held = held_counts(previous)
-        by_id = {job.job_id: job for job in jobs}
+    def counts(self, decision: Decision) -> dict[str, int]:
+        """Greedy marginal-utility sizes."""
+        jobs, cluster, budget, held = (
+            decision.jobs,
+            decision.cluster,
+            decision.budget,
+            decision.held,
+        )
         if not jobs or cluster.total_slots == 0:
             return {}
         slots_per_node = max(h.slots for h in cluster.hosts)
@@ -154,7 +152,7 @@ class GoodputPolicy:
         # Positions follow the queue order, so ties break the same way for any input order.
         states = [
             self._state(
-                job, min(worker_cap(job), budget.size_of(job.group)), held, fair, slots_per_node
+                job, min(slot_cap(job), budget.size_of(job.group)), held, fair, slots_per_node
             )
             for job in sorted(jobs, key=queue_order)
         ]
@@ -162,13 +160,13 @@ class GoodputPolicy:
         # Minimums first: the p-norm is -inf while any job sits at zero, so everyone who
         # can be started is; the order only matters when there are more jobs than slots.
         for state in states:
-            size = max(1, state.job.min_workers)
+            size = max(1, state.job.min_slots)
             if size <= state.cap and size <= budget.room(state.job.group):
-                state.workers = size
+                state.slots = size
                 budget.take(state.job.group, size)
 
         if self.whole_nodes and self.within_host:
-            start = {s.job.job_id: s.workers for s in states}
+            start = {s.job.job_id: s.slots for s in states}
             shaped = self._trial(states, budget, start, within_host=False)
             within_host = self._trial(states, budget, start, within_host=True)
             # Shapes keep hosts packable, but can hand a slot to one job for a tiny gain
@@ -177,8 +175,8 @@ class GoodputPolicy:
             # On a tie the shapes win (max keeps the first of equals).
             best = max((shaped, within_host), key=lambda counts: self._objective(counts, states))
             for state in states:
-                budget.take(state.job.group, best[state.job.job_id] - state.workers)
-                state.workers = best[state.job.job_id]
+                budget.take(state.job.group, best[state.job.job_id] - state.slots)
+                state.slots = best[state.job.job_id]
         else:
             self._grow(states, budget)
         if self.fill_idle and budget.room(None) > 0:
@@ -187,10 +185,13 @@ class GoodputPolicy:
                 state.utility = state.any_size
             self._grow(states, budget)
 
-        counts = {s.job.job_id: s.workers for s in states if s.workers > 0}
+        return {s.job.job_id: s.slots for s in states if s.slots > 0}
+
+    def place(self, counts: Mapping[str, int], decision: Decision) -> dict[str, tuple[Slot, ...]]:
+        """Packed on as few hosts as possible (``packed``), else moving as little as can be."""
         if self.packed:
-            return place_packed(counts, by_id, cluster, previous)
-        return place(counts, by_id, cluster, previous)
+            return place_packed(counts, decision.by_id, decision.cluster, decision.previous)
+        return super().place(counts, decision)
 
     def _trial(
         self,
@@ -205,9 +206,9 @@ class GoodputPolicy:
         for state in states:
             state.utility = state.within_host if within_host else state.shaped
         self._grow(states, budget)
-        counts = {s.job.job_id: s.workers for s in states}
+        counts = {s.job.job_id: s.slots for s in states}
         for state in states:
-            state.workers = start[state.job.job_id]
+            state.slots = start[state.job.job_id]
             state.utility = state.shaped
         budget.free = saved
         return counts
@@ -233,7 +234,7 @@ class GoodputPolicy:
                 # Stale: other jobs took the slots this step needed; re-price and retry.
                 self._push(heap, position, state, budget)
                 continue
-            state.workers += step
+            state.slots += step
             budget.take(state.job.group, step)
             self._push(heap, position, state, budget)
 
@@ -245,7 +246,7 @@ class GoodputPolicy:
         if model is None or cap <= 0:
             # Nothing known about scaling: more than the minimum buys nothing.
             speed = np.zeros(cap + 1)
-            speed[min(max(1, job.min_workers), cap) :] = 1.0 if cap > 0 else 0.0
+            speed[min(max(1, job.min_slots), cap) :] = 1.0 if cap > 0 else 0.0
         else:
             goodput = _goodput_by_slots(job, model, cap, slots_per_node)
             reference = goodput[min(fair, cap)]
@@ -263,7 +264,7 @@ class GoodputPolicy:
             # Least attained service first, softly: short jobs finish sooner, which is what
             # lowers the average completion time when the cluster is contended.
             utility = utility / (1.0 + job.attained_service / self.service_scale)
-        utility[: max(1, job.min_workers)] = -np.inf
+        utility[: max(1, job.min_slots)] = -np.inf
         utility[0] = -math.inf
         any_size = utility.copy()
         within_host = utility  # the same table when no sizes are ruled out
@@ -273,7 +274,7 @@ class GoodputPolicy:
                 (sizes & (sizes - 1)) == 0
             )
             allowed[min(current, cap)] = True
-            allowed[min(max(1, job.min_workers), cap)] = True
+            allowed[min(max(1, job.min_slots), cap)] = True
             within_host = np.where(allowed | (sizes <= slots_per_node), utility, -np.inf)
             utility = np.where(allowed, utility, -np.inf)
         return _JobState(
@@ -303,13 +304,13 @@ class GoodputPolicy:
         budget: SlotBudget,
     ) -> None:
         """Queue ``state``'s best step (slots to add, gain per slot), if it gains anything."""
-        if state.workers == 0:
+        if state.slots == 0:
             return
-        room = min(budget.room(state.job.group), state.cap - state.workers)
+        room = min(budget.room(state.job.group), state.cap - state.slots)
         if room <= 0:
             return
-        now = state.utility[state.workers]
-        ahead = state.utility[state.workers + 1 : state.workers + room + 1]
+        now = state.utility[state.slots]
+        ahead = state.utility[state.slots + 1 : state.slots + room + 1]
         per_slot = (ahead - now) / np.arange(1, room + 1)
         best = int(np.argmax(per_slot))
         gain = float(per_slot[best])
@@ -335,9 +336,21 @@ def _goodput_by_slots(
 
 
 def live_policy(
-    p: float = -1.0, reallocation_delay: float = 30.0, prior_sync: float = LIVE_PRIOR_SYNC
+    p: float = -1.0, reallocation_delay: float = 30.0, prior_sync: float | None = LIVE_PRIOR_SYNC
 ) -> GoodputPolicy:
     """``goodput`` as ``tidal server --policy goodput`` runs it: jobs that have not
     reported a throughput model yet are assumed to scale nearly linearly (``prior_sync``),
     so they share the cluster like under ``fairshare`` until their reports say otherwise."""
     return GoodputPolicy(p=p, reallocation_delay=reallocation_delay, prior_sync=prior_sync)
+
+
+def plain_policy(reallocation_delay: float = 30.0) -> GoodputPolicy:
+    """``goodput-plain``: Pollux's rules alone (no repacking, any size, no attained-service
+    weighting, no move horizon), to measure what tidal's additions buy in simulation."""
+    return GoodputPolicy(
+        reallocation_delay=reallocation_delay,
+        packed=False,
+        whole_nodes=False,
+        service_scale=None,
+        move_horizon=None,
+    )

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
-from tidal.policy.budget import SlotBudget, requested_size
-from tidal.policy.placement import held_counts, place
+from tidal.policy.budget import CountingPolicy, Decision, requested_size
 
 
-class StaticPolicy:
+class StaticPolicy(CountingPolicy):
     """FIFO: in submission order each job gets its requested size or waits.
 
     Running jobs are never preempted or resized and stay on their slots. The queue is
@@ -20,24 +16,17 @@ class StaticPolicy:
 
     name = "static"
 
-    def allocate(
-        self,
-        jobs: Sequence[JobRequest],
-        cluster: Cluster,
-        previous: Allocation,
-    ) -> dict[str, tuple[Slot, ...]]:
+    def counts(self, decision: Decision) -> dict[str, int]:
         """Keep running jobs, then start queued jobs in order while they fit."""
-        budget = SlotBudget(cluster)
-        held = held_counts(previous)
-        by_id = {job.job_id: job for job in jobs}
+        budget, held = decision.budget, decision.held
         counts: dict[str, int] = {}
-        for job in sorted(jobs, key=lambda j: (j.submitted_at, j.job_id)):
+        for job in sorted(decision.jobs, key=lambda j: (j.submitted_at, j.job_id)):
             if job.job_id in held:
                 size = held[job.job_id]
                 counts[job.job_id] = size
                 budget.take(job.group, size)
         blocked = False
-        for job in sorted(jobs, key=lambda j: (j.submitted_at, j.job_id)):
+        for job in sorted(decision.jobs, key=lambda j: (j.submitted_at, j.job_id)):
             if job.job_id in counts or blocked:
                 continue
             size = min(requested_size(job), budget.size_of(job.group))
@@ -48,4 +37,4 @@ class StaticPolicy:
                 continue
             counts[job.job_id] = size
             budget.take(job.group, size)
-        return place(counts, by_id, cluster, previous)
+        return counts

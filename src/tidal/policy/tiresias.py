@@ -11,17 +11,16 @@ so smaller ones behind them can use the leftover slots.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
-from tidal.policy.budget import SlotBudget, requested_size
-from tidal.policy.placement import place
+from tidal.policy.api import JobRequest, Slot
+from tidal.policy.budget import CountingPolicy, Decision, requested_size
 
 #: Attained service (slot-seconds) at which a job drops to the next queue.
 DEFAULT_THRESHOLDS = (3600.0, 36000.0)
 
 
-class TiresiasPolicy:
+class TiresiasPolicy(CountingPolicy):
     """Least attained service over discrete queues, with preemption between queues."""
 
     name = "tiresias"
@@ -34,23 +33,19 @@ class TiresiasPolicy:
         """Index of the queue ``job`` is in (0 is served first)."""
         return bisect.bisect_right(self.thresholds, job.attained_service)
 
-    def allocate(
-        self,
-        jobs: Sequence[JobRequest],
-        cluster: Cluster,
-        previous: Allocation,
-    ) -> dict[str, tuple[Slot, ...]]:
+    def counts(self, decision: Decision) -> dict[str, int]:
         """Serve the queues in order; jobs that do not fit wait (or are preempted)."""
-        budget = SlotBudget(cluster)
-        by_id = {job.job_id: job for job in jobs}
+        budget = decision.budget
         counts: dict[str, int] = {}
-        for job in sorted(jobs, key=lambda j: (self.queue_of(j), j.submitted_at, j.job_id)):
+        for job in sorted(
+            decision.jobs, key=lambda j: (self.queue_of(j), j.submitted_at, j.job_id)
+        ):
             size = min(requested_size(job), budget.size_of(job.group))
             if size <= 0 or size > budget.room(job.group):
                 continue
             counts[job.job_id] = size
             budget.take(job.group, size)
-        return place(counts, by_id, cluster, previous)
+        return counts
 
 
 #: The Pollux artifact's Tiresias: one threshold at 16 GPU-hours (slot-seconds).
@@ -72,40 +67,42 @@ class TiresiasArtifactPolicy(TiresiasPolicy):
         """Queues as in the artifact."""
         super().__init__(ARTIFACT_THRESHOLDS)
 
-    def allocate(
-        self,
-        jobs: Sequence[JobRequest],
-        cluster: Cluster,
-        previous: Allocation,
-    ) -> dict[str, tuple[Slot, ...]]:
-        """Serve the queues in order; starting jobs take slots from the emptiest hosts."""
-        remaining = cluster.total_slots
-        running: list[JobRequest] = []
-        for job in sorted(jobs, key=lambda j: (self.queue_of(j), j.submitted_at, j.job_id)):
+    def counts(self, decision: Decision) -> dict[str, int]:
+        """Serve the queues in order, each job at its requested size or not at all."""
+        remaining = decision.cluster.total_slots
+        counts: dict[str, int] = {}
+        for job in sorted(
+            decision.jobs, key=lambda j: (self.queue_of(j), j.submitted_at, j.job_id)
+        ):
             size = requested_size(job)
             if 0 < size <= remaining:
-                running.append(job)
+                counts[job.job_id] = size
                 remaining -= size
+        return counts
+
+    def place(self, counts: Mapping[str, int], decision: Decision) -> dict[str, tuple[Slot, ...]]:
+        """Jobs keep their slots; starting jobs take slots from the emptiest hosts."""
+        cluster, previous = decision.cluster, decision.previous
         free = {h.name: set(range(h.slots)) for h in cluster.hosts}
         result: dict[str, tuple[Slot, ...]] = {}
-        starting: list[JobRequest] = []
-        for job in running:
-            held = previous.get(job.job_id, ())
-            if held and len(held) == requested_size(job):
-                result[job.job_id] = tuple(held)
+        starting: list[tuple[str, int]] = []
+        for job_id, size in counts.items():
+            held = previous.get(job_id, ())
+            if held and len(held) == size:
+                result[job_id] = tuple(held)
                 for host, index in held:
                     free[host].discard(index)
             else:
-                starting.append(job)
+                starting.append((job_id, size))
         position = {h.name: i for i, h in enumerate(cluster.hosts)}
-        for job in starting:
+        for job_id, size in starting:
             slots: list[Slot] = []
-            while len(slots) < requested_size(job):
+            while len(slots) < size:
                 # The first host (in cluster order) among those with most free slots.
                 host = max(free, key=lambda name: (len(free[name]), -position[name]))
-                take = sorted(free[host])[: requested_size(job) - len(slots)]
+                take = sorted(free[host])[: size - len(slots)]
                 free[host].difference_update(take)
                 slots += [(host, index) for index in take]
             # Ranked in the order the slots were taken.
-            result[job.job_id] = tuple(slots)
+            result[job_id] = tuple(slots)
         return result

@@ -20,8 +20,8 @@ def _replica_range(job: JobRequest) -> tuple[int, int]:
     """Fewest and most scaling replicas ``job`` may run, its gang counted out."""
     size = max(1, job.replica_slots)
     gang = sum(max(1, s) for s in job.gang_slots)
-    low = -(-max(0, job.min_workers - gang) // size)  # ceil: never below min_workers
-    return low, max(0, job.max_workers - gang) // size
+    low = -(-max(0, job.min_slots - gang) // size)  # ceil: never below min_slots
+    return low, max(0, job.max_slots - gang) // size
 
 
 #: Most gang states the exact search visits before it settles for plain first fit: the
@@ -195,7 +195,7 @@ class WholeReplicas:
         for job in multi:
             # Slots outside the job's group or the cluster are dropped, never handed on.
             given = [s for s in answer.get(job.job_id, ()) if allowed(job, s)]
-            wanted[job.job_id] = min(len(given), job.max_workers)
+            wanted[job.job_id] = min(len(given), job.max_slots)
             fitted = fit_replicas(job, given, previous.get(job.job_id, ()))
             result.pop(job.job_id, None)
             if fitted:

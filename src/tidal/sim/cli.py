@@ -15,9 +15,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tidal.policy.registry import SIMULATED
 from tidal.sim.engine import SimConfig, SimResult
 from tidal.sim.locations import DEFAULT_PHILLY, DEFAULT_PROFILES, DEFAULT_WORKLOADS
-from tidal.sim.policies import POLICY_NAMES
 from tidal.sim.profiles import load_profiles
 from tidal.sim.runner import simulate, synthetic_workload
 from tidal.sim.summary import Summary, summarise
@@ -44,8 +44,8 @@ CostOpt = Annotated[
 
 def _check_policy(name: str) -> str:
     """Reject unknown policy names with the list of known ones."""
-    if name not in POLICY_NAMES:
-        raise typer.BadParameter(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
+    if name not in SIMULATED:
+        raise typer.BadParameter(f"unknown policy {name!r}; choose from {', '.join(SIMULATED)}")
     return name
 
 
@@ -93,7 +93,7 @@ def _write_jobs(result: SimResult, path: Path) -> None:
 @sim_app.command()
 def run(
     policy: Annotated[
-        str, typer.Option("--policy", help=f"One of: {', '.join(POLICY_NAMES)}.")
+        str, typer.Option("--policy", help=f"One of: {', '.join(SIMULATED)}.")
     ] = "goodput",
     workload: Annotated[
         Path | None,
@@ -149,7 +149,7 @@ def compare(
     ] = DEFAULT_WORKLOADS,
     policies: Annotated[
         str, typer.Option("--policies", help="Comma-separated policy names.")
-    ] = ",".join(POLICY_NAMES),
+    ] = ",".join(SIMULATED),
     profiles: ProfilesOpt = DEFAULT_PROFILES,
     nodes: NodesOpt = 16,
     gpus_per_node: GpusOpt = 4,

@@ -11,15 +11,15 @@ every job by the interval:
   not fit);
 * it finishes when its progress reaches the end of its last profiled epoch.
 
-How a job is sized depends on the policy's :class:`Sizing`: fixed at the workload's
-``num_replicas`` and ``batch_size``; elastic in workers (1 to ``num_replicas``) at the
-workload's batch; or adaptive, where the policy picks the workers and the job picks the
-batch size that maximises its goodput for them (as tidal's runtime does).
+How a job is sized depends on the policy's :class:`~tidal.policy.registry.Sizing`: fixed
+at the workload's ``num_replicas`` and ``batch_size``; elastic in workers (1 to
+``num_replicas``) at the workload's batch; or adaptive, where the policy picks the workers
+and the job picks the batch size that maximises its goodput for them (as tidal's runtime
+does).
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 import time
@@ -27,20 +27,21 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from tidal.policy.api import Cluster, Host, JobRequest, Policy, Slot, ThroughputModel
+from tidal.policy.api import (
+    Cluster,
+    Host,
+    JobRequest,
+    Policy,
+    Slot,
+    ThroughputModel,
+    job_request,
+)
 from tidal.policy.goodput_model import best_batch, noise_scale
+from tidal.policy.registry import Sizing
 from tidal.sim.profiles import ModelProfile
 from tidal.sim.workload import WorkloadJob
 
 log = logging.getLogger(__name__)
-
-
-class Sizing(enum.Enum):
-    """How the simulator sizes jobs for a policy."""
-
-    FIXED = "fixed"
-    ELASTIC = "elastic"
-    ADAPTIVE = "adaptive"
 
 
 class AllocationError(RuntimeError):
@@ -275,14 +276,15 @@ class Simulator:
             throughput = self._current_model(job)
             # More workers than the largest batch has samples per worker cannot help.
             low, high = 1, min(total, max(1, profile.max_batch // max(profile.min_local_batch, 1)))
-        return JobRequest(
-            job_id=spec.name,
-            min_workers=low,
-            max_workers=high,
+        return job_request(
+            spec.name,
+            min_slots=low,
+            max_slots=high,
+            now=now,
+            age_from=spec.submit_time,
             submitted_at=spec.submit_time,
             attained_service=job.attained,
             throughput=throughput,
-            age=now - spec.submit_time,
             reallocations=job.reallocations,
         )
 

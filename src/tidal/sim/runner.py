@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tidal.policy.registry import POLICIES, simulated_policy
 from tidal.sim.engine import SimConfig, SimResult, Simulator, isolated_time
-from tidal.sim.policies import SIZING, build_policy
 from tidal.sim.profiles import ModelProfile
 from tidal.sim.workload import WorkloadJob, load_philly, synthesize_workload
 
@@ -18,8 +18,8 @@ def simulate(
     config: SimConfig,
 ) -> SimResult:
     """Replay ``workload`` through a fresh policy called ``policy_name``."""
-    policy = build_policy(policy_name, config.reallocation_cost)
-    return Simulator(policy, SIZING[policy_name], profiles, config).run(workload)
+    policy = simulated_policy(policy_name, config.reallocation_cost)
+    return Simulator(policy, POLICIES[policy_name].sizing, profiles, config).run(workload)
 
 
 def synthetic_workload(

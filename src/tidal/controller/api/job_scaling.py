@@ -54,10 +54,10 @@ def scale(ref: str, body: ScaleRequest, store: StoreDep) -> JobView:
     if _width(job) > 1:
         # Workers of several slots each: ``workers`` counts replicas, not slots.
         return _scale_role(store, job, job.job.role.name, body.workers)
-    if not job.min_workers <= body.workers <= job.max_workers:
+    if not job.min_slots <= body.workers <= job.max_slots:
         raise invalid(
             "workers",
-            f"must be within [{job.min_workers}, {job.max_workers}] (got {body.workers})",
+            f"must be within [{job.min_slots}, {job.max_slots}] (got {body.workers})",
         )
     return ask(
         store,
@@ -107,11 +107,11 @@ def scale_out(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
     _holding(job)
     width = _width(job)
     target = len(job.slots) + body.count * width
-    if target > job.max_workers:
+    if target > job.max_slots:
         raise invalid(
             "count",
             f"would make {_workers(job, target)} workers, above the job's max of "
-            f"{_workers(job, job.max_workers)}",
+            f"{_workers(job, job.max_slots)}",
         )
     deadline = time.time() + body.timeout_s if body.timeout_s else None
     return ask(
@@ -129,11 +129,11 @@ def scale_in(ref: str, body: ScaleByRequest, store: StoreDep) -> JobView:
     _holding(job)
     width = _width(job)
     target = len(job.slots) - body.count * width
-    if target < job.min_workers:
+    if target < job.min_slots:
         raise invalid(
             "count",
             f"would leave {_workers(job, target)} workers, below the job's min of "
-            f"{_workers(job, job.min_workers)}",
+            f"{_workers(job, job.min_slots)}",
         )
     return ask(
         store,

@@ -168,8 +168,8 @@ export function render(view, id) {
     const ran = job.started_at ? (job.finished_at ?? Date.now() / 1000) - job.started_at : null;
     fill(el.facts,
       fact("Workers", h("span", { id: "workers-now", class: "big-num" }, job.workers),
-        h("span", { class: "muted" }, ` now · min ${job.min_workers} · max ${job.max_workers}`),
-        job.target_workers !== null ? h("div", { class: "muted small" }, `target ${job.target_workers}`) : null),
+        h("span", { class: "muted" }, ` now · min ${job.min_slots} · max ${job.max_slots}`),
+        job.target_slots !== null ? h("div", { class: "muted small" }, `target ${job.target_slots}`) : null),
       fact("Priority", h("span", { id: "priority-now", class: "big-num" }, job.priority)),
       fact("Reallocations", job.reallocations, h("div", { class: "muted small" }, `${job.restarts} restart(s)`)),
       fact("Submitted", clock(job.submitted_at)),

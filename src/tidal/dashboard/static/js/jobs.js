@@ -26,13 +26,13 @@ function workersCell(job) {
   const bar = h("span", { class: "bar" },
     h("span", {
       class: "bar-fill",
-      style: `width:${(100 * job.workers) / job.max_workers}%;background:${jobColour(job.id)}`,
+      style: `width:${(100 * job.workers) / job.max_slots}%;background:${jobColour(job.id)}`,
     }));
-  const target = job.target_workers !== null && job.target_workers !== job.workers
-    ? h("span", { class: "muted", title: "target" }, ` → ${job.target_workers}`) : null;
+  const target = job.target_slots !== null && job.target_slots !== job.workers
+    ? h("span", { class: "muted", title: "target" }, ` → ${job.target_slots}`) : null;
   return h("td", { class: "workers" },
     h("span", { class: "num" }, `${job.workers}`), target,
-    h("span", { class: "muted" }, ` / ${job.min_workers}–${job.max_workers}`), bar);
+    h("span", { class: "muted" }, ` / ${job.min_slots}–${job.max_slots}`), bar);
 }
 
 function progressCell(job, latest) {
