@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from tidal.backends.base import WorkerState
 from tidal.launch.agent import AgentConfig, AgentStatus
+from tidal.launch.api import WorkerState
 
 
 def test_a_record_of_the_previous_release_is_read_with_role_worker() -> None:

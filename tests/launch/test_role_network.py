@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tidal.backends.base import RoleLaunch
+from tidal.launch.api import RoleLaunch
 from tidal.launch.group import Outcome
 from tidal.launch.role_groups import RoleGroups
 from tidal.launch.worker import WorkerSpec

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from tidal.backends.base import WorkerState
+from tidal.launch.api import WorkerState
 from tidal.launch.driver import worker_state
 from tidal.launch.group import WorkerGroup
 from tidal.launch.process import LocalSpawner

@@ -24,14 +24,6 @@ from typing import Any
 
 import torch.distributed as dist
 
-from tidal.backends.base import (
-    JobLaunch,
-    JobStatus,
-    MetricPoint,
-    WorkerState,
-    read_reports,
-    worker_logs,
-)
 from tidal.launch.agent import (
     ENV_AGENT_TREE,
     KEY_REPORTS,
@@ -44,6 +36,14 @@ from tidal.launch.agent import (
     read_order,
     record_path,
     write_order,
+)
+from tidal.launch.api import (
+    JobLaunch,
+    JobStatus,
+    MetricPoint,
+    WorkerState,
+    read_reports,
+    worker_logs,
 )
 from tidal.launch.driver import slot_name
 from tidal.launch.process import kill_marked

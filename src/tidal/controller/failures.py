@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tidal.backends.base import JobStatus, WorkerState, WorkerStatus
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.effects import LoopEffects
 from tidal.controller.store import Event, JobRecord
+from tidal.launch.api import JobStatus, WorkerState, WorkerStatus
 from tidal.model import JobState, Launcher
 from tidal.policy.restart import Fail, LostWorker, Noop, RestartView, decide_restart
 from tidal.policy.role_restart import ReplicaExit, RoleRule, sort_exits

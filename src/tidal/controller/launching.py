@@ -6,7 +6,8 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from tidal.backends.base import Backend, JobLaunch, RoleLaunch, worker_logs
+from tidal.backends.base import Backend
+from tidal.launch.api import JobLaunch, RoleLaunch, worker_logs
 from tidal.model import Job, Launcher, Role
 
 __all__ = ["JobFiles", "build_launch", "role_launches", "runs_as_one_group"]

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tidal.backends.base import WorkerState
 from tidal.controller.launching import runs_as_one_group
 from tidal.controller.records import JobRecord, WorkerRecord
 from tidal.controller.requests import StopWorkers
+from tidal.launch.api import WorkerState
 from tidal.model import Job, Role, stops_alone
 from tidal.ps.config import PREFIX as PS_PREFIX
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from tidal.backends.base import JobStatus, RoleLaunch, WorkerState, WorkerStatus
+from tidal.launch.api import JobStatus, RoleLaunch, WorkerState, WorkerStatus
 from tidal.launch.driver import GroupDriver, replica_name, worker_slots
 from tidal.launch.warm import WarmSpawner, script_imports, warm_pool_size
 from tidal.launch.worker import WorkerSpec
@@ -181,7 +181,7 @@ class AgentConfig:
     launcher: str = "tidal"
     role: str = "worker"
     max_restarts: int = 3
-    #: A multi-role job's roles (:class:`~tidal.backends.base.RoleLaunch` fields); empty:
+    #: A multi-role job's roles (:class:`~tidal.launch.api.RoleLaunch` fields); empty:
     #: one group of ``argv`` (every config of an earlier release).
     roles: list[dict[str, Any]] = field(default_factory=list)
     #: Slots one worker of the one group holds (its GPUs; earlier releases: 1).

@@ -3,7 +3,7 @@ WorkerGroup`, or a :class:`~tidal.launch.torchrun.TorchrunGroup` for a role whos
 is ``torchrun`` (:func:`~tidal.launch.launchers.make_group`).
 
 Every backend runs a job the same way: apply the controller's latest slots, poll the group,
-report the job's :class:`~tidal.backends.base.JobStatus` and the workers' report batches,
+report the job's :class:`~tidal.launch.api.JobStatus` and the workers' report batches,
 and stop when told to or when the group ended. Only where the orders come from and where
 the status goes differ (the local backend's agent process talks through the job's store;
 the Ray backend's thread through memory): that is a :class:`JobControl`.
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from tidal.backends.base import JobStatus, RoleLaunch, WorkerState, WorkerStatus
+from tidal.launch.api import JobStatus, RoleLaunch, WorkerState, WorkerStatus
 from tidal.launch.endpoints import SlotNetwork
 from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.launchers import Group, make_group

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from tidal.backends.base import RoleLaunch
+from tidal.launch.api import RoleLaunch
 from tidal.launch.endpoints import LoopbackNetwork, SlotNetwork
 from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.launchers import Group, make_group

@@ -4,7 +4,7 @@ environment and its log file.
 A worker is named ``w<K>`` inside its group and reported as worker ``K`` to the
 controller; ``K`` is never reused within a group. Its output goes to
 ``<log_dir>/worker-<K>.log`` (:func:`worker_log_path`), which the controller reads
-(:func:`tidal.backends.base.worker_logs`) even after the backend forgot the job.
+(:func:`tidal.launch.api.worker_logs`) even after the backend forgot the job.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |$)")
 
 class WorkerPhase(enum.Enum):
     """Where a worker process is in the rescale protocol (inside its group; a backend
-    reports the coarser :class:`~tidal.backends.base.WorkerState`)."""
+    reports the coarser :class:`~tidal.launch.api.WorkerState`)."""
 
     STARTING = "starting"  # process started, model not built yet
     READY = "ready"  # waiting to be admitted

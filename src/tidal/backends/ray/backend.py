@@ -31,16 +31,10 @@ from typing import Any
 
 import ray
 
-from tidal.backends.base import (
-    LOCAL,
-    DiscoveredHost,
-    JobLaunch,
-    JobStatus,
-    read_reports,
-    worker_logs,
-)
+from tidal.backends.base import LOCAL, DiscoveredHost
 from tidal.backends.ray.network import RayNetwork
 from tidal.backends.ray.worker import RaySpawner
+from tidal.launch.api import JobLaunch, JobStatus, read_reports, worker_logs
 from tidal.launch.driver import GroupDriver, slot_name
 from tidal.launch.worker import WorkerSpec
 from tidal.policy.api import Slot
