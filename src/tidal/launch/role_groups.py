@@ -46,7 +46,7 @@ from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes
 from tidal.launch.worker import Worker, WorkerIds, WorkerSpec
 from tidal.model import stops_alone
 from tidal.policy.role_restart import RoleProgress, job_outcome
-from tidal.ps.config import PREFIX as PS_PREFIX
+from tidal.ps.env import ENV_BIND
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
 __all__ = ["PROTOCOL_LAUNCHERS", "RoleGroups"]
@@ -290,10 +290,10 @@ class RoleGroups:
     def _ps_bind(self, role: RoleLaunch, slot: str) -> dict[str, str]:
         """A server whose workers may be on other hosts listens on its host's address
         (``tidal.ps`` binds ``127.0.0.1`` by default), unless the job says where."""
-        key = PS_PREFIX + "BIND"
-        if self._network is None or role.name != PS_ROLE or key in {**self.spec.env, **role.env}:
+        own = {**self.spec.env, **role.env}
+        if self._network is None or role.name != PS_ROLE or ENV_BIND in own:
             return {}
-        return {key: f"tcp://{self._network.address(slot)}:0"}
+        return {ENV_BIND: f"tcp://{self._network.address(slot)}:0"}
 
     def _others(self, role: RoleLaunch) -> list[str]:
         slots = [s for name, held in self.assigned.items() if name != role.name for s in held]
