@@ -50,7 +50,7 @@ class Capabilities:
 LOCAL = Capabilities(name="the local backend")
 #: A backend that runs a job as one group: ``tidal`` or ``torchrun``, one role.
 ONE_GROUP = Capabilities(
-    launchers=frozenset({Launcher.TIDAL, Launcher.TORCHRUN}),
+    launchers=frozenset(launcher for launcher in Launcher if launcher.forms_group),
     restart_policies=frozenset({RestartKind.ON_FAILURE, RestartKind.NEVER, RestartKind.EXIT_CODE}),
     several_roles=False,
 )

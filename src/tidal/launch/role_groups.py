@@ -44,18 +44,15 @@ from tidal.launch.role_env import (
 )
 from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes
 from tidal.launch.worker import Worker, WorkerIds, WorkerSpec
-from tidal.model import stops_alone
+from tidal.model import Launcher, stops_alone
 from tidal.policy.role_restart import RoleProgress, job_outcome
 from tidal.ps.env import ENV_BIND
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
-__all__ = ["PROTOCOL_LAUNCHERS", "RoleGroups"]
+__all__ = ["RoleGroups"]
 
 log = logging.getLogger("tidal.launch")
 
-#: Launchers whose role runs as a group of its own protocol (resized in place or by
-#: restart); the others run as plain replica sets.
-PROTOCOL_LAUNCHERS = frozenset({"tidal", "torchrun"})
 #: Seconds the roles left running get to stop once the job succeeded.
 _STOP_GRACE = 10.0
 
@@ -113,7 +110,7 @@ class RoleGroups:
                 launcher=role.launcher,
                 role=role.name,
             )
-            if role.launcher in PROTOCOL_LAUNCHERS:
+            if Launcher(role.launcher).forms_group:
                 group = make_group(
                     role_spec,
                     on_output=on_output,
@@ -129,7 +126,7 @@ class RoleGroups:
         #: The job's store: the protocol group's, else one of its own.
         self.host = protocol.host if protocol is not None else RendezvousHost(store_host)
         for role in self.roles:
-            if role.launcher in PROTOCOL_LAUNCHERS:
+            if Launcher(role.launcher).forms_group:
                 continue
             role_spec = replace(
                 spec,
