@@ -45,8 +45,8 @@ from tidal.launch.api import (
     read_reports,
     worker_logs,
 )
-from tidal.launch.driver import slot_name
 from tidal.launch.process import kill_marked
+from tidal.launch.slot_names import format_slot
 from tidal.policy.api import Slot
 from tidal.runtime.rendezvous import ReportQueue, connect_store
 
@@ -161,7 +161,7 @@ class LocalBackend:
         config = AgentConfig(
             job_id=launch.job_id,
             argv=list(launch.argv),
-            slots=[slot_name(s) for s in slots],
+            slots=[format_slot(s) for s in slots],
             env=dict(launch.env),
             working_dir=str(launch.working_dir) if launch.working_dir else None,
             log_dir=str(launch.log_dir) if launch.log_dir else None,
@@ -209,7 +209,7 @@ class LocalBackend:
         config_path = self.state_dir / f"{dead.job_id}.launch.json"
         config = AgentConfig(**json.loads(config_path.read_text()))
         known = [w.worker_id for w in dead.died.workers] if dead.died else []
-        config.slots = [slot_name(s) for s in slots]
+        config.slots = [format_slot(s) for s in slots]
         config.first_worker_id = max([config.first_worker_id - 1, *known]) + 1
         final_path(self.state_dir, dead.job_id).unlink(missing_ok=True)
         for attempt in range(1, _AGENT_STARTS + 1):
@@ -275,7 +275,7 @@ class LocalBackend:
             return
         agent.assign_seq += 1
         with contextlib.suppress(Exception):  # an agent that just ended: poll reports it
-            write_order(agent.store, [slot_name(s) for s in slots], agent.assign_seq)
+            write_order(agent.store, [format_slot(s) for s in slots], agent.assign_seq)
 
     def stop(self, job_id: str) -> None:
         """Release the job's workers (rank 0 checkpoints) and end its agent."""

@@ -36,7 +36,8 @@ from typing import Any
 import torch.distributed as dist
 
 from tidal.launch.api import JobStatus, RoleLaunch, WorkerState, WorkerStatus
-from tidal.launch.driver import GroupDriver, replica_name, worker_slots
+from tidal.launch.driver import GroupDriver
+from tidal.launch.slot_names import format_slots, status_slots
 from tidal.launch.warm import WarmSpawner, script_imports, warm_pool_size
 from tidal.launch.worker import WorkerSpec
 from tidal.runtime.rendezvous import ReportQueue
@@ -123,7 +124,7 @@ class AgentStatus:
         workers = [
             AgentWorker(
                 w.worker_id,
-                replica_name(w.held),
+                format_slots(w.held),
                 w.state.value,
                 w.pid,
                 w.exit_code,
@@ -140,7 +141,7 @@ class AgentStatus:
         workers = tuple(
             WorkerStatus(
                 worker_id=w.id,
-                **worker_slots(w.slot),
+                **status_slots(w.slot),
                 state=WorkerState(w.state),
                 pid=w.pid,
                 exit_code=w.exit_code,

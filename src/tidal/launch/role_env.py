@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from tidal.launch.slot_names import slot_host
 from tidal.ps.env import (
     ENV_ADDRESS_DIR,
     ENV_CHECKPOINT_DIR,
@@ -108,7 +109,7 @@ def ps_env(
 def _per_host(slots: Sequence[str]) -> list[tuple[str, int]]:
     counts: dict[str, int] = {}
     for slot in slots:
-        host = slot.rpartition(":")[0]
+        host = slot_host(slot)
         counts[host] = counts.get(host, 0) + 1
     return list(counts.items())
 

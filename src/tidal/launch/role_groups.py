@@ -43,6 +43,7 @@ from tidal.launch.role_env import (
     tf_config,
 )
 from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes
+from tidal.launch.slot_names import join_slots, slot_indices
 from tidal.launch.worker import Worker, WorkerIds, WorkerSpec
 from tidal.model import Launcher, stops_alone
 from tidal.policy.role_restart import RoleProgress, job_outcome
@@ -297,7 +298,7 @@ class RoleGroups:
         if self._network is None:
             return slots
         # Hosts as the launcher's program reaches them: ``address:i``.
-        return [f"{self._network.address(s)}:{s.rpartition(':')[2]}" for s in slots]
+        return [join_slots(self._network.address(s), slot_indices(s)) for s in slots]
 
     def _hostfile(self, role: RoleLaunch) -> Path:
         return self.work_dir / f"hostfile-{role.name}"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from tidal.launch.process import WorkerProcess
-from tidal.launch.role_slots import split_name
+from tidal.launch.slot_names import slot_indices
 from tidal.runtime.api import (
     ENV_CHECKPOINT_DIR,
     ENV_CHECKPOINT_EVERY_SECONDS,
@@ -173,7 +173,7 @@ def worker_env(spec: WorkerSpec, *, worker_id: str, slot: str, store: str) -> di
     if spec.checkpoint_dir:
         env[ENV_CHECKPOINT_DIR] = spec.checkpoint_dir
     if spec.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(split_name(slot)[1])
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(slot_indices(slot))
     return env
 
 

@@ -35,7 +35,8 @@ from tidal.backends.base import LOCAL, DiscoveredHost
 from tidal.backends.ray.network import RayNetwork
 from tidal.backends.ray.worker import RaySpawner
 from tidal.launch.api import JobLaunch, JobStatus, read_reports, worker_logs
-from tidal.launch.driver import GroupDriver, slot_name
+from tidal.launch.driver import GroupDriver
+from tidal.launch.slot_names import format_slot
 from tidal.launch.worker import WorkerSpec
 from tidal.policy.api import Slot
 
@@ -249,7 +250,7 @@ class RayBackend:
         kept = [s for s in slots if self._node(s[0]) is not None]
         if len(kept) < len(slots):
             log.info("skipping %d slot(s) on nodes that are gone", len(slots) - len(kept))
-        return [slot_name(s) for s in kept]
+        return [format_slot(s) for s in kept]
 
     def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
         """Set the job's slots (applied at its next step boundary)."""
