@@ -191,7 +191,7 @@ def test_roles_of_several_gpus_split_by_whole_replicas() -> None:
 
 
 def test_a_worker_of_several_gpus_sees_all_of_them() -> None:
-    spec = WorkerSpec(argv=["x"], run_id="r", gpus=True, replica_slots=2)
+    spec = WorkerSpec(argv=["x"], job_id="r", gpu=True, replica_slots=2)
     env = worker_env(spec, worker_id="w0", slot="h:2,3", store="s:1")
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     # Under torchrun's variables each such worker is a node of its own, as a Kubeflow pod

@@ -251,15 +251,15 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
     """Run the job until it ends or the backend stops it; returns the exit status."""
     spec = WorkerSpec(
         argv=config.argv,
-        run_id=config.job_id,
+        job_id=config.job_id,
         env=config.env,
-        cwd=config.working_dir,
+        working_dir=config.working_dir,
         log_dir=Path(config.log_dir) if config.log_dir else None,
         checkpoint_dir=config.checkpoint_dir,
         checkpoint_every_steps=config.checkpoint_every_steps,
         checkpoint_every_seconds=config.checkpoint_every_seconds,
         timeout=config.timeout,
-        gpus=config.gpus,
+        gpu=config.gpus,
         replica_slots=config.replica_slots,
         launcher=config.launcher,
         role=config.role,

@@ -23,7 +23,6 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from tidal.launch.api import RoleLaunch
@@ -44,7 +43,7 @@ from tidal.launch.role_env import (
 )
 from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes
 from tidal.launch.slot_names import join_slots, slot_indices
-from tidal.launch.worker import Worker, WorkerIds, WorkerSpec
+from tidal.launch.worker import Worker, WorkerIds, WorkerSpec, role_spec
 from tidal.model import Launcher, stops_alone
 from tidal.policy.role_restart import RoleProgress, job_outcome
 from tidal.ps.env import ENV_BIND
@@ -83,7 +82,7 @@ class RoleGroups:
         self.roles = list(roles)
         self.spec = spec
         self.ids = WorkerIds(first_worker_id)
-        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=f"tidal-{spec.run_id}-"))
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=f"tidal-{spec.job_id}-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.shapes = [
             RoleShape(
@@ -103,17 +102,9 @@ class RoleGroups:
         self.groups: dict[str, Group | ReplicaSet] = {}
         protocol: Group | None = None
         for role in self.roles:
-            role_spec = replace(
-                spec,
-                argv=list(role.argv),
-                env={**spec.env, **role.env, ENV_ROLE: role.name},
-                cwd=role.working_dir or spec.cwd,
-                launcher=role.launcher,
-                role=role.name,
-            )
             if Launcher(role.launcher).forms_group:
                 group = make_group(
-                    role_spec,
+                    role_spec(spec, role, {ENV_ROLE: role.name}),
                     on_output=on_output,
                     on_event=on_event,
                     on_failure=on_failure,
@@ -129,16 +120,8 @@ class RoleGroups:
         for role in self.roles:
             if Launcher(role.launcher).forms_group:
                 continue
-            role_spec = replace(
-                spec,
-                argv=list(role.argv),
-                env={**spec.env, **role.env},
-                cwd=role.working_dir or spec.cwd,
-                launcher=role.launcher,
-                role=role.name,
-            )
             self.groups[role.name] = ReplicaSet(
-                role_spec,
+                role_spec(spec, role),
                 policy=role.policy,
                 env_for=self._env_maker(role),
                 on_output=on_output,
@@ -310,6 +293,6 @@ class RoleGroups:
         tmp.replace(path)
 
     def _emit(self, kind: str, message: str) -> None:
-        log.info("run=%s %s: %s", self.spec.run_id, kind, message)
+        log.info("run=%s %s: %s", self.spec.job_id, kind, message)
         if self._on_event is not None:
             self._on_event(GroupEvent(kind, message, time=time.time()))

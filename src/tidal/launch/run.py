@@ -105,8 +105,8 @@ def run(options: RunOptions, console: Console) -> int:
     spec = WorkerSpec(
         argv=worker_argv(options.command),
         # Each worker sees only its slot's GPU (CUDA_VISIBLE_DEVICES), so it uses cuda:0.
-        gpus=bool(gpus),
-        run_id=options.run_id,
+        gpu=bool(gpus),
+        job_id=options.run_id,
         log_dir=options.log_dir,
         checkpoint_dir=options.checkpoint_dir,
         checkpoint_every_steps=options.checkpoint_every,

@@ -37,7 +37,7 @@ from tidal.backends.ray.worker import RaySpawner
 from tidal.launch.api import JobLaunch, JobStatus, read_reports, worker_logs
 from tidal.launch.driver import GroupDriver
 from tidal.launch.slot_names import format_slot
-from tidal.launch.worker import WorkerSpec
+from tidal.launch.worker import worker_spec
 from tidal.policy.api import Slot
 
 __all__ = ["SLOT_RESOURCE", "RayBackend"]
@@ -190,26 +190,10 @@ class RayBackend:
         if existing is not None and not existing.stopping:
             self.assign(launch.job_id, slots)
             return
-        spec = WorkerSpec(
-            argv=list(launch.argv),
-            run_id=launch.job_id,
-            env=dict(launch.env),
-            cwd=str(launch.working_dir) if launch.working_dir else None,
-            log_dir=launch.log_dir,
-            checkpoint_dir=str(launch.checkpoint_dir) if launch.checkpoint_dir else None,
-            checkpoint_every_steps=launch.checkpoint_every_steps,
-            checkpoint_every_seconds=launch.checkpoint_every_seconds,
-            timeout=self.timeout,
-            # Ray gives each GPU worker its GPU (CUDA_VISIBLE_DEVICES) itself.
-            gpus=False,
-            replica_slots=launch.replica_slots,
-            launcher=launch.launcher,
-            role=launch.role,
-            max_restarts=launch.max_restarts,
-        )
         driver = GroupDriver(
             launch.job_id,
-            spec,
+            # Ray gives each GPU worker its GPU (CUDA_VISIBLE_DEVICES) itself.
+            worker_spec(launch, timeout=self.timeout, pin_gpus=False),
             spawner=RaySpawner(self._placement, on_lost=self.refresh),
             store_host=self.store_host,
             stop_grace=_STOP_GRACE,
