@@ -1,9 +1,9 @@
-"""The launch layer's interface: what a backend hands the launch layer (a :class:`JobLaunch`)
-and what comes back (a :class:`JobStatus` of :class:`WorkerStatus` es, the workers'
-:class:`MetricPoint` s), plain data both sides share.
+"""The launch layer's interface: what a backend hands the launch layer to run a job
+(:class:`JobLaunch`, :class:`RoleLaunch`) and what it reports back (:class:`JobStatus`,
+made of :class:`WorkerStatus` and the workers' :class:`MetricPoint` reports).
 
-It sits below both :mod:`tidal.launch` and :mod:`tidal.backends`, so it imports nothing of
-either: only the job model and the policies' slot type.
+Plain data both sides share: it sits below both :mod:`tidal.launch` and
+:mod:`tidal.backends` and imports neither (of tidal, only the policies' slot type).
 """
 
 from __future__ import annotations
