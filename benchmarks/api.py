@@ -24,9 +24,9 @@ from pathlib import Path
 
 import httpx
 
-from tidal.backends.base import JobLaunch, JobStatus
 from tidal.controller.auth import read_token
 from tidal.controller.discovery import read_server_info
+from tidal.launch.api import JobLaunch, JobStatus
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,6 +25,7 @@ from tidal.model import (
     Job,
     JobState,
     JobStateError,
+    Launcher,
     Replicas,
     Role,
     check_transition,
@@ -56,7 +57,7 @@ def test_a_spec_becomes_a_one_role_job() -> None:
     assert role.restart.max_restarts == 5
     assert role.launcher.value == "tidal"
     assert (job.placement.group, dict(job.placement.labels)) == ("a100", {"ib": "yes"})
-    assert (job.owner, job.team, job.kind.value) == ("admin", "default", "elastic")
+    assert (job.owner, job.team) == ("admin", "default")
     assert job.checkpointing.dir == "ckpt"
     # Without `initial`, a job starts at its maximum, as the spec documents.
     assert (
@@ -80,6 +81,27 @@ def test_roles_need_distinct_names_and_sane_replicas() -> None:
     assert job.role_named("ps") is ps
     with pytest.raises(KeyError):
         job.role_named("chief")
+
+
+@pytest.mark.parametrize(
+    ("launcher", "group", "restarts", "replicas", "fixed"),
+    [
+        (Launcher.TIDAL, True, False, False, False),
+        (Launcher.TORCHRUN, True, True, False, False),
+        (Launcher.TF, False, False, True, True),
+        (Launcher.MPI, False, False, True, False),
+        (Launcher.PS, False, False, True, False),
+    ],
+)
+def test_what_each_launcher_implies(
+    launcher: Launcher, group: bool, restarts: bool, replicas: bool, fixed: bool
+) -> None:
+    assert (
+        launcher.forms_group,
+        launcher.restart_based,
+        launcher.runs_replicas,
+        launcher.fixed_count,
+    ) == (group, restarts, replicas, fixed)
 
 
 @pytest.mark.parametrize(

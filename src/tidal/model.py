@@ -35,7 +35,6 @@ __all__ = [
     "WORKER_ROLE",
     "Checkpointing",
     "Job",
-    "JobKind",
     "JobState",
     "JobStateError",
     "Launcher",
@@ -111,19 +110,16 @@ def check_transition(job_id: str, old: JobState, new: JobState) -> None:
         raise JobStateError(f"job {job_id} is {old.value}; it cannot become {new.value}")
 
 
-class JobKind(str, Enum):
-    """What shape of training a job is; it decides which roles the job has."""
-
-    #: One elastic data-parallel group of identical workers (every job today).
-    ELASTIC = "elastic"
-
-
 class Launcher(str, Enum):
     """What starts a role's processes and forms their group.
 
     ``tidal`` runs the rescale protocol (in-place resize); ``torchrun`` gives an unmodified
     script torchrun's environment and resizes by restarting every worker. A spec may name
     any of these; which ones a server can start is :mod:`tidal.controller.support`'s answer.
+
+    What a launcher implies for the rest of the system is read from its properties
+    (:attr:`forms_group`, :attr:`restart_based`, :attr:`runs_replicas`,
+    :attr:`fixed_count`), never from a list of launchers kept elsewhere.
     """
 
     #: tidal's own runtime: the group resizes in place.
@@ -138,9 +134,29 @@ class Launcher(str, Enum):
     PS = "ps"
 
     @property
+    def forms_group(self) -> bool:
+        """Whether the role's replicas form one group that runs the launcher's own
+        protocol (tidal's rescale protocol, torchrun's restarts): a job has at most one
+        such role, and a one-role job of it runs as that one group."""
+        return self in (Launcher.TIDAL, Launcher.TORCHRUN)
+
+    @property
     def restart_based(self) -> bool:
         """Whether a resize (or a failure) restarts every worker of the role."""
         return self is Launcher.TORCHRUN
+
+    @property
+    def runs_replicas(self) -> bool:
+        """Whether the role runs as a set of plain replicas the launch layer starts one
+        by one with the launcher's environment (``TF_CONFIG``, a hostfile, the
+        parameter-server contract), even in a one-role job."""
+        return not self.forms_group
+
+    @property
+    def fixed_count(self) -> bool:
+        """Whether the role's replica count is fixed: its replicas find each other at
+        addresses every one of them is given at start (``TF_CONFIG`` lists them all)."""
+        return self is Launcher.TF
 
     @property
     def resize_mode(self) -> str:
@@ -256,7 +272,6 @@ class Job:
     id: str = ""
     owner: str = DEFAULT_OWNER
     team: str = DEFAULT_TEAM
-    kind: JobKind = JobKind.ELASTIC
     priority: int = 5000
     placement: Placement = field(default_factory=Placement)
     checkpointing: Checkpointing = field(default_factory=Checkpointing)

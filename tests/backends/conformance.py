@@ -37,7 +37,8 @@ from pathlib import Path
 
 import pytest
 
-from tidal.backends.base import Backend, JobLaunch, JobStatus, WorkerState
+from tidal.backends.base import Backend
+from tidal.launch.api import JobLaunch, JobStatus, WorkerState
 from tidal.policy.api import Slot
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "elastic_digits.py"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.backends.conformance import BackendConformance, Harness
-from tidal.backends.base import JobLaunch, WorkerState
 from tidal.backends.local import LocalBackend
+from tidal.launch.api import JobLaunch, WorkerState
 
 pytestmark = pytest.mark.slow
 

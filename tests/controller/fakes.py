@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tidal.backends.base import JobLaunch, JobStatus, MetricPoint, WorkerState, WorkerStatus
+from tidal.launch.api import JobLaunch, JobStatus, MetricPoint, WorkerState, WorkerStatus
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
 
 

@@ -381,7 +381,7 @@ def test_hosts_follow_a_discovering_backend(store: Store, tmp_path: Path, clock:
 
 
 def test_reports_are_stored_and_feed_the_policy(store: Store, tmp_path: Path, clock: Clock) -> None:
-    from tidal.backends.base import MetricPoint
+    from tidal.launch.api import MetricPoint
     from tidal.policy.api import Cluster, JobRequest, Slot
 
     seen: list[JobRequest] = []

@@ -20,11 +20,11 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Column, Engine, MetaData, String, create_engine, inspect, select, text
 
 from tests.controller.postgres import Postgres
-from tidal.backends.base import WorkerState, WorkerStatus
 from tidal.controller import migrations
 from tidal.controller.database import SCHEMA_VERSION
 from tidal.controller.requests import SetPriority
 from tidal.controller.store import JobRecord, Store
+from tidal.launch.api import WorkerState, WorkerStatus
 from tidal.model import JobState
 from tidal.spec import parse_spec
 

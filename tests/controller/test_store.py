@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import StatementError
 
-from tidal.backends.base import WorkerState, WorkerStatus
 from tidal.controller.store import Event, Store
+from tidal.launch.api import WorkerState, WorkerStatus
 from tidal.model import JobState, JobStateError
 from tidal.spec import JobSpec, parse_spec
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from tidal.backends.base import WorkerState
 from tidal.controller.records import JobRecord, WorkerRecord
 from tidal.controller.requests import StopWorkers
 from tidal.controller.store import Store
 from tidal.controller.worker_stops import StopRefused, plan_stop
+from tidal.launch.api import WorkerState
 from tidal.model import JobState
 from tidal.spec import parse_spec
 

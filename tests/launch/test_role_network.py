@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tidal.backends.base import RoleLaunch
+from tidal.launch.api import RoleLaunch
 from tidal.launch.group import Outcome
 from tidal.launch.role_groups import RoleGroups
 from tidal.launch.worker import WorkerSpec
@@ -45,7 +45,7 @@ def _tf_job(tmp_path: Path, network: NodeNetwork | None) -> RoleGroups:
         RoleLaunch("chief", ARGV, launcher="tf"),
         RoleLaunch("worker", ARGV, launcher="tf", min=2, max=2, ends_job=False),
     ]
-    spec = WorkerSpec(argv=[], run_id="net", log_dir=tmp_path / "logs")
+    spec = WorkerSpec(argv=[], job_id="net", log_dir=tmp_path / "logs")
     return RoleGroups(spec, roles, network=network, work_dir=tmp_path / "job")
 
 
@@ -132,7 +132,7 @@ def _mpi_job(tmp_path: Path, network: NodeNetwork | None) -> RoleGroups:
         RoleLaunch("launcher", ("true",), launcher="mpi"),
         RoleLaunch("worker", ("true",), launcher="mpi", min=3, max=3, ends_job=False),
     ]
-    spec = WorkerSpec(argv=[], run_id="mpi", log_dir=tmp_path / "logs")
+    spec = WorkerSpec(argv=[], job_id="mpi", log_dir=tmp_path / "logs")
     return RoleGroups(spec, roles, network=network, work_dir=tmp_path / "job")
 
 
@@ -182,7 +182,7 @@ def test_ps_servers_bind_their_nodes_address_unless_the_job_says(tmp_path: Path)
             RoleLaunch("ps", argv, env=env, launcher="ps", ends_job=False),
             RoleLaunch("worker", argv, launcher="ps"),
         ]
-        spec = WorkerSpec(argv=[], run_id=name, log_dir=tmp_path / name / "logs")
+        spec = WorkerSpec(argv=[], job_id=name, log_dir=tmp_path / name / "logs")
         groups = RoleGroups(spec, roles, network=network, work_dir=tmp_path / name / "job")
         try:
             groups.assign(["n2:0", "n1:0"])

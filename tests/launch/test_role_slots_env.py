@@ -6,15 +6,22 @@ import json
 
 import pytest
 
-from tidal.launch.driver import parse_slots, replica_name, worker_slots
 from tidal.launch.role_env import hostfile_text, hosts_text, mpi_env, ps_env, tf_config
 from tidal.launch.role_slots import (
     RoleShape,
     assign_roles,
     fit_shapes,
     group_replicas,
-    members,
     replica_indices,
+)
+from tidal.launch.slot_names import (
+    format_slot,
+    format_slots,
+    member_names,
+    parse_slots,
+    slot_host,
+    slot_indices,
+    status_slots,
 )
 from tidal.launch.torchrun_env import TorchrunWorld, torchrun_env
 from tidal.launch.worker import WorkerSpec, worker_env
@@ -146,11 +153,19 @@ def test_workers_of_several_gpus_are_formed_on_one_host_and_keep_their_slots() -
     # One of its slots gone: the worker is formed afresh from what its host still has.
     assert group_replicas(["a:0", "a:1", "a:3"], 2, ["a:1,2", "a:0,3"]) == ["a:0,3"]
     assert group_replicas(slots, 1, ["x"]) == slots
-    assert members("a:1,2") == ["a:1", "a:2"] and members("a:1") == ["a:1"]
+    assert member_names("a:1,2") == ["a:1", "a:2"] and member_names("a:1") == ["a:1"]
     assert parse_slots("h:2,3") == (("h", 2), ("h", 3))
-    assert replica_name([("h", 2), ("h", 3)]) == "h:2,3"
-    assert worker_slots("h:2,3") == {"slot": ("h", 2), "slots": (("h", 2), ("h", 3))}
-    assert worker_slots("h:2") == {"slot": ("h", 2), "slots": ()}
+    assert format_slots([("h", 2), ("h", 3)]) == "h:2,3"
+    assert status_slots("h:2,3") == {"slot": ("h", 2), "slots": (("h", 2), ("h", 3))}
+    assert status_slots("h:2") == {"slot": ("h", 2), "slots": ()}
+
+
+def test_slot_names_read_back_what_they_write() -> None:
+    assert format_slot(("h", 3)) == "h:3" and parse_slots("h:3") == (("h", 3),)
+    # A host name with colons (an IPv6 address): the indices follow the last one.
+    assert parse_slots(format_slots([("::1", 0), ("::1", 1)])) == (("::1", 0), ("::1", 1))
+    # Indices are kept as written where only the string matters (GPU UUIDs).
+    assert (slot_host("local:GPU-1a"), slot_indices("local:GPU-1a")) == ("local", ["GPU-1a"])
 
 
 def test_roles_of_several_gpus_split_by_whole_replicas() -> None:
@@ -176,7 +191,7 @@ def test_roles_of_several_gpus_split_by_whole_replicas() -> None:
 
 
 def test_a_worker_of_several_gpus_sees_all_of_them() -> None:
-    spec = WorkerSpec(argv=["x"], run_id="r", gpus=True, replica_slots=2)
+    spec = WorkerSpec(argv=["x"], job_id="r", gpu=True, replica_slots=2)
     env = worker_env(spec, worker_id="w0", slot="h:2,3", store="s:1")
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     # Under torchrun's variables each such worker is a node of its own, as a Kubeflow pod

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from tidal.backends.base import WorkerState
+from tidal.launch.api import WorkerState
 from tidal.launch.driver import worker_state
 from tidal.launch.group import WorkerGroup
 from tidal.launch.process import LocalSpawner
@@ -85,7 +85,7 @@ def test_kill_workers_marks_only_running_ones_killed_and_reaps_their_sessions(
 def test_a_leaver_that_exits_with_an_error_is_released_and_a_member_that_does_failed() -> None:
     # A worker on its way out can end with an error when a peer dies in the handover (its
     # last collective breaks): the job asked it to go, so that is no failure to count.
-    group = WorkerGroup(WorkerSpec(argv=["unused"], run_id="leave"))
+    group = WorkerGroup(WorkerSpec(argv=["unused"], job_id="leave"))
     try:
         leaver, member = (
             Worker(

@@ -1,5 +1,5 @@
 """Backends start, stop and watch a job's worker processes; they never decide anything."""
 
-from tidal.backends.base import Backend, JobLaunch, JobStatus, WorkerState, WorkerStatus
+from tidal.backends.base import Backend
 
-__all__ = ["Backend", "JobLaunch", "JobStatus", "WorkerState", "WorkerStatus"]
+__all__ = ["Backend"]

@@ -18,26 +18,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
-from tidal.backends.base import (
-    JobLaunch,
-    JobStatus,
-    MetricPoint,
-    WorkerState,
-    read_reports,
-    worker_logs,
-)
 from tidal.launch.agent import (
     ENV_AGENT_TREE,
     KEY_REPORTS,
     KEY_STATUS,
     KEY_STOP,
-    AgentConfig,
     AgentStatus,
     AgentWorker,
     final_path,
@@ -45,8 +36,17 @@ from tidal.launch.agent import (
     record_path,
     write_order,
 )
-from tidal.launch.driver import slot_name
+from tidal.launch.agent_config import AgentConfig
+from tidal.launch.api import (
+    JobLaunch,
+    JobStatus,
+    MetricPoint,
+    WorkerState,
+    read_reports,
+    worker_logs,
+)
 from tidal.launch.process import kill_marked
+from tidal.launch.slot_names import format_slot
 from tidal.policy.api import Slot
 from tidal.runtime.rendezvous import ReportQueue, connect_store
 
@@ -106,8 +106,7 @@ class LocalBackend:
             launch = self.state_dir / f"{job_id}.launch.json"
             log_dir = None
             if launch.exists():
-                raw = json.loads(launch.read_text()).get("log_dir")
-                log_dir = Path(raw) if raw else None
+                log_dir = AgentConfig.from_json(launch.read_text()).launch.log_dir
             host, _, port = str(data["store"]).rpartition(":")
             try:
                 store = connect_store(host, int(port), timeout=10)
@@ -159,29 +158,17 @@ class LocalBackend:
             return
         final_path(self.state_dir, launch.job_id).unlink(missing_ok=True)
         config = AgentConfig(
-            job_id=launch.job_id,
-            argv=list(launch.argv),
-            slots=[slot_name(s) for s in slots],
-            env=dict(launch.env),
-            working_dir=str(launch.working_dir) if launch.working_dir else None,
-            log_dir=str(launch.log_dir) if launch.log_dir else None,
-            checkpoint_dir=str(launch.checkpoint_dir) if launch.checkpoint_dir else None,
-            checkpoint_every_steps=launch.checkpoint_every_steps,
-            checkpoint_every_seconds=launch.checkpoint_every_seconds,
-            gpus=self.gpus and launch.gpu,
+            # Workers are pinned to their GPUs only where this machine's slots are GPUs.
+            launch=replace(launch, gpu=self.gpus and launch.gpu),
+            slots=[format_slot(s) for s in slots],
             timeout=self.timeout,
-            launcher=launch.launcher,
-            role=launch.role,
-            max_restarts=launch.max_restarts,
-            roles=[asdict(r) for r in launch.roles],
-            replica_slots=launch.replica_slots,
         )
         self._spawn_agent(config, launch.log_dir)
 
     def _spawn_agent(self, config: AgentConfig, log_dir: Path | None) -> _Agent:
         """Start an agent for ``config`` and wait until it serves its store."""
         config_path = self.state_dir / f"{config.job_id}.launch.json"
-        config_path.write_text(json.dumps(asdict(config)))
+        config_path.write_text(config.to_json())
         agent_log = self.state_dir / f"{config.job_id}.agent.log"
         tree = f"{config.job_id}-{secrets.token_hex(8)}"
         # A killed agent leaves its record: waiting for the new one's must not find it.
@@ -207,9 +194,9 @@ class LocalBackend:
         """A new agent for a job whose agent died: the same launch on ``slots``; its
         workers resume from the job's latest checkpoint, numbered after the old ones."""
         config_path = self.state_dir / f"{dead.job_id}.launch.json"
-        config = AgentConfig(**json.loads(config_path.read_text()))
+        config = AgentConfig.from_json(config_path.read_text())
         known = [w.worker_id for w in dead.died.workers] if dead.died else []
-        config.slots = [slot_name(s) for s in slots]
+        config.slots = [format_slot(s) for s in slots]
         config.first_worker_id = max([config.first_worker_id - 1, *known]) + 1
         final_path(self.state_dir, dead.job_id).unlink(missing_ok=True)
         for attempt in range(1, _AGENT_STARTS + 1):
@@ -275,7 +262,7 @@ class LocalBackend:
             return
         agent.assign_seq += 1
         with contextlib.suppress(Exception):  # an agent that just ended: poll reports it
-            write_order(agent.store, [slot_name(s) for s in slots], agent.assign_seq)
+            write_order(agent.store, [format_slot(s) for s in slots], agent.assign_seq)
 
     def stop(self, job_id: str) -> None:
         """Release the job's workers (rank 0 checkpoints) and end its agent."""
@@ -343,9 +330,7 @@ class LocalBackend:
         """An agent that died before its first status: the workers it was to start, as it
         numbers them (one per slot, from ``first_worker_id``), still starting."""
         try:
-            config = AgentConfig(
-                **json.loads((self.state_dir / f"{job_id}.launch.json").read_text())
-            )
+            config = AgentConfig.from_json((self.state_dir / f"{job_id}.launch.json").read_text())
         except (OSError, ValueError, TypeError):
             return None
         workers = [

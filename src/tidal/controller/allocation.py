@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.store import JobRecord
+from tidal.launch.slot_names import format_slot
 from tidal.model import Job
 from tidal.policy.api import JobRequest, Slot, ThroughputModel, job_request
 from tidal.policy.whole_replicas import fit_replicas
@@ -68,7 +69,7 @@ def allocation_problems(
         for host, index in slots:
             model = cluster.host(host)
             if model is None or not 0 <= index < model.slots:
-                problems.append(f"{job_id}: no slot {host}:{index}")
+                problems.append(f"{job_id}: no slot {format_slot((host, index))}")
             elif not model.matches(job.placement.group, job.placement.labels):
                 problems.append(f"{job_id}: host {host} does not match the job's target")
     return problems

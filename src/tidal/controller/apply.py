@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tidal.backends.base import JobLaunch
 from tidal.controller.effects import LoopEffects
 from tidal.controller.failures import fail
 from tidal.controller.store import Event, JobRecord
+from tidal.launch.api import JobLaunch
 from tidal.model import JobState
 from tidal.policy.api import Slot
 

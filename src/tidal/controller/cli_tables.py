@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tidal.launch.slot_names import join_slots
+
 if TYPE_CHECKING:
     from tidal.controller.schema import ClusterView, EventView, JobDetail, JobView
 
@@ -134,7 +136,7 @@ def print_job_detail(console: Console, detail: JobDetail, events: Sequence[Event
             table.add_row(
                 str(w.worker_id),
                 *where,
-                f"{w.host}:{','.join(map(str, w.slots or [w.slot]))}",
+                join_slots(w.host, w.slots or [w.slot]),
                 str(w.pid or "-"),
                 w.state,
                 "-" if w.exit_code is None else str(w.exit_code),

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tidal.backends.base import JobStatus, WorkerState, WorkerStatus
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.effects import LoopEffects
 from tidal.controller.store import Event, JobRecord
-from tidal.model import JobState, Launcher
+from tidal.launch.api import JobStatus, WorkerState, WorkerStatus
+from tidal.model import JobState
 from tidal.policy.restart import Fail, LostWorker, Noop, RestartView, decide_restart
 from tidal.policy.role_restart import ReplicaExit, RoleRule, sort_exits
 
@@ -50,7 +50,7 @@ def on_failures(
         restarts=job.restarts,
         group_gone=not running,
         # torchrun's way: a failure restarts every worker (the backend's group does it).
-        whole_group=role.launcher is Launcher.TORCHRUN and len(model.roles) == 1,
+        whole_group=role.launcher.restart_based and len(model.roles) == 1,
     )
     # An exit 0 to restart (policy Always) is a restart like any other here.
     lost = [LostWorker(str(w.worker_id), w.slot[0], w.exit_code or None) for w in failed]

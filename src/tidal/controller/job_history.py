@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from tidal.backends.base import WorkerState, WorkerStatus
 from tidal.controller.database import Database, number_change
 from tidal.controller.read_queries import events_query, goodput_query, rows, workers_query
 from tidal.controller.records import (
@@ -32,6 +31,7 @@ from tidal.controller.tables import (
     WorkerRow,
     slots_of,
 )
+from tidal.launch.api import WorkerState, WorkerStatus
 from tidal.model import JobState
 from tidal.policy.api import Slot
 

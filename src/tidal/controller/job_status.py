@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tidal.backends.base import WorkerState
 from tidal.controller.records import EventRecord, JobRecord, WorkerRecord
+from tidal.launch.api import WorkerState
 from tidal.model import Job, JobState
 
 __all__ = ["Condition", "RoleStatus", "conditions", "role_statuses"]

@@ -6,13 +6,11 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from tidal.backends.base import Backend, JobLaunch, RoleLaunch, worker_logs
-from tidal.model import Job, Launcher, Role
+from tidal.backends.base import Backend
+from tidal.launch.api import JobLaunch, RoleLaunch, worker_logs
+from tidal.model import Job, Role
 
 __all__ = ["JobFiles", "build_launch", "role_launches", "runs_as_one_group"]
-
-#: Launchers whose one-role job still runs as a replica set (not one protocol group).
-_REPLICA_LAUNCHERS = frozenset({Launcher.TF, Launcher.MPI, Launcher.PS})
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +60,7 @@ def _role_launch(role: Role, job_id: str) -> RoleLaunch:
 def runs_as_one_group(job: Job) -> bool:
     """Whether the job's workers are one group (one role, launched by ``tidal`` or
     ``torchrun``) rather than roles the backend runs one by one."""
-    return len(job.roles) == 1 and job.role.launcher not in _REPLICA_LAUNCHERS
+    return len(job.roles) == 1 and not job.role.launcher.runs_replicas
 
 
 def role_launches(job: Job) -> tuple[RoleLaunch, ...]:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
-from tidal.backends.base import Backend, HostDiscovery, JobLaunch, JobStatus
+from tidal.backends.base import Backend, HostDiscovery
 from tidal.controller.allocation import allocation_problems, plan_changes, policy_request
 from tidal.controller.apply import apply_slots
 from tidal.controller.cluster import ClusterModel, describe_change
@@ -30,6 +30,7 @@ from tidal.controller.launching import JobFiles, build_launch
 from tidal.controller.observe import apply_pending, observe, throughput_models
 from tidal.controller.prometheus import ControllerMetrics
 from tidal.controller.store import Event, JobRecord, Store
+from tidal.launch.api import JobLaunch, JobStatus
 from tidal.model import ACTIVE_STATES, Job, JobState
 from tidal.policy.api import Policy, Slot
 from tidal.policy.whole_replicas import WholeReplicas

@@ -11,12 +11,12 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tidal.backends.base import JobStatus, WorkerState
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.effects import LoopEffects
 from tidal.controller.failures import end_workers, fail, on_failures
 from tidal.controller.requests import PendingRequest, apply_requests
 from tidal.controller.store import Event, JobRecord
+from tidal.launch.api import JobStatus, WorkerState
 from tidal.model import ACTIVE_STATES, JobState
 from tidal.policy.api import Slot, ThroughputModel
 from tidal.policy.goodput_model import model_from_dict

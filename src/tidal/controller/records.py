@@ -7,9 +7,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from tidal.backends.base import WorkerState
 from tidal.controller.stored_specs import load_stored_spec
 from tidal.controller.tables import JobRow, slots_of
+from tidal.launch.api import WorkerState
 from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM, Job, JobState, Replicas, job_from_spec
 from tidal.policy.api import Slot
 from tidal.spec import JobSpec

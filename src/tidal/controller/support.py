@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tidal.backends.base import LOCAL, ONE_GROUP, Capabilities
 from tidal.controller.cluster import ClusterModel
-from tidal.model import Job, Launcher, RestartKind, Role
+from tidal.model import Job, RestartKind, Role
 
 __all__ = [
     "LOCAL",
@@ -23,11 +23,6 @@ __all__ = [
     "too_wide",
     "unsupported",
 ]
-
-#: Launchers whose role forms one group with its own protocol; a job has at most one.
-_PROTOCOL = frozenset({Launcher.TIDAL, Launcher.TORCHRUN})
-#: Launchers whose replicas find each other at fixed addresses: their role is fixed.
-_FIXED_ONLY = frozenset({Launcher.TF})
 
 
 def capabilities_of(backend: object) -> Capabilities:
@@ -54,7 +49,7 @@ def _role_problems(role: Role, named: bool, can: Capabilities) -> list[tuple[str
                 f"restart policy {role.restart.policy.value!r} is not available on {can.name}",
             )
         )
-    elif role.restart.policy is RestartKind.ALWAYS and role.launcher in _PROTOCOL:
+    elif role.restart.policy is RestartKind.ALWAYS and role.launcher.forms_group:
         problems.append(
             (
                 f"{where}restart.policy",
@@ -62,7 +57,7 @@ def _role_problems(role: Role, named: bool, can: Capabilities) -> list[tuple[str
                 f"{role.launcher.value!r} group ends when its training does",
             )
         )
-    if role.launcher in _FIXED_ONLY and role.replicas.elastic:
+    if role.launcher.fixed_count and role.replicas.elastic:
         problems.append(
             (
                 f"{where}replicas",
@@ -112,7 +107,7 @@ def unsupported(
         problems.append(
             ("roles", f"a job with several roles ({names}) is not available on {can.name}")
         )
-    protocol = [r.name for r in job.roles if r.launcher in _PROTOCOL]
+    protocol = [r.name for r in job.roles if r.launcher.forms_group]
     if len(protocol) > 1:
         problems.append(
             (

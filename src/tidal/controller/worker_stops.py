@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tidal.backends.base import WorkerState
 from tidal.controller.launching import runs_as_one_group
 from tidal.controller.records import JobRecord, WorkerRecord
 from tidal.controller.requests import StopWorkers
+from tidal.launch.api import WorkerState
 from tidal.model import Job, Role, stops_alone
-from tidal.ps.config import PREFIX as PS_PREFIX
+from tidal.ps.env import ENV_MODE, ENV_REPLICAS_TO_AGGREGATE
 
 __all__ = ["StopRefused", "plan_stop"]
 
@@ -144,8 +144,8 @@ def _aggregation_problem(role: Role, left: int) -> str | None:
     """Why a sync parameter-server job cannot go on with ``left`` workers: the servers
     wait for a fixed ``replicas_to_aggregate`` gradients a step."""
     env = role.env
-    fixed = env.get(PS_PREFIX + "REPLICAS_TO_AGGREGATE")
-    if env.get(PS_PREFIX + "MODE") != "sync" or fixed is None:
+    fixed = env.get(ENV_REPLICAS_TO_AGGREGATE)
+    if env.get(ENV_MODE) != "sync" or fixed is None:
         return None
     try:
         wanted = int(fixed)

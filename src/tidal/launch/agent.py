@@ -35,10 +35,12 @@ from typing import Any
 
 import torch.distributed as dist
 
-from tidal.backends.base import JobStatus, RoleLaunch, WorkerState, WorkerStatus
-from tidal.launch.driver import GroupDriver, replica_name, worker_slots
+from tidal.launch.agent_config import AgentConfig
+from tidal.launch.api import JobStatus, WorkerState, WorkerStatus
+from tidal.launch.driver import GroupDriver
+from tidal.launch.slot_names import format_slots, status_slots
 from tidal.launch.warm import WarmSpawner, script_imports, warm_pool_size
-from tidal.launch.worker import WorkerSpec
+from tidal.launch.worker import worker_spec
 from tidal.runtime.rendezvous import ReportQueue
 
 log = logging.getLogger("tidal.agent")
@@ -123,7 +125,7 @@ class AgentStatus:
         workers = [
             AgentWorker(
                 w.worker_id,
-                replica_name(w.held),
+                format_slots(w.held),
                 w.state.value,
                 w.pid,
                 w.exit_code,
@@ -140,7 +142,7 @@ class AgentStatus:
         workers = tuple(
             WorkerStatus(
                 worker_id=w.id,
-                **worker_slots(w.slot),
+                **status_slots(w.slot),
                 state=WorkerState(w.state),
                 pid=w.pid,
                 exit_code=w.exit_code,
@@ -158,41 +160,6 @@ class AgentStatus:
             failed=self.outcome == "failed",
             reason=self.reason,
         )
-
-
-@dataclass
-class AgentConfig:
-    """How to run the job; written by the backend as ``<job>.launch.json``."""
-
-    job_id: str
-    argv: list[str]
-    slots: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    working_dir: str | None = None
-    log_dir: str | None = None
-    checkpoint_dir: str | None = None
-    checkpoint_every_steps: int = 0
-    checkpoint_every_seconds: float = 0.0
-    gpus: bool = False
-    timeout: float = 10.0
-    #: The first worker's number (a restarted agent continues after its predecessor's).
-    first_worker_id: int = 0
-    #: ``tidal`` or ``torchrun`` (configs of earlier releases have none: ``tidal``).
-    launcher: str = "tidal"
-    role: str = "worker"
-    max_restarts: int = 3
-    #: A multi-role job's roles (:class:`~tidal.backends.base.RoleLaunch` fields); empty:
-    #: one group of ``argv`` (every config of an earlier release).
-    roles: list[dict[str, Any]] = field(default_factory=list)
-    #: Slots one worker of the one group holds (its GPUs; earlier releases: 1).
-    replica_slots: int = 1
-
-    def role_launches(self) -> list[RoleLaunch]:
-        """:attr:`roles` as the driver takes them."""
-        return [
-            RoleLaunch(**{**r, "argv": tuple(r["argv"]), "env": dict(r.get("env", {}))})
-            for r in self.roles
-        ]
 
 
 def record_path(state_dir: Path, job_id: str) -> Path:
@@ -248,37 +215,22 @@ class StoreControl:
 
 def serve(config: AgentConfig, state_dir: Path) -> int:
     """Run the job until it ends or the backend stops it; returns the exit status."""
-    spec = WorkerSpec(
-        argv=config.argv,
-        run_id=config.job_id,
-        env=config.env,
-        cwd=config.working_dir,
-        log_dir=Path(config.log_dir) if config.log_dir else None,
-        checkpoint_dir=config.checkpoint_dir,
-        checkpoint_every_steps=config.checkpoint_every_steps,
-        checkpoint_every_seconds=config.checkpoint_every_seconds,
-        timeout=config.timeout,
-        gpus=config.gpus,
-        replica_slots=config.replica_slots,
-        launcher=config.launcher,
-        role=config.role,
-        max_restarts=config.max_restarts,
-    )
+    launch = config.launch
     try:
-        warm = warm_pool_size(config.env)
+        warm = warm_pool_size(launch.env)
     except ValueError as exc:
-        log.warning("job=%s: starting workers cold: %s", config.job_id, exc)
+        log.warning("job=%s: starting workers cold: %s", launch.job_id, exc)
         warm = 0
     spawner = (
-        WarmSpawner(warm, preload=script_imports(config.argv), env=config.env) if warm else None
+        WarmSpawner(warm, preload=script_imports(launch.argv), env=launch.env) if warm else None
     )
     driver = GroupDriver(
-        config.job_id,
-        spec,
+        launch.job_id,
+        worker_spec(launch, timeout=config.timeout),
         spawner=spawner,
         first_worker_id=config.first_worker_id,
-        roles=config.role_launches(),
-        work_dir=Path(config.log_dir).parent if config.log_dir else None,
+        roles=launch.roles,
+        work_dir=launch.log_dir.parent if launch.log_dir is not None else None,
     )
     control = StoreControl(driver.group.host.store)
     driver.start(config.slots)
@@ -320,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("state_dir", type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    config = AgentConfig(**json.loads(args.config.read_text()))
+    config = AgentConfig.from_json(args.config.read_text())
     return serve(config, args.state_dir)
 
 

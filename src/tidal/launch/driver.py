@@ -3,13 +3,11 @@ WorkerGroup`, or a :class:`~tidal.launch.torchrun.TorchrunGroup` for a role whos
 is ``torchrun`` (:func:`~tidal.launch.launchers.make_group`).
 
 Every backend runs a job the same way: apply the controller's latest slots, poll the group,
-report the job's :class:`~tidal.backends.base.JobStatus` and the workers' report batches,
+report the job's :class:`~tidal.launch.api.JobStatus` and the workers' report batches,
 and stop when told to or when the group ended. Only where the orders come from and where
 the status goes differ (the local backend's agent process talks through the job's store;
-the Ray backend's thread through memory): that is a :class:`JobControl`.
-
-Slot names (``host:i``) are written here too: the group and its workers see slots as
-strings, the controller and the policies as ``(host, i)`` pairs.
+the Ray backend's thread through memory): that is a :class:`JobControl`. The group sees
+its slots by name (``host:i``, :mod:`tidal.launch.slot_names`).
 """
 
 from __future__ import annotations
@@ -21,63 +19,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from tidal.backends.base import JobStatus, RoleLaunch, WorkerState, WorkerStatus
+from tidal.launch.api import JobStatus, RoleLaunch, WorkerState, WorkerStatus
 from tidal.launch.endpoints import SlotNetwork
 from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.launchers import Group, make_group
 from tidal.launch.process import Spawner
 from tidal.launch.role_groups import RoleGroups
-from tidal.launch.role_slots import group_replicas, join_name, split_name
+from tidal.launch.role_slots import group_replicas
+from tidal.launch.slot_names import status_slots
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_number
-from tidal.policy.api import Slot
 from tidal.runtime.api import EXIT_RELEASED
 from tidal.runtime.rendezvous import ReportQueue
 from tidal.runtime.report import REPORT_PREFIX
 
-__all__ = [
-    "GroupDriver",
-    "JobControl",
-    "parse_slot",
-    "parse_slots",
-    "replica_name",
-    "slot_name",
-    "worker_slots",
-    "worker_state",
-]
+__all__ = ["GroupDriver", "JobControl", "worker_state"]
 
 log = logging.getLogger("tidal.launch")
 
 #: Seconds between reads of the workers' report queue (they flush about once a second).
 _REPORT_INTERVAL = 0.25
-
-
-def slot_name(slot: Slot) -> str:
-    """``(host, i)`` as a group names it: ``host:i``."""
-    return f"{slot[0]}:{slot[1]}"
-
-
-def replica_name(slots: Sequence[Slot]) -> str:
-    """The slots of one worker, all on one host, as a group names them: ``host:i`` for
-    one, ``host:2,3`` for a worker of several GPUs."""
-    return join_name(slots[0][0], (i for _, i in slots))
-
-
-def parse_slot(name: str) -> Slot:
-    """The inverse of :func:`slot_name`; of a replica of several slots (``host:2,3``),
-    its first."""
-    return parse_slots(name)[0]
-
-
-def parse_slots(name: str) -> tuple[Slot, ...]:
-    """Every slot a worker's slot name covers: ``host:2,3`` → ``(host, 2), (host, 3)``."""
-    host, indices = split_name(name)
-    return tuple((host, int(i)) for i in indices)
-
-
-def worker_slots(name: str) -> dict[str, Any]:
-    """The slot fields of a :class:`WorkerStatus` for a worker on ``name``."""
-    held = parse_slots(name)
-    return {"slot": held[0], "slots": held if len(held) > 1 else ()}
 
 
 def worker_state(worker: Worker) -> WorkerState:
@@ -169,7 +129,7 @@ class GroupDriver:
         workers = tuple(
             WorkerStatus(
                 worker_id=worker_number(w.id),
-                **worker_slots(w.slot),
+                **status_slots(w.slot),
                 state=worker_state(w),
                 pid=w.process.pid,
                 exit_code=w.exit_code,

@@ -363,7 +363,7 @@ class WorkerGroup:
             slot=slot,
             argv=self.spec.argv,
             env=env,
-            cwd=self.spec.cwd,
+            cwd=self.spec.working_dir,
             on_line=self._follow(worker_id),
         )
         worker = Worker(worker_id, slot, process)
@@ -419,6 +419,6 @@ class WorkerGroup:
             generation=self.generation.number if self.generation else None,
             stall=stall,
         )
-        log.info("run=%s %s: %s", self.spec.run_id, kind, message)
+        log.info("run=%s %s: %s", self.spec.job_id, kind, message)
         if self._on_event is not None:
             self._on_event(event)

@@ -178,7 +178,7 @@ class ReplicaSet:
             slot=slot,
             argv=self.spec.argv,
             env=env,
-            cwd=self.spec.cwd,
+            cwd=self.spec.working_dir,
             on_line=worker_output(self.spec.log_dir, worker_id, self._on_output, self._log_files),
         )
         # No readiness protocol: a plain replica runs once started.
@@ -213,6 +213,6 @@ class ReplicaSet:
         close_outputs(self.workers.values(), self._log_files)
 
     def _emit(self, kind: str, message: str) -> None:
-        log.info("run=%s %s: %s", self.spec.run_id, kind, message)
+        log.info("run=%s %s: %s", self.spec.job_id, kind, message)
         if self._on_event is not None:
             self._on_event(GroupEvent(kind, message))

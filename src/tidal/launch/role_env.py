@@ -3,7 +3,7 @@
 ``tf``   ``TF_CONFIG`` exactly as Kubeflow's TFJob operator writes it: every replica of
          every role at ``host:port`` (the evaluator is no part of the training cluster),
          this replica's ``{type, index}``, ``"environment": "cloud"``.
-``ps``   the environment contract of :mod:`tidal.ps.config` (``TIDAL_PS_ROLE``, ``_INDEX``,
+``ps``   the environment contract of :mod:`tidal.ps.env` (``TIDAL_PS_ROLE``, ``_INDEX``,
          ``_WORKER_ID``, ``_N_PS``, ``_ADDRESS_DIR``, ``_MAX_WORKERS``, ...).
 ``mpi``  a hostfile of the other roles' slots (one line per host, ``host slots=N``), its
          path in ``TIDAL_HOSTFILE`` and ``OMPI_MCA_orte_default_hostfile``, and the same
@@ -17,7 +17,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from tidal.ps.config import PREFIX as PS_PREFIX
+from tidal.launch.slot_names import slot_host
+from tidal.ps.env import (
+    ENV_ADDRESS_DIR,
+    ENV_CHECKPOINT_DIR,
+    ENV_INDEX,
+    ENV_MAX_WORKERS,
+    ENV_N_PS,
+    ENV_WORKER_ID,
+)
+from tidal.ps.env import ENV_ROLE as ENV_PS_ROLE
 
 __all__ = [
     "CHIEF_ROLE",
@@ -76,31 +85,31 @@ def ps_env(
     address_dir: str,
     checkpoint_dir: str | None = None,
 ) -> dict[str, str]:
-    """The :mod:`tidal.ps.config` contract for replica ``index`` of ``role``: the ``ps``
+    """The :mod:`tidal.ps.env` contract for replica ``index`` of ``role``: the ``ps``
     role serves shard ``index``; the ``chief`` role is the job's observer (id ``chief``);
     any other role is a worker reading data stream ``index`` under the stable id
     ``worker-<index>`` (a replacement resumes its data position)."""
     is_ps = role == PS_ROLE
     kind = "ps" if is_ps else "chief" if role == CHIEF_ROLE else "worker"
     env = {
-        "ROLE": kind,
-        "INDEX": str(index),
-        "N_PS": str(n_ps),
-        "MAX_WORKERS": str(max_workers),
-        "ADDRESS_DIR": address_dir,
+        ENV_PS_ROLE: kind,
+        ENV_INDEX: str(index),
+        ENV_N_PS: str(n_ps),
+        ENV_MAX_WORKERS: str(max_workers),
+        ENV_ADDRESS_DIR: address_dir,
     }
     if not is_ps:
         names = {"chief": "chief", "worker": f"worker-{index}"}
-        env["WORKER_ID"] = names.get(role, f"{role}-{index}")
+        env[ENV_WORKER_ID] = names.get(role, f"{role}-{index}")
     if checkpoint_dir:
-        env["CHECKPOINT_DIR"] = checkpoint_dir
-    return {PS_PREFIX + k: v for k, v in env.items()}
+        env[ENV_CHECKPOINT_DIR] = checkpoint_dir
+    return env
 
 
 def _per_host(slots: Sequence[str]) -> list[tuple[str, int]]:
     counts: dict[str, int] = {}
     for slot in slots:
-        host = slot.rpartition(":")[0]
+        host = slot_host(slot)
         counts[host] = counts.get(host, 0) + 1
     return list(counts.items())
 

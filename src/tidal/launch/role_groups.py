@@ -23,10 +23,9 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 
-from tidal.backends.base import RoleLaunch
+from tidal.launch.api import RoleLaunch
 from tidal.launch.endpoints import LoopbackNetwork, SlotNetwork
 from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.launchers import Group, make_group
@@ -43,19 +42,17 @@ from tidal.launch.role_env import (
     tf_config,
 )
 from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes
-from tidal.launch.worker import Worker, WorkerIds, WorkerSpec
-from tidal.model import stops_alone
+from tidal.launch.slot_names import join_slots, slot_indices
+from tidal.launch.worker import Worker, WorkerIds, WorkerSpec, role_spec
+from tidal.model import Launcher, stops_alone
 from tidal.policy.role_restart import RoleProgress, job_outcome
-from tidal.ps.config import PREFIX as PS_PREFIX
+from tidal.ps.env import ENV_BIND
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
-__all__ = ["PROTOCOL_LAUNCHERS", "RoleGroups"]
+__all__ = ["RoleGroups"]
 
 log = logging.getLogger("tidal.launch")
 
-#: Launchers whose role runs as a group of its own protocol (resized in place or by
-#: restart); the others run as plain replica sets.
-PROTOCOL_LAUNCHERS = frozenset({"tidal", "torchrun"})
 #: Seconds the roles left running get to stop once the job succeeded.
 _STOP_GRACE = 10.0
 
@@ -85,7 +82,7 @@ class RoleGroups:
         self.roles = list(roles)
         self.spec = spec
         self.ids = WorkerIds(first_worker_id)
-        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=f"tidal-{spec.run_id}-"))
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix=f"tidal-{spec.job_id}-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.shapes = [
             RoleShape(
@@ -105,17 +102,9 @@ class RoleGroups:
         self.groups: dict[str, Group | ReplicaSet] = {}
         protocol: Group | None = None
         for role in self.roles:
-            role_spec = replace(
-                spec,
-                argv=list(role.argv),
-                env={**spec.env, **role.env, ENV_ROLE: role.name},
-                cwd=role.working_dir or spec.cwd,
-                launcher=role.launcher,
-                role=role.name,
-            )
-            if role.launcher in PROTOCOL_LAUNCHERS:
+            if Launcher(role.launcher).forms_group:
                 group = make_group(
-                    role_spec,
+                    role_spec(spec, role, {ENV_ROLE: role.name}),
                     on_output=on_output,
                     on_event=on_event,
                     on_failure=on_failure,
@@ -129,18 +118,10 @@ class RoleGroups:
         #: The job's store: the protocol group's, else one of its own.
         self.host = protocol.host if protocol is not None else RendezvousHost(store_host)
         for role in self.roles:
-            if role.launcher in PROTOCOL_LAUNCHERS:
+            if Launcher(role.launcher).forms_group:
                 continue
-            role_spec = replace(
-                spec,
-                argv=list(role.argv),
-                env={**spec.env, **role.env},
-                cwd=role.working_dir or spec.cwd,
-                launcher=role.launcher,
-                role=role.name,
-            )
             self.groups[role.name] = ReplicaSet(
-                role_spec,
+                role_spec(spec, role),
                 policy=role.policy,
                 env_for=self._env_maker(role),
                 on_output=on_output,
@@ -290,17 +271,17 @@ class RoleGroups:
     def _ps_bind(self, role: RoleLaunch, slot: str) -> dict[str, str]:
         """A server whose workers may be on other hosts listens on its host's address
         (``tidal.ps`` binds ``127.0.0.1`` by default), unless the job says where."""
-        key = PS_PREFIX + "BIND"
-        if self._network is None or role.name != PS_ROLE or key in {**self.spec.env, **role.env}:
+        own = {**self.spec.env, **role.env}
+        if self._network is None or role.name != PS_ROLE or ENV_BIND in own:
             return {}
-        return {key: f"tcp://{self._network.address(slot)}:0"}
+        return {ENV_BIND: f"tcp://{self._network.address(slot)}:0"}
 
     def _others(self, role: RoleLaunch) -> list[str]:
         slots = [s for name, held in self.assigned.items() if name != role.name for s in held]
         if self._network is None:
             return slots
         # Hosts as the launcher's program reaches them: ``address:i``.
-        return [f"{self._network.address(s)}:{s.rpartition(':')[2]}" for s in slots]
+        return [join_slots(self._network.address(s), slot_indices(s)) for s in slots]
 
     def _hostfile(self, role: RoleLaunch) -> Path:
         return self.work_dir / f"hostfile-{role.name}"
@@ -312,6 +293,6 @@ class RoleGroups:
         tmp.replace(path)
 
     def _emit(self, kind: str, message: str) -> None:
-        log.info("run=%s %s: %s", self.spec.run_id, kind, message)
+        log.info("run=%s %s: %s", self.spec.job_id, kind, message)
         if self._on_event is not None:
             self._on_event(GroupEvent(kind, message, time=time.time()))

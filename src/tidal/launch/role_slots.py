@@ -9,23 +9,23 @@ A fixed role some of whose replicas the controller stopped for good runs that ma
 
 A replica given several GPUs holds that many slots of one host; its group knows it by
 one name for all of them, ``host:2,3`` (:func:`group_replicas` forms them; a one-slot
-replica's name is its slot's, ``host:2``). The process on it sees those GPUs.
+replica's name is its slot's, ``host:2``; the format is :mod:`tidal.launch.slot_names`'s).
+The process on it sees those GPUs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from tidal.launch.slot_names import join_slots, member_names, slot_host, slot_indices
 
 __all__ = [
     "RoleShape",
     "assign_roles",
     "fit_shapes",
     "group_replicas",
-    "join_name",
-    "members",
     "replica_indices",
-    "split_name",
 ]
 
 
@@ -47,24 +47,6 @@ class RoleShape:
         return self.min != self.max
 
 
-def split_name(name: str) -> tuple[str, list[str]]:
-    """A worker's slot name as its host and slot indices: ``host:2,3`` → ``host``,
-    ``["2", "3"]`` (the one place that reads the format)."""
-    host, _, indices = name.rpartition(":")
-    return host, indices.split(",")
-
-
-def join_name(host: str, indices: Iterable[object]) -> str:
-    """The inverse of :func:`split_name`: ``host:2,3``, or ``host:2`` for one slot."""
-    return f"{host}:{','.join(str(i) for i in indices)}"
-
-
-def members(name: str) -> list[str]:
-    """The slots a replica's name covers: ``host:2,3`` → ``host:2``, ``host:3``."""
-    host, indices = split_name(name)
-    return [join_name(host, [i]) for i in indices]
-
-
 def _carve(free: Sequence[str], size: int, count: int) -> list[str]:
     """Up to ``count`` replicas of ``size`` slots each, every one on one host, out of
     ``free`` (taken in its order, hosts in the order they first appear)."""
@@ -72,14 +54,14 @@ def _carve(free: Sequence[str], size: int, count: int) -> list[str]:
         return list(free[:count])
     by_host: dict[str, list[str]] = {}
     for slot in free:
-        by_host.setdefault(split_name(slot)[0], []).append(slot)
+        by_host.setdefault(slot_host(slot), []).append(slot)
     out: list[str] = []
     for host, slots in by_host.items():
         for start in range(0, len(slots) - size + 1, size):
             if len(out) == count:
                 return out
             chunk = slots[start : start + size]
-            out.append(join_name(host, (i for s in chunk for i in split_name(s)[1])))
+            out.append(join_slots(host, (i for s in chunk for i in slot_indices(s))))
     return out
 
 
@@ -89,7 +71,7 @@ def _kept(previous: Sequence[str], free: Sequence[str], limit: int) -> list[str]
     left = set(free)
     kept: list[str] = []
     for name in previous:
-        covered = members(name)
+        covered = member_names(name)
         if len(kept) < limit and all(s in left for s in covered):
             kept.append(name)
             left.difference_update(covered)
@@ -97,7 +79,7 @@ def _kept(previous: Sequence[str], free: Sequence[str], limit: int) -> list[str]
 
 
 def _without(free: Sequence[str], names: Sequence[str]) -> list[str]:
-    taken = {s for name in names for s in members(name)}
+    taken = {s for name in names for s in member_names(name)}
     return [s for s in free if s not in taken]
 
 
@@ -144,7 +126,7 @@ def assign_roles(
         taken[role.name] = kept
         free = _without(free, kept)
     held_by_elastic = (
-        {s for name in previous.get(stretchy.name, ()) for s in members(name)}
+        {s for name in previous.get(stretchy.name, ()) for s in member_names(name)}
         if stretchy
         else set()
     )
@@ -197,7 +179,7 @@ def fit_shapes(
     offered = set(slots)
     lost = {
         r.name: sum(
-            any(s not in offered for s in members(name)) for name in previous.get(r.name, ())
+            any(s not in offered for s in member_names(name)) for name in previous.get(r.name, ())
         )
         for r in roles
     }

@@ -19,6 +19,7 @@ from tidal.launch.group import GroupEvent, Outcome
 from tidal.launch.launchers import RESTART_BASED, Group, make_group, resize_mode
 from tidal.launch.run_args import UsageProblem, worker_argv
 from tidal.launch.runs import RunRecord, register, unregister
+from tidal.launch.slot_names import slot_host
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
 from tidal.policy.restart import Fail, LostWorker, Restart, RestartView, decide_restart
 from tidal.runtime.api import ENV_BACKEND
@@ -104,8 +105,8 @@ def run(options: RunOptions, console: Console) -> int:
     spec = WorkerSpec(
         argv=worker_argv(options.command),
         # Each worker sees only its slot's GPU (CUDA_VISIBLE_DEVICES), so it uses cuda:0.
-        gpus=bool(gpus),
-        run_id=options.run_id,
+        gpu=bool(gpus),
+        job_id=options.run_id,
         log_dir=options.log_dir,
         checkpoint_dir=options.checkpoint_dir,
         checkpoint_every_steps=options.checkpoint_every,
@@ -223,7 +224,7 @@ def _decide(
         checkpoint=_has_checkpoint(options.checkpoint_dir),
         whole_group=options.launcher in RESTART_BASED,
     )
-    lost = [LostWorker(w.id, w.slot.rpartition(":")[0], w.exit_code) for w in failed]
+    lost = [LostWorker(w.id, slot_host(w.slot), w.exit_code) for w in failed]
     decision = decide_restart(view, lost)
     return decision if isinstance(decision, (Fail, Restart)) else None
 

@@ -271,13 +271,13 @@ class TorchrunGroup:
             use_libuv=True,
         )
         world = TorchrunWorld(
-            run_id=self.spec.run_id,
+            run_id=self.spec.job_id,
             master_addr=self.store_host,
             master_port=int(self._store.port),
             restart_count=self.restart_count,
             max_restarts=self.spec.max_restarts,
             role=self.spec.role,
-            gpus=self.spec.gpus,
+            gpus=self.spec.gpu,
         )
         inherited = {**os.environ, **self.spec.env}
         base = {**self.spec.env, "PYTHONUNBUFFERED": "1"}
@@ -306,7 +306,7 @@ class TorchrunGroup:
             slot=slot,
             argv=self.spec.argv,
             env=env,
-            cwd=self.spec.cwd,
+            cwd=self.spec.working_dir,
             on_line=worker_output(self.spec.log_dir, worker_id, self._on_output, self._log_files),
         )
         # No readiness signal from a torchrun script: it is a member once started.
@@ -345,6 +345,6 @@ class TorchrunGroup:
             generation=self.generation.number if self.generation else None,
             stall=stall,
         )
-        log.info("run=%s %s: %s", self.spec.run_id, kind, message)
+        log.info("run=%s %s: %s", self.spec.job_id, kind, message)
         if self._on_event is not None:
             self._on_event(event)

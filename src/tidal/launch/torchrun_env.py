@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tidal.launch.role_slots import split_name
+from tidal.launch.slot_names import slot_host, slot_indices
 
 __all__ = ["TorchrunWorld", "torchrun_env"]
 
@@ -49,8 +49,7 @@ def _node(slot: str) -> str:
     """The torchrun node a worker on ``slot`` belongs to: its host, or, for a worker of
     several GPUs (``host:2,3``), itself, as a Kubernetes pod given several GPUs is a node
     of its own that sees only those."""
-    host, indices = split_name(slot)
-    return slot if len(indices) > 1 else host
+    return slot if len(slot_indices(slot)) > 1 else slot_host(slot)
 
 
 def torchrun_env(
@@ -101,7 +100,7 @@ def torchrun_env(
             if "OMP_NUM_THREADS" not in inherited and len(local) > 1:
                 env["OMP_NUM_THREADS"] = "1"
             if world.gpus:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(i for s in local for i in split_name(s)[1])
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(i for s in local for i in slot_indices(s))
             out.append((slot, env))
             rank += 1
     return out

@@ -4,7 +4,12 @@ environment and its log file.
 A worker is named ``w<K>`` inside its group and reported as worker ``K`` to the
 controller; ``K`` is never reused within a group. Its output goes to
 ``<log_dir>/worker-<K>.log`` (:func:`worker_log_path`), which the controller reads
-(:func:`tidal.backends.base.worker_logs`) even after the backend forgot the job.
+(:func:`tidal.launch.api.worker_logs`) even after the backend forgot the job.
+
+What the workers run is a :class:`WorkerSpec`; every backend builds it from the
+controller's :class:`~tidal.launch.api.JobLaunch` with :func:`worker_spec` (and a
+multi-role job's roles theirs with :func:`role_spec`), so the launch's fields are
+copied in one place.
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ import enum
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from tidal.launch.api import JobLaunch, RoleLaunch
 from tidal.launch.process import WorkerProcess
-from tidal.launch.role_slots import split_name
+from tidal.launch.slot_names import slot_indices
 from tidal.runtime.api import (
     ENV_CHECKPOINT_DIR,
     ENV_CHECKPOINT_EVERY_SECONDS,
@@ -41,11 +47,13 @@ __all__ = [
     "failure_cause",
     "kill_workers",
     "last_exception",
+    "role_spec",
     "wait_for_exit",
     "worker_env",
     "worker_log_path",
     "worker_number",
     "worker_output",
+    "worker_spec",
 ]
 
 #: Bytes at the end of a failed worker's log searched for the exception that ended it.
@@ -59,7 +67,7 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |$)")
 
 class WorkerPhase(enum.Enum):
     """Where a worker process is in the rescale protocol (inside its group; a backend
-    reports the coarser :class:`~tidal.backends.base.WorkerState`)."""
+    reports the coarser :class:`~tidal.launch.api.WorkerState`)."""
 
     STARTING = "starting"  # process started, model not built yet
     READY = "ready"  # waiting to be admitted
@@ -70,12 +78,14 @@ class WorkerPhase(enum.Enum):
 
 @dataclass
 class WorkerSpec:
-    """What every worker of the job runs, and how."""
+    """What every worker of the job runs, and how (fields named as in
+    :class:`~tidal.launch.api.JobLaunch` where they mean the same)."""
 
     argv: list[str]
-    run_id: str
+    #: The job (``tidal run``: the run) the workers belong to (``TIDAL_RUN_ID``).
+    job_id: str
     env: dict[str, str] = field(default_factory=dict)
-    cwd: str | None = None
+    working_dir: str | None = None
     log_dir: Path | None = None
     checkpoint_dir: str | None = None
     checkpoint_every_steps: int = 0
@@ -85,7 +95,7 @@ class WorkerSpec:
     sync_every: int = 1
     #: Slots are GPUs: a worker on slot ``host:i`` sees only GPU ``i`` (on ``host:i,j``,
     #: GPUs ``i`` and ``j``).
-    gpus: bool = False
+    gpu: bool = False
     #: Slots one worker holds, all on one host (its GPUs).
     replica_slots: int = 1
     #: What starts the workers and forms their group: ``tidal`` (the rescale protocol, in
@@ -98,6 +108,47 @@ class WorkerSpec:
     #: Seconds a torchrun-launched worker gets between SIGTERM and SIGKILL when its group
     #: restarts.
     stop_grace: float = 30.0
+
+
+def worker_spec(launch: JobLaunch, *, timeout: float, pin_gpus: bool = True) -> WorkerSpec:
+    """What every worker of ``launch``'s job runs: its fields, under the same names.
+
+    ``timeout`` bounds collectives and joins inside the workers; ``pin_gpus``: whether
+    a worker is pinned to its slots' GPUs here (``CUDA_VISIBLE_DEVICES``), when the
+    launch's slots are GPUs (``False``: the backend gives each worker its GPUs itself).
+    """
+    return WorkerSpec(
+        argv=list(launch.argv),
+        job_id=launch.job_id,
+        env=dict(launch.env),
+        working_dir=str(launch.working_dir) if launch.working_dir else None,
+        log_dir=launch.log_dir,
+        checkpoint_dir=str(launch.checkpoint_dir) if launch.checkpoint_dir else None,
+        checkpoint_every_steps=launch.checkpoint_every_steps,
+        checkpoint_every_seconds=launch.checkpoint_every_seconds,
+        timeout=timeout,
+        gpu=launch.gpu and pin_gpus,
+        replica_slots=launch.replica_slots,
+        launcher=launch.launcher,
+        role=launch.role,
+        max_restarts=launch.max_restarts,
+    )
+
+
+def role_spec(
+    spec: WorkerSpec, role: RoleLaunch, env: Mapping[str, str] | None = None
+) -> WorkerSpec:
+    """What the replicas of ``role`` of a multi-role job run: the job's ``spec`` (its id,
+    logs, checkpoints) with the role's command, environment (over the job's, then
+    ``env``), working dir and launcher."""
+    return replace(
+        spec,
+        argv=list(role.argv),
+        env={**spec.env, **role.env, **(env or {})},
+        working_dir=role.working_dir or spec.working_dir,
+        launcher=role.launcher,
+        role=role.name,
+    )
 
 
 @dataclass
@@ -161,7 +212,7 @@ def worker_env(spec: WorkerSpec, *, worker_id: str, slot: str, store: str) -> di
         {
             ENV_STORE: store,
             ENV_WORKER_ID: worker_id,
-            ENV_RUN_ID: spec.run_id,
+            ENV_RUN_ID: spec.job_id,
             ENV_SLOT: slot,
             ENV_TIMEOUT: str(spec.timeout),
             ENV_SYNC_EVERY: str(spec.sync_every),
@@ -172,8 +223,8 @@ def worker_env(spec: WorkerSpec, *, worker_id: str, slot: str, store: str) -> di
     )
     if spec.checkpoint_dir:
         env[ENV_CHECKPOINT_DIR] = spec.checkpoint_dir
-    if spec.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(split_name(slot)[1])
+    if spec.gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(slot_indices(slot))
     return env
 
 

@@ -2,30 +2,8 @@
 
 A launcher (the local one in :mod:`tidal.ps.launch`, or the scheduler's job kind) starts
 every process of a parameter-server job with the same script and tells each what it is
-through environment variables; :meth:`ClusterSpec.from_env` reads them back:
-
-==============================  ===========================================================
-``TIDAL_PS_ROLE``               ``ps``, ``worker`` or ``chief`` (the observer that
-                                evaluates and checkpoints; never counted as a worker)
-``TIDAL_PS_INDEX``              this process's index in its role (a server's shard; a
-                                worker's data stream, ``0 .. max_workers-1``)
-``TIDAL_PS_WORKER_ID``          a worker's stable name (default ``worker-<index>``); a
-                                worker that rejoins under it resumes its data position
-``TIDAL_PS_N_PS``               number of servers (``n_ps``, at least 1)
-``TIDAL_PS_ADDRESSES``          the servers' endpoints, comma-separated, in shard order
-``TIDAL_PS_ADDRESS_DIR``        or: a directory where server ``i`` publishes its endpoint
-                                in ``ps-<i>.addr`` (read again after a server restarts)
-``TIDAL_PS_BIND``               a server's bind endpoint (default ``tcp://127.0.0.1:0``)
-``TIDAL_PS_MODE``               ``sync`` or ``async``
-``TIDAL_PS_REPLICAS_TO_AGGREGATE``  sync: gradients averaged per step (default: every
-                                current worker)
-``TIDAL_PS_MAX_WORKERS``        the most workers the job may have (data streams)
-``TIDAL_PS_MAX_STALENESS``      async: versions a worker may lag before it must pull
-``TIDAL_PS_CHECKPOINT_DIR``     where servers write shard checkpoints (none if unset)
-``TIDAL_PS_CHECKPOINT_EVERY``   versions between checkpoints (default 50)
-``TIDAL_PS_PEER_TIMEOUT``       seconds of silence after which a peer is dead (default 5)
-``TIDAL_PS_RECOVER_TIMEOUT``    seconds a worker waits for a lost server to return (30)
-==============================  ===========================================================
+through environment variables (the contract: :mod:`tidal.ps.env`);
+:meth:`ClusterSpec.from_env` reads them back.
 """
 
 from __future__ import annotations
@@ -36,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from tidal.ps.env import PREFIX
+
 Mode = Literal["sync", "async"]
 Role = Literal["ps", "worker", "chief"]
-PREFIX = "TIDAL_PS_"
 
 
 @dataclass(frozen=True)

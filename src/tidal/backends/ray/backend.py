@@ -31,18 +31,13 @@ from typing import Any
 
 import ray
 
-from tidal.backends.base import (
-    LOCAL,
-    DiscoveredHost,
-    JobLaunch,
-    JobStatus,
-    read_reports,
-    worker_logs,
-)
+from tidal.backends.base import LOCAL, DiscoveredHost
 from tidal.backends.ray.network import RayNetwork
 from tidal.backends.ray.worker import RaySpawner
-from tidal.launch.driver import GroupDriver, slot_name
-from tidal.launch.worker import WorkerSpec
+from tidal.launch.api import JobLaunch, JobStatus, read_reports, worker_logs
+from tidal.launch.driver import GroupDriver
+from tidal.launch.slot_names import format_slot
+from tidal.launch.worker import worker_spec
 from tidal.policy.api import Slot
 
 __all__ = ["SLOT_RESOURCE", "RayBackend"]
@@ -195,26 +190,10 @@ class RayBackend:
         if existing is not None and not existing.stopping:
             self.assign(launch.job_id, slots)
             return
-        spec = WorkerSpec(
-            argv=list(launch.argv),
-            run_id=launch.job_id,
-            env=dict(launch.env),
-            cwd=str(launch.working_dir) if launch.working_dir else None,
-            log_dir=launch.log_dir,
-            checkpoint_dir=str(launch.checkpoint_dir) if launch.checkpoint_dir else None,
-            checkpoint_every_steps=launch.checkpoint_every_steps,
-            checkpoint_every_seconds=launch.checkpoint_every_seconds,
-            timeout=self.timeout,
-            # Ray gives each GPU worker its GPU (CUDA_VISIBLE_DEVICES) itself.
-            gpus=False,
-            replica_slots=launch.replica_slots,
-            launcher=launch.launcher,
-            role=launch.role,
-            max_restarts=launch.max_restarts,
-        )
         driver = GroupDriver(
             launch.job_id,
-            spec,
+            # Ray gives each GPU worker its GPU (CUDA_VISIBLE_DEVICES) itself.
+            worker_spec(launch, timeout=self.timeout, pin_gpus=False),
             spawner=RaySpawner(self._placement, on_lost=self.refresh),
             store_host=self.store_host,
             stop_grace=_STOP_GRACE,
@@ -255,7 +234,7 @@ class RayBackend:
         kept = [s for s in slots if self._node(s[0]) is not None]
         if len(kept) < len(slots):
             log.info("skipping %d slot(s) on nodes that are gone", len(slots) - len(kept))
-        return [slot_name(s) for s in kept]
+        return [format_slot(s) for s in kept]
 
     def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
         """Set the job's slots (applied at its next step boundary)."""

@@ -19,6 +19,7 @@ from ray.exceptions import GetTimeoutError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tidal.launch.endpoints import free_ports
+from tidal.launch.slot_names import slot_host
 
 __all__ = ["RayNetwork"]
 
@@ -47,7 +48,7 @@ class RayNetwork:
 
     def address(self, slot: str) -> str:
         """The IP address of the slot's node."""
-        host = slot.rpartition(":")[0]
+        host = slot_host(slot)
         node = self._node_of(host)
         return node[1] if node is not None else host.rpartition("-")[0]
 
@@ -56,7 +57,7 @@ class RayNetwork:
         ``RuntimeError`` naming the node when one does not answer in time."""
         by_node: dict[str, list[int]] = {}
         for position, slot in enumerate(slots):
-            node = self._node_of(slot.rpartition(":")[0])
+            node = self._node_of(slot_host(slot))
             if node is not None:
                 by_node.setdefault(node[0], []).append(position)
         ports = [0] * len(slots)

@@ -26,7 +26,7 @@ from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tidal.launch.process import resolve_python
-from tidal.launch.role_slots import split_name
+from tidal.launch.slot_names import slot_host, slot_indices
 
 __all__ = ["EXIT_LOST", "RayProcess", "RaySpawner", "Unplaced", "WorkerActor"]
 
@@ -356,7 +356,7 @@ class RaySpawner:
         on_line: Callable[[str], None],
     ) -> RayProcess | Unplaced:
         """Create the actor on the slot's node and have it start the command."""
-        host = slot.rpartition(":")[0]
+        host = slot_host(slot)
         where = self._placement(host)
         if where is None:
             log.info("worker %s: the node of slot %s is gone; not started", worker_id, slot)
@@ -371,7 +371,7 @@ class RaySpawner:
             "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
         }
         # A worker of several GPUs is named ``host:2,3``: it takes that many of the node's.
-        width = len(split_name(slot)[1])
+        width = len(slot_indices(slot))
         if resource == "GPU":
             options["num_gpus"] = width  # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gives
         else:
