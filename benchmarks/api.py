@@ -26,8 +26,8 @@ import httpx
 
 from tidal.backends.base import JobLaunch, JobStatus
 from tidal.controller.auth import read_token
-from tidal.controller.discovery import read_server_info
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
+from tidal.wire.discovery import read_server_info
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -34,7 +34,7 @@ import httpx
 
 from benchmarks.api import percentile
 from tidal.controller.auth import read_token
-from tidal.controller.discovery import read_server_info
+from tidal.wire.discovery import read_server_info
 
 OPS = ("get", "list", "submit")
 

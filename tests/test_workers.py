@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from tidal.controller.schema import JobDetail
 from tidal.model import job_from_spec
 from tidal.ps.job_spec import cluster_job_spec
 from tidal.spec import SpecError, parse_spec
+from tidal.wire.schema import JobDetail
 from tidal.workers import (
     WorkerArgumentError,
     WorkerRef,

@@ -19,8 +19,9 @@ from typing import Any
 import httpx
 
 from tidal.client_workers import WorkerVerbs
-from tidal.controller.discovery import default_data_dir, read_server_info, read_token
-from tidal.controller.schema import (
+from tidal.spec import JobSpec
+from tidal.wire.discovery import default_data_dir, read_server_info, read_token
+from tidal.wire.schema import (
     AllocationView,
     ClusterView,
     EventView,
@@ -29,7 +30,6 @@ from tidal.controller.schema import (
     MetricsView,
     Submitted,
 )
-from tidal.spec import JobSpec
 from tidal.workers import WorkerArgumentError
 
 __all__ = [

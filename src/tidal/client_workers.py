@@ -27,8 +27,8 @@ from tidal.workers import (
 if TYPE_CHECKING:
     import httpx
 
-    from tidal.controller.schema import JobDetail, JobView, Submitted
     from tidal.ps.config import Mode
+    from tidal.wire.schema import JobDetail, JobView, Submitted
 
 __all__ = ["WorkerVerbs"]
 
@@ -57,7 +57,7 @@ class WorkerVerbs:
     def _submit_spec(self, spec: Mapping[str, Any]) -> Submitted:
         """Submit ``spec``; a refusal names the verb's arguments rather than spec fields."""
         from tidal.client import InvalidRequest
-        from tidal.controller.schema import Submitted
+        from tidal.wire.schema import Submitted
 
         try:
             response = self._request("POST", "/jobs", json=dict(spec))
@@ -168,7 +168,7 @@ class WorkerVerbs:
         parameter server, a chief) and an elastic job that would go below its minimum:
         nothing of that job is stopped (jobs named before it in ``ids`` may be).
         """
-        from tidal.controller.schema import JobView
+        from tidal.wire.schema import JobView
 
         refs = parse_worker_ids(ids)
         jobs = self._jobs_of(refs, "ids")

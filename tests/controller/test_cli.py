@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tidal.controller.cli import controller_app, parse_duration, run_app
-from tidal.controller.discovery import read_server_info
-from tidal.controller.schema import JobView
 from tidal.spec import JobSpec
+from tidal.wire.discovery import read_server_info
+from tidal.wire.schema import JobView
 
 ROOT = Path(__file__).resolve().parents[2]
 

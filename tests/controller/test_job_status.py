@@ -8,10 +8,10 @@ from tidal.backends.base import WorkerState
 from tidal.controller.cli_roles import replica_worker
 from tidal.controller.job_status import conditions, role_statuses
 from tidal.controller.records import EventRecord, WorkerRecord
-from tidal.controller.schema import JobDetail, RoleStatusView, WorkerView
 from tidal.controller.store import Store
 from tidal.model import JobState
 from tidal.spec import parse_spec
+from tidal.wire.schema import JobDetail, RoleStatusView, WorkerView
 
 SPEC = {
     "name": "ps-job",

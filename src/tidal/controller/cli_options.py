@@ -23,7 +23,7 @@ from rich.console import Console
 
 if TYPE_CHECKING:
     from tidal.client import Client
-    from tidal.controller.schema import JobView
+    from tidal.wire.schema import JobView
 
 __all__ = [
     "ClientOptions",

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from tidal.controller.schema import ClusterView, EventView, JobDetail, JobView
+    from tidal.wire.schema import ClusterView, EventView, JobDetail, JobView
 
 __all__ = ["cluster_table", "jobs_table", "print_job_detail"]
 

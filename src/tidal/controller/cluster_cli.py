@@ -25,7 +25,7 @@ from tidal.controller.cli_options import (
 from tidal.controller.cli_tables import cluster_table, jobs_table
 
 if TYPE_CHECKING:
-    from tidal.controller.schema import ClusterView
+    from tidal.wire.schema import ClusterView
 
 __all__ = ["cluster", "top"]
 

@@ -27,7 +27,7 @@ from tidal.controller.cli_options import (
 from tidal.controller.cli_tables import jobs_table, print_job_detail
 
 if TYPE_CHECKING:
-    from tidal.controller.schema import JobDetail
+    from tidal.wire.schema import JobDetail
 
 __all__ = ["cancel", "get", "list_jobs", "logs", "priority", "scale", "scale_in", "scale_out"]
 
