@@ -57,7 +57,7 @@ def server(
     policy_options = pairs(policy_option, "--policy-option")
     # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
     from tidal.controller.plugins import PluginError
-    from tidal.controller.server import ServerConfig, run_server
+    from tidal.server.process import ServerConfig, run_server
     from tidal.wire.discovery import TOKEN_FILE, read_token
 
     logging.basicConfig(
