@@ -9,9 +9,9 @@ import pytest
 
 from tests.controller.conftest import Served
 from tidal.client import Conflict, InvalidRequest, NotFound, WorkerArgumentError
+from tidal.client.ps_cluster import cluster_job_spec
 from tidal.controller.cli import controller_app, run_app
 from tidal.controller.cluster import ClusterModel
-from tidal.ps.job_spec import cluster_job_spec
 
 
 def _tick(served: Served) -> None:
