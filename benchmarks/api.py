@@ -117,7 +117,7 @@ def start_server(data_dir: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "tidal.controller.cli", "server", "--slots", "8",
+            sys.executable, "-m", "tidal.cli", "server", "--slots", "8",
             "--data-dir", str(data_dir), "--backend", "benchmarks.api:NullBackend",
             "--policy", "benchmarks.api:NullPolicy",
         ],

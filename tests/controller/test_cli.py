@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tidal.controller.cli import controller_app, parse_duration, run_app
+from tidal.cli.main import controller_app, run_app
+from tidal.cli.options import parse_duration
 from tidal.spec import JobSpec
 from tidal.wire.discovery import read_server_info
 from tidal.wire.schema import JobView
@@ -104,7 +105,7 @@ def start_server(data_dir: Path) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "tidal.controller.cli",
+            "tidal.cli",
             "server",
             "--slots",
             "4",

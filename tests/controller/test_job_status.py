@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tidal.backends.base import WorkerState
-from tidal.controller.cli_roles import replica_worker
+from tidal.cli.roles import replica_worker
 from tidal.controller.job_status import conditions, role_statuses
 from tidal.controller.records import EventRecord, WorkerRecord
 from tidal.controller.store import Store

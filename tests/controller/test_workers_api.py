@@ -8,9 +8,9 @@ import time
 import pytest
 
 from tests.controller.conftest import Served
+from tidal.cli.main import controller_app, run_app
 from tidal.client import Conflict, InvalidRequest, NotFound, WorkerArgumentError
 from tidal.client.ps_cluster import cluster_job_spec
-from tidal.controller.cli import controller_app, run_app
 from tidal.controller.cluster import ClusterModel
 
 

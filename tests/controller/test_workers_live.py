@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tests.controller.live import start_server, stop_server, until
+from tidal.cli.main import controller_app, run_app
 from tidal.client import Client
 from tidal.client.ps_cluster import cluster_job_spec
-from tidal.controller.cli import controller_app, run_app
 from tidal.ps.config import Mode
 
 pytestmark = pytest.mark.slow

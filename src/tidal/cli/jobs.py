@@ -1,9 +1,9 @@
 """``tidal list | get | logs | priority | scale | scale-out | scale-in | cancel``: the verbs
 on one job (or the list of them) on the command line.
 
-Importing this module registers the verbs on :data:`tidal.controller.cli.controller_app`,
-which imports it in the place of the help's list these verbs take. Importing it stays light
-(``tidal --help``): the SDK loads inside the verbs.
+Importing this module registers the verbs on :data:`tidal.cli.options.controller_app`;
+:mod:`tidal.cli.main` imports it in the place of the help's list these verbs take.
+Importing it stays light (``tidal --help``): the SDK loads inside the verbs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tidal.controller.cli_options import (
+from tidal.cli.options import (
     ClientOptions,
     JobArg,
     call,
@@ -24,7 +24,7 @@ from tidal.controller.cli_options import (
     parse_duration,
     with_client_options,
 )
-from tidal.controller.cli_tables import jobs_table, print_job_detail
+from tidal.cli.tables import jobs_table, print_job_detail
 
 if TYPE_CHECKING:
     from tidal.wire.schema import JobDetail
@@ -95,7 +95,7 @@ def logs(
             raise typer.BadParameter("give --worker, or --role and --index", param_hint="--role")
         if role is None:
             raise typer.BadParameter("--index needs --role", param_hint="--index")
-        from tidal.controller.cli_roles import replica_worker
+        from tidal.cli.roles import replica_worker
 
         detail: JobDetail = call(lambda: client.get(job))
         try:

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from tidal.controller.cli_options import DataDirOpt, controller_app, fail, out, pairs
+from tidal.cli.options import DataDirOpt, controller_app, fail, out, pairs
 from tidal.wire.discovery import default_data_dir
 
 __all__ = ["GC_YOUNG_THRESHOLD", "server"]

@@ -120,7 +120,7 @@ def print_job_detail(console: Console, detail: JobDetail, events: Sequence[Event
         console.print(f"launcher: {launcher.value} ({launcher.resize_mode})", markup=False)
     several = len(detail.roles) > 1
     if several:
-        from tidal.controller.cli_roles import conditions_table, roles_table
+        from tidal.cli.roles import conditions_table, roles_table
 
         console.print(roles_table(detail))
         console.print(conditions_table(detail))
