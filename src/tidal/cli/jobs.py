@@ -23,6 +23,7 @@ from tidal.cli.options import (
     pairs,
     parse_duration,
     with_client_options,
+    workers_count,
 )
 from tidal.cli.tables import jobs_table, print_job_detail
 
@@ -136,16 +137,26 @@ def priority(
 def scale(
     options: ClientOptions,
     job: JobArg,
-    workers: Annotated[int, typer.Option(min=1, help="Exact number of workers.")],
+    n: Annotated[
+        int | None,
+        typer.Argument(metavar="N", min=1, help="Exact number of workers.", show_default=False),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="The same as N.", show_default=False)
+    ] = None,
     role: Annotated[
         str | None,
         typer.Option(help="Count replicas of this role (a multi-role job's elastic role)."),
     ] = None,
 ) -> None:
-    """Ask for exactly N workers (within the job's min and max)."""
+    """Ask for exactly N workers (within the job's min and max).
+
+    A server's job; `tidal resize` asks the same of a `tidal run`.
+    """
+    count, given = workers_count(n, workers)
     client = options.client()
     # With --role the server names the field at fault itself (role or workers).
-    view = call(lambda: client.scale(job, workers, role=role), None if role else "--workers")
+    view = call(lambda: client.scale(job, count, role=role), None if role else given)
     options.show(view, f"{view.id}: target {view.target_workers} worker(s)")
 
 

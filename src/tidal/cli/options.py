@@ -38,6 +38,7 @@ __all__ = [
     "pairs",
     "parse_duration",
     "with_client_options",
+    "workers_count",
 ]
 
 controller_app = typer.Typer(
@@ -179,6 +180,25 @@ def pairs(values: Sequence[str] | None, option: str) -> dict[str, str]:
             raise typer.BadParameter(f"expected KEY=VALUE (got {item!r})", param_hint=option)
         out[key] = value
     return out
+
+
+def workers_count(n: int | None, workers: int | None) -> tuple[int, str]:
+    """The size a resize verb asks for, given as its argument ``N`` (as the docs write
+    ``tidal scale JOB 4``) or as ``--workers N`` (as scripts do), or both if they agree;
+    with the name of the one given, for messages. A usage error naming ``--workers`` if
+    they differ, or both if neither is given."""
+    from typer._click.exceptions import MissingParameter
+
+    if n is None and workers is None:
+        raise MissingParameter(param_hint="N (or --workers N)", param_type="argument")
+    if n is not None and workers is not None and n != workers:
+        raise typer.BadParameter(
+            f"N is {n} but --workers is {workers}: give one of them", param_hint="--workers"
+        )
+    if n is None:
+        assert workers is not None
+        return workers, "--workers"
+    return n, "N"
 
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")

@@ -17,6 +17,8 @@ from rich.console import Console
 # typer ships its own copy of click; its exceptions are the ones raised here.
 from typer._click.exceptions import UsageError
 
+from tidal.cli.options import workers_count
+
 __all__ = ["resize_command", "run_command", "runs_app"]
 
 #: ``tidal run`` and ``tidal resize``, added to the ``tidal`` app by :mod:`tidal.cli.main`.
@@ -141,20 +143,30 @@ def run_command(
 @runs_app.command("resize")
 def resize_command(
     run_id: Annotated[str, typer.Argument(help="the run, as `tidal run` printed it")],
-    workers: Annotated[int, typer.Option(help="how many workers the run should have")],
+    n: Annotated[
+        int | None,
+        typer.Argument(
+            metavar="N", help="how many workers the run should have", show_default=False
+        ),
+    ] = None,
+    workers: Annotated[int | None, typer.Option(help="the same as N", show_default=False)] = None,
 ) -> None:
-    """Ask a running `tidal run` for WORKERS workers."""
+    """Ask a running `tidal run` for N workers.
+
+    What `tidal scale` is to a server's job, for a run of `tidal run` (no server).
+    """
+    count, given = workers_count(n, workers)  # before torch loads with the store's client
     from tidal.launch.runs import lookup
     from tidal.runtime.rendezvous import connect_store, request_resize
 
     record = lookup(run_id)
     if record is None:
         raise UsageError(f"RUN: no running run with id {run_id!r}")
-    if not record.min_workers <= workers <= record.max_workers:
+    if not record.min_workers <= count <= record.max_workers:
         raise UsageError(
-            f"--workers: expected a value within {record.min_workers}:{record.max_workers}, "
-            f"got {workers}"
+            f"{given}: expected a value within {record.min_workers}:{record.max_workers}, "
+            f"got {count}"
         )
     host, _, port = record.store.rpartition(":")
-    seq = request_resize(connect_store(host, int(port), timeout=10), workers)
-    console.print(f"asked run {run_id} for {workers} workers (request {seq})", highlight=False)
+    seq = request_resize(connect_store(host, int(port), timeout=10), count)
+    console.print(f"asked run {run_id} for {count} workers (request {seq})", highlight=False)
