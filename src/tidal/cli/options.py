@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+# typer ships its own copy of click; its exceptions are the ones raised here.
+from typer._click.exceptions import MissingParameter
+
 if TYPE_CHECKING:
     from tidal.client import Client
     from tidal.wire.schema import JobView
@@ -187,18 +190,15 @@ def workers_count(n: int | None, workers: int | None) -> tuple[int, str]:
     ``tidal scale JOB 4``) or as ``--workers N`` (as scripts do), or both if they agree;
     with the name of the one given, for messages. A usage error naming ``--workers`` if
     they differ, or both if neither is given."""
-    from typer._click.exceptions import MissingParameter
-
-    if n is None and workers is None:
-        raise MissingParameter(param_hint="N (or --workers N)", param_type="argument")
-    if n is not None and workers is not None and n != workers:
+    if workers is None:
+        if n is None:
+            raise MissingParameter(param_hint="N (or --workers N)", param_type="argument")
+        return n, "N"
+    if n is not None and n != workers:
         raise typer.BadParameter(
             f"N is {n} but --workers is {workers}: give one of them", param_hint="--workers"
         )
-    if n is None:
-        assert workers is not None
-        return workers, "--workers"
-    return n, "N"
+    return workers, "--workers"
 
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
