@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 
 from tidal.controller.auth import read_token
-from tidal.controller.discovery import read_server_info
 from tidal.launch.api import JobLaunch, JobStatus
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
+from tidal.wire.discovery import read_server_info
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,7 +117,7 @@ def start_server(data_dir: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "tidal.controller.cli", "server", "--slots", "8",
+            sys.executable, "-m", "tidal.cli", "server", "--slots", "8",
             "--data-dir", str(data_dir), "--backend", "benchmarks.api:NullBackend",
             "--policy", "benchmarks.api:NullPolicy",
         ],

@@ -34,7 +34,7 @@ import httpx
 
 from benchmarks.api import percentile
 from tidal.controller.auth import read_token
-from tidal.controller.discovery import read_server_info
+from tidal.wire.discovery import read_server_info
 
 OPS = ("get", "list", "submit")
 
@@ -78,7 +78,7 @@ def start_server(tree: Path, data_dir: Path) -> subprocess.Popen[bytes]:
     """``tidal server`` from ``tree`` with the null backend and policy, once it answers."""
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "tidal.controller.cli", "server", "--slots", "8",
+            sys.executable, "-m", "tidal.cli", "server", "--slots", "8",
             "--data-dir", str(data_dir), "--backend", "benchmarks.api:NullBackend",
             "--policy", "benchmarks.api:NullPolicy",
         ],

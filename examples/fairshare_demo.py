@@ -22,7 +22,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from tidal.client import Client, JobView
+from tidal.client import Client
+from tidal.wire.schema import JobView
 
 EXAMPLE = Path(__file__).resolve().parent / "digits_mlp.py"
 COLOURS = ["cyan", "magenta", "green", "yellow"]

@@ -48,7 +48,7 @@ def _cli(*args: str) -> str:
     [
         "import tidal",
         "import tidal.client",
-        "from tidal.client import Client; import tidal.controller.schema, tidal.spec",
+        "from tidal.client import Client; import tidal.wire.schema, tidal.spec",
         _cli("--help"),
         _cli("list", "--help"),
         _cli("submit", "--help"),
@@ -57,7 +57,7 @@ def _cli(*args: str) -> str:
         _cli("resize", "--help"),
         _cli("sim", "--help"),
         _cli("workers", "launch", "--help"),
-        "from tidal.client import Client; import tidal.workers, tidal.ps.job_spec",
+        "from tidal.client import Client; import tidal.client.workers, tidal.client.ps_cluster",
     ],
     ids=[
         "tidal",

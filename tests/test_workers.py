@@ -6,11 +6,8 @@ from typing import Any
 
 import pytest
 
-from tidal.controller.schema import JobDetail
-from tidal.model import job_from_spec
-from tidal.ps.job_spec import cluster_job_spec
-from tidal.spec import SpecError, parse_spec
-from tidal.workers import (
+from tidal.client.ps_cluster import cluster_job_spec
+from tidal.client.workers import (
     WorkerArgumentError,
     WorkerRef,
     argument_problems,
@@ -19,6 +16,9 @@ from tidal.workers import (
     summarise,
     unknown_worker,
 )
+from tidal.model import job_from_spec
+from tidal.spec import SpecError, parse_spec
+from tidal.wire.schema import JobDetail
 
 
 def test_worker_ids_round_trip_and_repeats_are_dropped() -> None:

@@ -12,12 +12,12 @@ import pytest
 from tests.controller.fakes import FakeBackend, GreedyPolicy
 from tests.controller.postgres import Postgres, running_postgres
 from tidal.client import Client
-from tidal.controller.app import create_app
 from tidal.controller.auth import ensure_token
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop import Controller
-from tidal.controller.server import ApiServer
 from tidal.controller.store import Store
+from tidal.server.app import create_app
+from tidal.server.process import ApiServer
 
 
 @dataclass

@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
 from tests.controller.fakes import FakeBackend, GreedyPolicy
-from tidal.controller.app import create_app
 from tidal.controller.auth import ensure_token
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop import Controller
-from tidal.controller.server import ApiServer
 from tidal.controller.store import Store
+from tidal.server.app import create_app
+from tidal.server.process import ApiServer
 
 #: Examples per operation (about 21 operations): quick and slow suites.
 QUICK_EXAMPLES = 15

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tidal.controller.cli import controller_app, parse_duration, run_app
-from tidal.controller.discovery import read_server_info
-from tidal.controller.schema import JobView
+from tidal.cli.main import controller_app, run_app
+from tidal.cli.options import parse_duration
 from tidal.spec import JobSpec
+from tidal.wire.discovery import read_server_info
+from tidal.wire.schema import JobView
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,6 +85,57 @@ def test_spec_file_working_dir_is_relative_to_the_file(
     assert sent[0].working_dir == str((tmp_path / "code").resolve())
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["a-1", "3"], ["a-1", "--workers", "3"], ["a-1", "3", "--workers", "3"]],
+    ids=["positional", "flag", "both-agreeing"],
+)
+def test_scale_takes_the_count_as_argument_or_flag(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    asked: list[tuple[str, int, str | None]] = []
+
+    def scale(self: object, job: str, workers: int, role: str | None = None) -> JobView:
+        asked.append((job, workers, role))
+        return JobView.model_construct(id=job, target_workers=workers)
+
+    monkeypatch.setattr("tidal.client.Client.scale", scale)
+    where = ["--url", "http://127.0.0.1:9", "--token", "t"]
+    code, out, err = run(capsys, "scale", *argv, *where)
+    assert (code, err) == (0, "")
+    assert asked == [("a-1", 3, None)]
+    assert out == "a-1: target 3 worker(s)\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["a-1", "3", "--workers", "4"], ["--workers", "3", "4"]),
+        (["a-1"], ["N", "--workers"]),
+        (["a-1", "0"], ["N"]),
+    ],
+    ids=["both-differing", "neither", "zero"],
+)
+def test_scale_count_problems_name_the_argument(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    names: list[str],
+) -> None:
+    def scale(*args: object, **kwargs: object) -> JobView:
+        raise AssertionError("nothing is sent")
+
+    monkeypatch.setattr("tidal.client.Client.scale", scale)
+    where = ["--url", "http://127.0.0.1:9", "--token", "t"]
+    code, out, err = run(capsys, "scale", *argv, *where)
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("tidal: ")
+    for name in names:
+        assert name in err
+
+
 def test_no_server_is_exit_1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = run(capsys, "list", "--data-dir", str(tmp_path))
     assert code == 1
@@ -104,7 +156,7 @@ def start_server(data_dir: Path) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "tidal.controller.cli",
+            "tidal.cli",
             "server",
             "--slots",
             "4",
@@ -199,6 +251,10 @@ def test_verbs_against_a_real_server(capsys: pytest.CaptureFixture[str], server:
     while state()["workers"] != 2:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    code, out, _ = run(capsys, "scale", job["id"], "2", *d)
+    assert code == 0 and "target 2 worker(s)" in out
+    code, _, err = run(capsys, "scale", job["id"], "9", *d)
+    assert code == 2 and "workers: must be within [1, 4]" in err
     code, out, _ = run(capsys, "priority", job["id"], "9000", *d)
     assert code == 0 and "priority 9000" in out
     code, out, _ = run(capsys, "top", "--iterations", "1", *d)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tidal.controller.cli_roles import replica_worker
+from tidal.cli.roles import replica_worker
 from tidal.controller.job_status import conditions, role_statuses
 from tidal.controller.records import EventRecord, WorkerRecord
-from tidal.controller.schema import JobDetail, RoleStatusView, WorkerView
 from tidal.controller.store import Store
 from tidal.launch.api import WorkerState
 from tidal.model import JobState
 from tidal.spec import parse_spec
+from tidal.wire.schema import JobDetail, RoleStatusView, WorkerView
 
 SPEC = {
     "name": "ps-job",

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from tests.controller.conftest import Served
 from tests.controller.hostile import CASES, Hostile
 from tidal.controller.limits import MAX_BODY_BYTES, install_request_guards
-from tidal.controller.server import ApiServer
+from tidal.server.process import ApiServer
 
 
 def snapshot(served: Served) -> tuple[object, ...]:

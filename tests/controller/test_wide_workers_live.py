@@ -15,7 +15,7 @@ from sklearn.datasets import load_digits
 
 from tests.controller.live import start_server, stop_server, until
 from tidal.client import Client, InvalidRequest
-from tidal.controller.schema import WorkerView
+from tidal.wire.schema import WorkerView
 
 pytestmark = pytest.mark.slow
 

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from tests.controller.conftest import Served
+from tidal.cli.main import controller_app, run_app
 from tidal.client import Conflict, InvalidRequest, NotFound, WorkerArgumentError
-from tidal.controller.cli import controller_app, run_app
+from tidal.client.ps_cluster import cluster_job_spec
 from tidal.controller.cluster import ClusterModel
-from tidal.ps.job_spec import cluster_job_spec
 
 
 def _tick(served: Served) -> None:

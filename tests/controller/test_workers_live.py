@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from tests.controller.live import start_server, stop_server, until
+from tidal.cli.main import controller_app, run_app
 from tidal.client import Client
-from tidal.controller.cli import controller_app, run_app
+from tidal.client.ps_cluster import cluster_job_spec
 from tidal.ps.config import Mode
-from tidal.ps.job_spec import cluster_job_spec
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from fastapi import HTTPException, Request, status
 from fastapi.security import HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 
-from tidal.controller.discovery import TOKEN_FILE, read_token
+from tidal.wire.discovery import TOKEN_FILE, read_token
 
 __all__ = [
     "CSRF_HEADER",

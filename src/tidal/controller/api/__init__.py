@@ -6,7 +6,7 @@ allocations, utilisation), ``job_metrics`` (training metrics jobs report, progre
 ``prometheus`` (the controller's own metrics) and ``health``.
 Handlers read the store and record what users ask for as requests
 (:mod:`tidal.controller.requests`); the controller loop carries them out on its next tick.
-Every route but ``/health`` needs the admin bearer token; :func:`tidal.controller.app.create_app`
+Every route but ``/health`` needs the admin bearer token; :func:`tidal.server.app.create_app`
 puts the routers and the dashboard together.
 """
 

@@ -9,14 +9,14 @@ from fastapi import APIRouter, Query
 
 from tidal.controller.api.deps import ControllerDep, StoreDep
 from tidal.controller.api.views import allocation_view, event_view, utilisation
-from tidal.controller.schema import (
+from tidal.model import JobState
+from tidal.wire.schema import (
     AllocationView,
     ClusterView,
     EventView,
     HostView,
     UtilisationPoint,
 )
-from tidal.model import JobState
 
 __all__ = ["router"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 import tidal
-from tidal.controller.schema import HealthView
+from tidal.wire.schema import HealthView
 
 __all__ = ["router"]
 

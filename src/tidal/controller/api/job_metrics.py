@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from tidal.controller.api.deps import StoreDep, job_or_404
-from tidal.controller.schema import JobProgress, MetricsReport, MetricsView
+from tidal.wire.schema import JobProgress, MetricsReport, MetricsView
 
 __all__ = ["router"]
 

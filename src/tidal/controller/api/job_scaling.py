@@ -15,8 +15,8 @@ from fastapi import APIRouter, HTTPException
 from tidal.controller.api.deps import StoreDep, invalid, job_or_404
 from tidal.controller.api.jobs import ask
 from tidal.controller.requests import Resize
-from tidal.controller.schema import JobView, ScaleByRequest, ScaleRequest
 from tidal.controller.store import Event, JobRecord, Store
+from tidal.wire.schema import JobView, ScaleByRequest, ScaleRequest
 
 __all__ = ["router"]
 

@@ -14,9 +14,9 @@ from fastapi import APIRouter, HTTPException
 from tidal.controller.api.deps import StoreDep, invalid, job_or_404
 from tidal.controller.api.jobs import ask, fresh
 from tidal.controller.requests import apply_requests
-from tidal.controller.schema import JobView, StopWorkersRequest
 from tidal.controller.store import Event
 from tidal.controller.worker_stops import StopRefused, plan_stop
+from tidal.wire.schema import JobView, StopWorkersRequest
 
 __all__ = ["router"]
 

@@ -32,7 +32,11 @@ from tidal.controller.job_status import RoleStatus, conditions, role_statuses
 from tidal.controller.limits import off_loop
 from tidal.controller.records import WorkerRecord
 from tidal.controller.requests import Cancel, PendingRequest, SetPriority, UserRequest
-from tidal.controller.schema import (
+from tidal.controller.store import Event, JobRecord, Store
+from tidal.controller.support import Capabilities, capabilities_of
+from tidal.model import ACTIVE_STATES, JobState, JobStateError
+from tidal.spec import SpecError, locate_problems
+from tidal.wire.schema import (
     AllocationView,
     ConditionView,
     EventView,
@@ -46,10 +50,6 @@ from tidal.controller.schema import (
     Submitted,
     WorkerView,
 )
-from tidal.controller.store import Event, JobRecord, Store
-from tidal.controller.support import Capabilities, capabilities_of
-from tidal.model import ACTIVE_STATES, JobState, JobStateError
-from tidal.spec import SpecError, locate_problems
 
 __all__ = ["ask", "fresh", "router"]
 

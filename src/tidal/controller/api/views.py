@@ -7,14 +7,14 @@ from typing import Any
 
 from tidal.controller.job_pages import UnreadableJob
 from tidal.controller.requests import PendingRequest, apply_requests, request_to_row
-from tidal.controller.schema import (
+from tidal.controller.store import AllocationRecord, EventRecord, GoodputRecord, JobRecord
+from tidal.wire.schema import (
     AllocationView,
     EventView,
     JobView,
     RequestView,
     UtilisationPoint,
 )
-from tidal.controller.store import AllocationRecord, EventRecord, GoodputRecord, JobRecord
 
 __all__ = [
     "UNREADABLE",

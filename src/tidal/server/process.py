@@ -19,13 +19,13 @@ import uvicorn
 from fastapi import FastAPI
 
 from tidal.backends.base import HostDiscovery
-from tidal.controller.app import create_app
 from tidal.controller.auth import ensure_token
 from tidal.controller.cluster import ClusterModel, detect_local, local_address
-from tidal.controller.discovery import ServerInfo, clear_server_info, write_server_info
 from tidal.controller.loop import Controller
 from tidal.controller.plugins import load_backend, load_policy
 from tidal.controller.store import Store
+from tidal.server.app import create_app
+from tidal.wire.discovery import ServerInfo, clear_server_info, write_server_info
 
 __all__ = ["ApiServer", "ServerConfig", "run_server"]
 

@@ -12,9 +12,9 @@ from typing import Annotated
 
 import typer
 
-from tidal.controller.cli_options import DataDirOpt, controller_app, fail, out, pairs
-from tidal.controller.discovery import default_data_dir
+from tidal.cli.options import DataDirOpt, controller_app, fail, out, pairs
 from tidal.policy.registry import SERVED
+from tidal.wire.discovery import default_data_dir
 
 __all__ = ["GC_YOUNG_THRESHOLD", "server"]
 
@@ -57,9 +57,9 @@ def server(
     labels = pairs(label, "--label")
     policy_options = pairs(policy_option, "--policy-option")
     # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
-    from tidal.controller.discovery import TOKEN_FILE, read_token
     from tidal.controller.plugins import PluginError
-    from tidal.controller.server import ServerConfig, run_server
+    from tidal.server.process import ServerConfig, run_server
+    from tidal.wire.discovery import TOKEN_FILE, read_token
 
     logging.basicConfig(
         level=logging.INFO,

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidal.controller.schema import JobDetail, WorkerView
 from tidal.spec_fields import MAX_CPUS, MAX_WORKERS, NAME_RE, parse_memory, shown
+from tidal.wire.schema import JobDetail, WorkerView
 
 __all__ = [
     "STARTED_STATES",

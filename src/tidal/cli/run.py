@@ -1,13 +1,13 @@
-"""The ``tidal`` command.
+"""``tidal run`` and ``tidal resize``: one elastic job on this machine, without a server.
 
-Light to start: ``tidal --help`` and ``tidal VERB --help`` import neither torch nor the
-server (FastAPI, SQLAlchemy) nor the simulator; each verb imports what it runs.
+``tidal resize`` is to a ``tidal run`` what ``tidal scale`` is to a server's job: it asks
+the run's rendezvous store (found through :mod:`tidal.launch.runs`) for a new size.
+Importing this module stays light (``tidal --help``): the launcher, and torch with it,
+load inside the verbs, after their arguments are checked.
 """
 
 from __future__ import annotations
 
-import logging
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -17,21 +17,16 @@ from rich.console import Console
 # typer ships its own copy of click; its exceptions are the ones raised here.
 from typer._click.exceptions import UsageError
 
-from tidal.controller.cli import controller_app
+from tidal.cli.options import workers_count
 
-app = typer.Typer(
-    name="tidal",
-    help="Elastic PyTorch training on a shared pool of GPUs.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+__all__ = ["resize_command", "run_command", "runs_app"]
+
+#: ``tidal run`` and ``tidal resize``, added to the ``tidal`` app by :mod:`tidal.cli.main`.
+runs_app = typer.Typer()
 console = Console(stderr=True)
-app.add_typer(controller_app)  # server, submit, list, get, logs, priority, scale, ...
-_SIM_HELP = "Replay cluster traces through tidal's policies."
 
 
-@app.command(
+@runs_app.command(
     "run",
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
 )
@@ -145,69 +140,33 @@ def run_command(
     raise typer.Exit(code)
 
 
-@app.command("resize")
+@runs_app.command("resize")
 def resize_command(
     run_id: Annotated[str, typer.Argument(help="the run, as `tidal run` printed it")],
-    workers: Annotated[int, typer.Option(help="how many workers the run should have")],
+    n: Annotated[
+        int | None,
+        typer.Argument(
+            metavar="N", help="how many workers the run should have", show_default=False
+        ),
+    ] = None,
+    workers: Annotated[int | None, typer.Option(help="the same as N", show_default=False)] = None,
 ) -> None:
-    """Ask a running `tidal run` for WORKERS workers."""
+    """Ask a running `tidal run` for N workers.
+
+    What `tidal scale` is to a server's job, for a run of `tidal run` (no server).
+    """
+    count, given = workers_count(n, workers)  # before torch loads with the store's client
     from tidal.launch.runs import lookup
     from tidal.runtime.rendezvous import connect_store, request_resize
 
     record = lookup(run_id)
     if record is None:
         raise UsageError(f"RUN: no running run with id {run_id!r}")
-    if not record.min_workers <= workers <= record.max_workers:
+    if not record.min_workers <= count <= record.max_workers:
         raise UsageError(
-            f"--workers: expected a value within {record.min_workers}:{record.max_workers}, "
-            f"got {workers}"
+            f"{given}: expected a value within {record.min_workers}:{record.max_workers}, "
+            f"got {count}"
         )
     host, _, port = record.store.rpartition(":")
-    seq = request_resize(connect_store(host, int(port), timeout=10), workers)
-    console.print(f"asked run {run_id} for {workers} workers (request {seq})", highlight=False)
-
-
-# A group of its own, added after the controller's verbs, so help lists it last as before.
-_sim_entry = typer.Typer()
-
-
-@_sim_entry.command(
-    "sim",
-    help=_SIM_HELP,
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
-)
-def sim_command(ctx: typer.Context) -> None:
-    """Hand the rest of the command line to the simulator's verbs, imported only here."""
-    from tidal.sim.cli import sim_app
-
-    outer = typer.Typer(add_completion=False)
-    outer.add_typer(sim_app, name="sim", help=_SIM_HELP)
-    command = typer.main.get_command(outer)
-    # Errors propagate to main(), which reports them as for every other verb.
-    result = command.main(args=["sim", *ctx.args], prog_name="tidal", standalone_mode=False)
-    raise typer.Exit(result if isinstance(result, int) else 0)
-
-
-app.add_typer(_sim_entry)
-
-
-def main() -> None:
-    """Entry point: usage problems are one line on stderr and exit status 2."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
-    try:
-        code = app(standalone_mode=False)
-    except UsageError as exc:
-        console.print(
-            f"tidal: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True
-        )
-        sys.exit(2)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-if __name__ == "__main__":
-    main()
+    seq = request_resize(connect_store(host, int(port), timeout=10), count)
+    console.print(f"asked run {run_id} for {count} workers (request {seq})", highlight=False)

@@ -1,9 +1,9 @@
 """``tidal list | get | logs | priority | scale | scale-out | scale-in | cancel``: the verbs
 on one job (or the list of them) on the command line.
 
-Importing this module registers the verbs on :data:`tidal.controller.cli.controller_app`,
-which imports it in the place of the help's list these verbs take. Importing it stays light
-(``tidal --help``): the SDK loads inside the verbs.
+Importing this module registers the verbs on :data:`tidal.cli.options.controller_app`;
+:mod:`tidal.cli.main` imports it in the place of the help's list these verbs take.
+Importing it stays light (``tidal --help``): the SDK loads inside the verbs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tidal.controller.cli_options import (
+from tidal.cli.options import (
     ClientOptions,
     JobArg,
     call,
@@ -23,11 +23,12 @@ from tidal.controller.cli_options import (
     pairs,
     parse_duration,
     with_client_options,
+    workers_count,
 )
-from tidal.controller.cli_tables import jobs_table, print_job_detail
+from tidal.cli.tables import jobs_table, print_job_detail
 
 if TYPE_CHECKING:
-    from tidal.controller.schema import JobDetail
+    from tidal.wire.schema import JobDetail
 
 __all__ = ["cancel", "get", "list_jobs", "logs", "priority", "scale", "scale_in", "scale_out"]
 
@@ -95,7 +96,7 @@ def logs(
             raise typer.BadParameter("give --worker, or --role and --index", param_hint="--role")
         if role is None:
             raise typer.BadParameter("--index needs --role", param_hint="--index")
-        from tidal.controller.cli_roles import replica_worker
+        from tidal.cli.roles import replica_worker
 
         detail: JobDetail = call(lambda: client.get(job))
         try:
@@ -136,16 +137,26 @@ def priority(
 def scale(
     options: ClientOptions,
     job: JobArg,
-    workers: Annotated[int, typer.Option(min=1, help="Exact number of workers.")],
+    n: Annotated[
+        int | None,
+        typer.Argument(metavar="N", min=1, help="Exact number of workers.", show_default=False),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="The same as N.", show_default=False)
+    ] = None,
     role: Annotated[
         str | None,
         typer.Option(help="Count replicas of this role (a multi-role job's elastic role)."),
     ] = None,
 ) -> None:
-    """Ask for exactly N workers (within the job's min and max)."""
+    """Ask for exactly N workers (within the job's min and max).
+
+    A server's job; `tidal resize` asks the same of a `tidal run`.
+    """
+    count, given = workers_count(n, workers)
     client = options.client()
     # With --role the server names the field at fault itself (role or workers).
-    view = call(lambda: client.scale(job, workers, role=role), None if role else "--workers")
+    view = call(lambda: client.scale(job, count, role=role), None if role else given)
     options.show(view, f"{view.id}: target {view.target_slots} worker(s)")
 
 

@@ -1,8 +1,8 @@
 """``tidal cluster`` and ``tidal top``: the cluster's hosts and slots, once or live.
 
-Importing this module registers the verbs on :data:`tidal.controller.cli.controller_app`,
-which imports it in the place of the help's list these verbs take. Importing it stays light
-(``tidal --help``): the SDK loads inside the verbs.
+Importing this module registers the verbs on :data:`tidal.cli.options.controller_app`;
+:mod:`tidal.cli.main` imports it in the place of the help's list these verbs take.
+Importing it stays light (``tidal --help``): the SDK loads inside the verbs.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import typer
 from rich.console import Group
 from rich.text import Text
 
-from tidal.controller.cli_options import (
+from tidal.cli.options import (
     ClientOptions,
     call,
     controller_app,
@@ -22,10 +22,10 @@ from tidal.controller.cli_options import (
     out,
     with_client_options,
 )
-from tidal.controller.cli_tables import cluster_table, jobs_table
+from tidal.cli.tables import cluster_table, jobs_table
 
 if TYPE_CHECKING:
-    from tidal.controller.schema import ClusterView
+    from tidal.wire.schema import ClusterView
 
 __all__ = ["cluster", "top"]
 

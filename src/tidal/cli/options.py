@@ -21,9 +21,12 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+# typer ships its own copy of click; its exceptions are the ones raised here.
+from typer._click.exceptions import MissingParameter
+
 if TYPE_CHECKING:
     from tidal.client import Client
-    from tidal.controller.schema import JobView
+    from tidal.wire.schema import JobView
 
 __all__ = [
     "ClientOptions",
@@ -38,6 +41,7 @@ __all__ = [
     "pairs",
     "parse_duration",
     "with_client_options",
+    "workers_count",
 ]
 
 controller_app = typer.Typer(
@@ -179,6 +183,22 @@ def pairs(values: Sequence[str] | None, option: str) -> dict[str, str]:
             raise typer.BadParameter(f"expected KEY=VALUE (got {item!r})", param_hint=option)
         out[key] = value
     return out
+
+
+def workers_count(n: int | None, workers: int | None) -> tuple[int, str]:
+    """The size a resize verb asks for, given as its argument ``N`` (as the docs write
+    ``tidal scale JOB 4``) or as ``--workers N`` (as scripts do), or both if they agree;
+    with the name of the one given, for messages. A usage error naming ``--workers`` if
+    they differ, or both if neither is given."""
+    if workers is None:
+        if n is None:
+            raise MissingParameter(param_hint="N (or --workers N)", param_type="argument")
+        return n, "N"
+    if n is not None and n != workers:
+        raise typer.BadParameter(
+            f"N is {n} but --workers is {workers}: give one of them", param_hint="--workers"
+        )
+    return workers, "--workers"
 
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")

@@ -1,4 +1,4 @@
-"""The Python SDK over the controller's REST API.
+"""The SDK's client: one connection to a tidal server and the verbs on its jobs and cluster.
 
 >>> from tidal.client import Client
 >>> with Client() as c:                      # finds the local server through its data dir
@@ -18,9 +18,19 @@ from typing import Any
 
 import httpx
 
-from tidal.client_workers import WorkerVerbs
-from tidal.controller.discovery import default_data_dir, read_server_info, read_token
-from tidal.controller.schema import (
+from tidal.client.errors import (
+    AuthError,
+    ClientError,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    ServerUnavailable,
+    problems,
+)
+from tidal.client.worker_verbs import WorkerVerbs
+from tidal.spec import JobSpec
+from tidal.wire.discovery import default_data_dir, read_server_info, read_token
+from tidal.wire.schema import (
     AllocationView,
     ClusterView,
     EventView,
@@ -29,72 +39,12 @@ from tidal.controller.schema import (
     MetricsView,
     Submitted,
 )
-from tidal.spec import JobSpec
-from tidal.workers import WorkerArgumentError
 
-__all__ = [
-    "TERMINAL_STATES",
-    "AuthError",
-    "Client",
-    "ClientError",
-    "Conflict",
-    "InvalidRequest",
-    "NotFound",
-    "ServerUnavailable",
-    "WorkerArgumentError",
-]
+__all__ = ["TERMINAL_STATES", "Client"]
 
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 #: Jobs asked for per listing page (the server's most).
 _PAGE = 1000
-
-
-class ClientError(Exception):
-    """The server refused a request, or could not be reached."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class ServerUnavailable(ClientError):
-    """No server found, or it did not answer in time."""
-
-
-class AuthError(ClientError):
-    """Missing or wrong token (401)."""
-
-
-class NotFound(ClientError):
-    """No such job (404)."""
-
-
-class Conflict(ClientError):
-    """The request does not fit the job's state, e.g. scaling a finished job (409)."""
-
-
-class InvalidRequest(ClientError):
-    """The request was refused as invalid (422); ``problems`` lists ``(field path, message)``."""
-
-    def __init__(self, problems: builtins.list[tuple[str, str]]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(f"{p}: {m}" if p else m for p, m in problems), 422)
-
-
-def _problems(detail: Any) -> builtins.list[tuple[str, str]]:
-    if not isinstance(detail, builtins.list):
-        return [("", str(detail))]
-    out = []
-    for item in detail:
-        if not isinstance(item, dict):
-            out.append(("", str(item)))
-            continue
-        path = item.get("path")
-        if path is None:
-            loc = [str(p) for p in item.get("loc", []) if p not in ("body", "query", "path")]
-            path = ".".join(loc)
-        out.append((str(path), str(item.get("msg", "invalid"))))
-    return out
 
 
 class Client(WorkerVerbs):
@@ -103,7 +53,7 @@ class Client(WorkerVerbs):
     ``url`` and ``token`` default to ``$TIDAL_URL`` / ``$TIDAL_TOKEN``, then to what the
     server wrote into ``data_dir`` (default ``$TIDAL_DATA_DIR`` or ``~/.tidal``). The
     worker verbs (``launch_workers``, ``await_workers``, ``stop_workers``,
-    ``run_cluster``) are :class:`~tidal.client_workers.WorkerVerbs`.
+    ``run_cluster``) are :class:`~tidal.client.worker_verbs.WorkerVerbs`.
     """
 
     def __init__(
@@ -171,7 +121,7 @@ class Client(WorkerVerbs):
         if code == 409:
             raise Conflict(str(detail), code)
         if code == 422:
-            raise InvalidRequest(_problems(detail))
+            raise InvalidRequest(problems(detail))
         raise ClientError(f"HTTP {code}: {detail}", code)
 
     # -- jobs ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from rich.table import Table
 
-from tidal.controller.schema import JobDetail
+from tidal.wire.schema import JobDetail
 
 __all__ = ["conditions_table", "replica_worker", "roles_table"]
 

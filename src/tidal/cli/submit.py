@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from tidal.controller.cli_options import (
+from tidal.cli.options import (
     ClientOptions,
     JobArg,
     call,

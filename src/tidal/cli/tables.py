@@ -19,7 +19,7 @@ from rich.text import Text
 from tidal.launch.slot_names import join_slots
 
 if TYPE_CHECKING:
-    from tidal.controller.schema import ClusterView, EventView, JobDetail, JobView
+    from tidal.wire.schema import ClusterView, EventView, JobDetail, JobView
 
 __all__ = ["cluster_table", "jobs_table", "print_job_detail"]
 
@@ -122,7 +122,7 @@ def print_job_detail(console: Console, detail: JobDetail, events: Sequence[Event
         console.print(f"launcher: {launcher.value} ({launcher.resize_mode})", markup=False)
     several = len(detail.roles) > 1
     if several:
-        from tidal.controller.cli_roles import conditions_table, roles_table
+        from tidal.cli.roles import conditions_table, roles_table
 
         console.print(roles_table(detail))
         console.print(conditions_table(detail))

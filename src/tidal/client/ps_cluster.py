@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tidal.client.workers import WorkerArgumentError, launch_spec
 from tidal.ps.config import Mode, PSConfig
-from tidal.workers import WorkerArgumentError, launch_spec
 
 __all__ = ["CHIEF_ROLE", "PS_ROLE", "WORKER_ROLE", "cluster_job_spec"]
 
@@ -100,7 +100,7 @@ def _role(
     role: str,
     name: str,
 ) -> dict[str, Any]:
-    """One role's entry, checked as :func:`tidal.workers.launch_spec` checks a launch."""
+    """One role's entry, checked as :func:`tidal.client.workers.launch_spec` checks a launch."""
     try:
         spec = launch_spec(
             n, cpu=cpu, memory=memory, gpus=gpus, command=command, env=env, role=role, name=name

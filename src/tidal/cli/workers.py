@@ -1,8 +1,8 @@
 """``tidal workers launch | await | stop``: the SDK's worker verbs on the command line.
 
 Workers are the replicas of an ordinary job, named ``<job id>/<index>``
-(:mod:`tidal.client_workers`). Importing this module stays light (``tidal --help``): the
-SDK loads inside the verbs.
+(:mod:`tidal.client.worker_verbs`). Importing this module stays light (``tidal --help``):
+the SDK loads inside the verbs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tidal.controller.cli_options import (
+from tidal.cli.options import (
     ClientOptions,
     call,
     emit_json,
@@ -40,7 +40,7 @@ IdsArg = Annotated[
 
 def _checked(action: Callable[[], Any]) -> Any:
     """Run an SDK call; a bad argument is one line naming it, with exit status 2."""
-    from tidal.workers import WorkerArgumentError
+    from tidal.client.workers import WorkerArgumentError
 
     def guarded() -> Any:
         try:

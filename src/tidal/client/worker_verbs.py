@@ -1,8 +1,9 @@
 """The SDK's worker verbs: launch workers, wait for them, stop them, start a PS cluster.
 
-Mixed into :class:`tidal.client.Client`. Workers are the replicas of an ordinary job (they
+Mixed into :class:`tidal.client.Client`, whose transport (``_request``) they use; they
+import nothing of it. Workers are the replicas of an ordinary job (they
 hold slots of the pool and are listed by ``tidal list``), named ``"<job id>/<worker
-index>"``; the pure parts (ids, specs, summaries) are :mod:`tidal.workers`.
+index>"``; the pure parts (ids, specs, summaries) are :mod:`tidal.client.workers`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tidal.workers import (
+from tidal.client.errors import InvalidRequest, NotFound
+from tidal.client.workers import (
     ENDED_STATES,
     WorkerArgumentError,
     WorkerRef,
@@ -27,8 +29,8 @@ from tidal.workers import (
 if TYPE_CHECKING:
     import httpx
 
-    from tidal.controller.schema import JobDetail, JobView, Submitted
     from tidal.ps.config import Mode
+    from tidal.wire.schema import JobDetail, JobView, Submitted
 
 __all__ = ["WorkerVerbs"]
 
@@ -56,8 +58,7 @@ class WorkerVerbs:
 
     def _submit_spec(self, spec: Mapping[str, Any]) -> Submitted:
         """Submit ``spec``; a refusal names the verb's arguments rather than spec fields."""
-        from tidal.client import InvalidRequest
-        from tidal.controller.schema import Submitted
+        from tidal.wire.schema import Submitted
 
         try:
             response = self._request("POST", "/jobs", json=dict(spec))
@@ -85,7 +86,7 @@ class WorkerVerbs:
         (the server's interpreter) with ``env`` added to its environment; ``cpu`` and
         ``memory`` (bytes, or ``"4Gi"``) per worker. A worker that fails is not restarted:
         it is reported by :meth:`await_workers`, and its job fails (the others stop).
-        A bad argument raises :class:`~tidal.workers.WorkerArgumentError` naming it, and
+        A bad argument raises :class:`~tidal.client.workers.WorkerArgumentError` naming it, and
         nothing is submitted.
         """
         spec = launch_spec(
@@ -104,8 +105,6 @@ class WorkerVerbs:
 
     def _jobs_of(self, refs: Sequence[WorkerRef], argument: str) -> dict[str, JobDetail]:
         """Each job ``refs`` name; :class:`NotFound` naming the id for an unknown one."""
-        from tidal.client import NotFound
-
         jobs: dict[str, JobDetail] = {}
         for i, ref in enumerate(refs):
             if ref.job not in jobs:
@@ -168,7 +167,7 @@ class WorkerVerbs:
         parameter server, a chief) and an elastic job that would go below its minimum:
         nothing of that job is stopped (jobs named before it in ``ids`` may be).
         """
-        from tidal.controller.schema import JobView
+        from tidal.wire.schema import JobView
 
         refs = parse_worker_ids(ids)
         jobs = self._jobs_of(refs, "ids")
@@ -213,7 +212,7 @@ class WorkerVerbs:
         timeout_seconds: float = 60.0,
         chief: bool = False,
     ) -> dict[str, Any]:
-        """Start a parameter-server job (see :mod:`tidal.ps.job_spec`) and wait up to
+        """Start a parameter-server job (see :mod:`tidal.client.ps_cluster`) and wait up to
         ``timeout_seconds`` for its processes to run.
 
         Returns its cluster spec: ``{"job", "mode", "ps": [ids], "workers": [ids],
@@ -224,7 +223,7 @@ class WorkerVerbs:
         the job has a ``chief`` too (``"chief": [id]``; ``[]`` without): the job succeeds
         on its success, so wait for the chief.
         """
-        from tidal.ps.job_spec import CHIEF_ROLE, PS_ROLE, cluster_job_spec
+        from tidal.client.ps_cluster import CHIEF_ROLE, PS_ROLE, cluster_job_spec
 
         if worker_script is None:
             raise WorkerArgumentError("worker_script: required (the script every process runs)")

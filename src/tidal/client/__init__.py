@@ -1,0 +1,38 @@
+"""The Python SDK over the controller's REST API.
+
+>>> from tidal.client import Client
+>>> with Client() as c:                      # finds the local server through its data dir
+...     job = c.submit("job.yaml")
+...     c.wait(job.id, timeout=3600)
+
+:class:`Client` (:mod:`tidal.client.sdk`) holds the connection and the verbs on jobs and
+the cluster; its worker verbs are :mod:`tidal.client.worker_verbs`, checked by
+:mod:`tidal.client.workers` (and :mod:`tidal.client.ps_cluster` for a parameter-server
+job) before anything is sent; what it raises is :mod:`tidal.client.errors`. Light to
+import: httpx, pydantic and the spec, not torch or the server.
+"""
+
+from __future__ import annotations
+
+from tidal.client.errors import (
+    AuthError,
+    ClientError,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    ServerUnavailable,
+)
+from tidal.client.sdk import TERMINAL_STATES, Client
+from tidal.client.workers import WorkerArgumentError
+
+__all__ = [
+    "TERMINAL_STATES",
+    "AuthError",
+    "Client",
+    "ClientError",
+    "Conflict",
+    "InvalidRequest",
+    "NotFound",
+    "ServerUnavailable",
+    "WorkerArgumentError",
+]
