@@ -10,12 +10,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tidal.launch.group import GroupEvent, Outcome, WorkerGroup
+    from tidal.launch.group import WorkerGroup
+    from tidal.launch.group_api import GroupEvent, Outcome
     from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
 
 _HOMES = {
-    "GroupEvent": "tidal.launch.group",
-    "Outcome": "tidal.launch.group",
+    "GroupEvent": "tidal.launch.group_api",
+    "Outcome": "tidal.launch.group_api",
     "WorkerGroup": "tidal.launch.group",
     "Worker": "tidal.launch.worker",
     "WorkerPhase": "tidal.launch.worker",

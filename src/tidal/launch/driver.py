@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from tidal.backends.base import JobStatus, RoleLaunch, WorkerState, WorkerStatus
 from tidal.launch.endpoints import SlotNetwork
-from tidal.launch.group import GroupEvent, Outcome
+from tidal.launch.group_api import GroupEvent, Outcome
 from tidal.launch.launchers import Group, make_group
 from tidal.launch.process import Spawner
 from tidal.launch.role_groups import RoleGroups

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tidal.launch.group import GroupEvent, WorkerGroup
+from tidal.launch.group import WorkerGroup
+from tidal.launch.group_api import GroupEvent
 from tidal.launch.process import Spawner
 from tidal.launch.torchrun import TorchrunGroup
 from tidal.launch.worker import Worker, WorkerSpec

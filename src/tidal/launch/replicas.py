@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO
 
-from tidal.launch.group import GroupEvent, Outcome
+from tidal.launch.group_api import GroupEvent, Outcome
 from tidal.launch.process import LocalSpawner, Spawner
 from tidal.launch.role_slots import replica_indices
 from tidal.launch.worker import (

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tidal.backends.base import RoleLaunch
 from tidal.launch.endpoints import LoopbackNetwork, SlotNetwork
-from tidal.launch.group import GroupEvent, Outcome
+from tidal.launch.group_api import GroupEvent, Outcome
 from tidal.launch.launchers import Group, make_group
 from tidal.launch.process import Spawner
 from tidal.launch.replicas import ReplicaSet

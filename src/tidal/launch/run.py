@@ -15,7 +15,7 @@ from types import FrameType
 
 from rich.console import Console
 
-from tidal.launch.group import GroupEvent, Outcome
+from tidal.launch.group_api import GroupEvent, Outcome
 from tidal.launch.launchers import RESTART_BASED, Group, make_group, resize_mode
 from tidal.launch.run_args import UsageProblem, worker_argv
 from tidal.launch.runs import RunRecord, register, unregister
