@@ -11,6 +11,7 @@ group_api.GroupEvent`. :class:`GroupBase` keeps them.
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, TypedDict
 
@@ -50,9 +51,9 @@ class GroupBaseOptions(GroupOptions, total=False):
     ids: WorkerIds | None
 
 
-class GroupBase:
+class GroupBase(ABC):
     """The books of a group whose workers meet in the job's store; subclasses say how
-    the group forms and changes (:meth:`poll`)."""
+    the group forms and changes (:meth:`poll`), when it is settled and how it stops."""
 
     def __init__(
         self,
@@ -113,13 +114,18 @@ class GroupBase:
             raise ValueError(f"slots: each slot at most once, got {list(slots)}")
         self.desired = list(slots)
 
+    @abstractmethod
     def settled(self) -> bool:
         """Whether the workers run exactly on the assigned slots (no change in flight)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def poll(self) -> Outcome | None:
         """Advance the group; the outcome once the job has ended."""
-        raise NotImplementedError
+
+    @abstractmethod
+    def stop(self, grace: float = 30.0) -> None:
+        """Stop every worker, killing what is left after ``grace`` seconds; then
+        :meth:`_stopped`."""
 
     def poll_interval(self) -> float:
         """How long a caller may wait before the next :meth:`poll`: short while a change

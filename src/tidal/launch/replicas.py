@@ -102,6 +102,12 @@ class ReplicaSet:
         """How long a caller may wait before the next :meth:`poll`."""
         return 0.05
 
+    def settled(self) -> bool:
+        """Whether a replica runs on every assigned slot not over, and on no other (a
+        replica that exited and waits for its slot to be assigned again: not settled)."""
+        live = {w.slot for w in self.live()}
+        return not self._held_back and live == set(self.desired) - self._over
+
     def live(self) -> list[Worker]:
         """Replicas whose process has not exited."""
         return [w for w in self.workers.values() if w.phase is not WorkerPhase.EXITED]
