@@ -14,11 +14,12 @@ group while it runs, so, like torchrun's agent, it restarts it:
   caller asks :func:`~tidal.policy.restart.decide_restart`, within the restart budget);
 * **success**: every worker of the incarnation returned 0.
 
-It offers what :class:`~tidal.launch.group.WorkerGroup` offers its drivers (``tidal run``
-and :class:`~tidal.launch.driver.GroupDriver`): ``assign``, ``poll``, ``stop``, the job's
-:class:`~tidal.runtime.rendezvous.RendezvousHost` (for ``tidal resize`` and the report
-queue), and one :class:`~tidal.runtime.rendezvous.Generation` per incarnation (numbered by
-its restart count) for status and logs.
+Like :class:`~tidal.launch.group.WorkerGroup` it is a :class:`~tidal.launch.group_api.
+JobGroup`, driven by :class:`~tidal.launch.driver.GroupDriver` (for ``tidal run`` and the
+backends): it hosts the job's :class:`~tidal.runtime.rendezvous.RendezvousHost` (for
+``tidal resize`` and the report queue) and numbers one :class:`~tidal.runtime.rendezvous.
+Generation` per incarnation (by its restart count) for status and logs; what both keep
+alike is :class:`~tidal.launch.group_base.GroupBase`'s.
 """
 
 from __future__ import annotations
