@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tidal.launch.api import RoleLaunch
-from tidal.launch.group import Outcome
+from tidal.launch.group_api import Outcome
 from tidal.launch.role_groups import RoleGroups
 from tidal.launch.worker import WorkerSpec
 

@@ -10,19 +10,31 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tidal.launch.group import GroupEvent, Outcome, WorkerGroup
+    from tidal.launch.group import WorkerGroup
+    from tidal.launch.group_api import Group, GroupEvent, JobGroup, Outcome
     from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
 
 _HOMES = {
-    "GroupEvent": "tidal.launch.group",
-    "Outcome": "tidal.launch.group",
+    "Group": "tidal.launch.group_api",
+    "GroupEvent": "tidal.launch.group_api",
+    "JobGroup": "tidal.launch.group_api",
+    "Outcome": "tidal.launch.group_api",
     "WorkerGroup": "tidal.launch.group",
     "Worker": "tidal.launch.worker",
     "WorkerPhase": "tidal.launch.worker",
     "WorkerSpec": "tidal.launch.worker",
 }
 
-__all__ = ["GroupEvent", "Outcome", "Worker", "WorkerGroup", "WorkerPhase", "WorkerSpec"]
+__all__ = [
+    "Group",
+    "GroupEvent",
+    "JobGroup",
+    "Outcome",
+    "Worker",
+    "WorkerGroup",
+    "WorkerPhase",
+    "WorkerSpec",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,6 @@
-"""The one loop that drives a job's group for a backend: a :class:`~tidal.launch.group.
-WorkerGroup`, or a :class:`~tidal.launch.torchrun.TorchrunGroup` for a role whose launcher
-is ``torchrun`` (:func:`~tidal.launch.launchers.make_group`).
+"""The one loop that drives a job's group for a backend: a :class:`~tidal.launch.group_api.
+JobGroup` (:func:`~tidal.launch.launchers.make_group`'s group for the job's launcher, or
+:class:`~tidal.launch.role_groups.RoleGroups` for a multi-role job).
 
 Every backend runs a job the same way: apply the controller's latest slots, poll the group,
 report the job's :class:`~tidal.launch.api.JobStatus` and the workers' report batches,
@@ -15,14 +15,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from tidal.launch.api import JobStatus, RoleLaunch, WorkerState, WorkerStatus
 from tidal.launch.endpoints import SlotNetwork
-from tidal.launch.group import GroupEvent, Outcome
-from tidal.launch.launchers import Group, make_group
+from tidal.launch.group_api import GroupEvent, JobGroup, Outcome
+from tidal.launch.group_base import GroupOptions
+from tidal.launch.launchers import make_group
 from tidal.launch.process import Spawner
 from tidal.launch.role_groups import RoleGroups
 from tidal.launch.role_slots import group_replicas
@@ -83,36 +84,36 @@ class GroupDriver:
         roles: Sequence[RoleLaunch] = (),
         work_dir: Path | None = None,
         network: SlotNetwork | None = None,
+        on_output: Callable[[str, str], None] | None = None,
+        on_event: Callable[[GroupEvent], None] | None = None,
+        on_failure: Callable[[Worker], None] | None = None,
     ) -> None:
         """``stop_grace``: how long released workers get to leave when the job stops
         (rank 0 checkpoints first); ``first_worker_id``: see :class:`WorkerGroup`;
         ``roles``: a multi-role job's roles, run as :class:`RoleGroups` (launcher files
         in ``work_dir``, replicas reached as ``network`` says) instead of one group of
-        ``spec``."""
+        ``spec``. ``on_output``, ``on_event`` and ``on_failure`` hear of the workers'
+        output lines, the group's events and each failed worker (``tidal run`` shows the
+        first two and decides on restarts from the third)."""
         self.job_id = job_id
+        self._on_event_hook = on_event
         self.stop_grace = stop_grace
-        self.replica_slots = spec.replica_slots
+        # The roles of a multi-role job are split into workers by RoleGroups itself.
+        self.replica_slots = 1 if roles else spec.replica_slots
         self._replicas: list[str] = []
-        self.group: Group | RoleGroups
+        self.group: JobGroup
+        options: GroupOptions = {
+            "on_output": on_output,
+            "on_event": self._on_event,
+            "on_failure": on_failure,
+            "spawner": spawner,
+            "store_host": store_host,
+            "first_worker_id": first_worker_id,
+        }
         if roles:
-            self.group = RoleGroups(
-                spec,
-                roles,
-                on_event=self._on_event,
-                spawner=spawner,
-                store_host=store_host,
-                first_worker_id=first_worker_id,
-                work_dir=work_dir,
-                network=network,
-            )
+            self.group = RoleGroups(spec, roles, work_dir=work_dir, network=network, **options)
         else:
-            self.group = make_group(
-                spec,
-                on_event=self._on_event,
-                spawner=spawner,
-                store_host=store_host,
-                first_worker_id=first_worker_id,
-            )
+            self.group = make_group(spec, **options)
         self._reports = ReportQueue(self.group.host.store, REPORT_PREFIX)
         self._last_read = 0.0
         self._last_failure = ""
@@ -121,6 +122,8 @@ class GroupDriver:
     def _on_event(self, event: GroupEvent) -> None:
         if event.kind == "failed":
             self._last_failure = event.message
+        if self._on_event_hook is not None:
+            self._on_event_hook(event)
 
     def status(self) -> JobStatus:
         """The job's workers and outcome as of the last poll (metrics and goodput are
@@ -174,9 +177,8 @@ class GroupDriver:
         return batches
 
     def _as_replicas(self, slots: Sequence[str]) -> list[str]:
-        """One group's slots as its workers' (a worker of several GPUs holds several;
-        the roles of a multi-role job are split by :class:`RoleGroups` itself)."""
-        if isinstance(self.group, RoleGroups) or self.replica_slots == 1:
+        """One group's slots as its workers' (a worker of several GPUs holds several)."""
+        if self.replica_slots == 1:
             return list(slots)
         self._replicas = group_replicas(slots, self.replica_slots, self._replicas)
         return self._replicas

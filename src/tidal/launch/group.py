@@ -13,86 +13,36 @@ processes run (subprocesses here by default; Ray actors for that backend).
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import IO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from tidal.launch.process import LocalSpawner, Spawner
-from tidal.launch.worker import (
-    Worker,
-    WorkerIds,
-    WorkerPhase,
-    WorkerSpec,
-    close_outputs,
-    kill_workers,
-    wait_for_exit,
-    worker_env,
-    worker_output,
-)
+from tidal.launch.group_api import Outcome
+from tidal.launch.group_base import GroupBase
+from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, wait_for_exit, worker_env
 from tidal.runtime.api import EXIT_RELEASED
-from tidal.runtime.rendezvous import Generation, RendezvousHost
+from tidal.runtime.rendezvous import Generation
 
-__all__ = ["GroupEvent", "Outcome", "WorkerGroup"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from tidal.launch.group_base import GroupBaseOptions
+
+__all__ = ["WorkerGroup"]
 
 log = logging.getLogger("tidal.launch")
 
 
-class Outcome(enum.Enum):
-    """How a group ended."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-
-@dataclass(frozen=True)
-class GroupEvent:
-    """Something that happened to the group, for logs and the controller's event table."""
-
-    kind: str  # started, admitted, released, failed, restarted, generation, finished
-    message: str
-    time: float = field(default_factory=time.time)
-    generation: int | None = None
-    stall: float | None = None
-
-
-class WorkerGroup:
+class WorkerGroup(GroupBase):
     """Run and resize one job's workers. Call :meth:`poll` regularly (every few ms)."""
 
-    def __init__(
-        self,
-        spec: WorkerSpec,
-        *,
-        on_output: Callable[[str, str], None] | None = None,
-        on_event: Callable[[GroupEvent], None] | None = None,
-        on_failure: Callable[[Worker], None] | None = None,
-        spawner: Spawner | None = None,
-        store_host: str = "127.0.0.1",
-        first_worker_id: int = 0,
-    ) -> None:
-        """``first_worker_id``: the number of the first worker started (a restarted agent
-        continues after its predecessor's: worker ids are never reused within a job).
-        ``on_failure`` hears of every worker that failed (its slot then waits for the
-        next :meth:`assign`); ``spawner`` runs the worker processes (subprocesses here by
-        default); ``store_host`` is the address workers reach the job's store at."""
-        self.spec = spec
-        self.spawner: Spawner = spawner or LocalSpawner()
-        self.host = RendezvousHost(store_host)
-        self.workers: dict[str, Worker] = {}
-        self.generation: Generation | None = None
-        self.desired: list[str] = []
-        self.outcome: Outcome | None = None
-        self._on_output = on_output
-        self._on_event = on_event
-        self._on_failure = on_failure
+    def __init__(self, spec: WorkerSpec, **options: Unpack[GroupBaseOptions]) -> None:
+        """The options of :class:`~tidal.launch.group_base.GroupBase`."""
+        super().__init__(spec, **options)
         #: Slots whose worker failed since they were last assigned: no new worker there
         #: until an :meth:`assign` lists them again (the restart decision is the caller's).
         self._held_back: set[str] = set()
-        #: Where worker numbers come from (a multi-role job's groups share one source).
-        self.ids = WorkerIds(first_worker_id)
         self._forming_since: float | None = None
         self._finishing = False
         self._finishing_since = 0.0
@@ -102,25 +52,10 @@ class WorkerGroup:
         #: its peers are left to finish theirs.)
         self._training_done = False
         self._failed_while_finishing = False
-        self._log_files: list[IO[str]] = []
         #: When each leaving worker was first seen leaving (for the bound on its exit).
         self._leaving_since: dict[str, float] = {}
 
     # -- what callers ask -------------------------------------------------------------
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """Worker ids of the current generation, in rank order."""
-        return self.generation.members if self.generation else ()
-
-    @property
-    def world_size(self) -> int:
-        """Workers in the current generation."""
-        return len(self.members)
-
-    def member_slots(self) -> list[str]:
-        """Slots of the current generation's workers, in rank order."""
-        return [self.workers[m].slot for m in self.members]
 
     def start(self, slots: Sequence[str]) -> None:
         """Start one worker per slot; they form generation 0 once all are ready."""
@@ -131,24 +66,12 @@ class WorkerGroup:
         the others are released at their next step boundary, newcomers start on new slots
         and are admitted once ready; a listed slot whose worker failed gets a new one. An
         empty list releases every worker (the job checkpoints and waits)."""
-        if len(set(slots)) != len(slots):
-            raise ValueError(f"slots: each slot at most once, got {list(slots)}")
-        self.desired = list(slots)
+        super().assign(slots)
         self._held_back.clear()
-
-    def poll_interval(self) -> float:
-        """How long a caller may wait before the next :meth:`poll`: short while a change
-        is in flight, longer once settled (polling costs the workers CPU on small hosts).
-        A death is noticed by the workers themselves at once either way."""
-        return 0.01 if not self.settled() else 0.05
 
     def settled(self) -> bool:
         """Whether the workers run exactly on the assigned slots (no change in flight)."""
         return self._forming_since is None and sorted(self.member_slots()) == sorted(self.desired)
-
-    def progress(self) -> dict[str, object] | None:
-        """Rank 0's last report: step, epoch, generation, world."""
-        return self.host.progress()
 
     # -- the state machine ------------------------------------------------------------
 
@@ -167,14 +90,7 @@ class WorkerGroup:
     def _reap(self) -> None:
         members = set(self.members)
         lost: list[str] = []
-        for worker in list(self.workers.values()):
-            if worker.phase is WorkerPhase.EXITED:
-                continue
-            code = worker.process.poll()
-            if code is None:
-                continue
-            was = worker.phase
-            worker.phase, worker.exit_code = WorkerPhase.EXITED, code
+        for worker, was, code in self._exits():
             if code == 0 and worker.id in members:
                 self._finish(training=True)
                 self._emit("finished", f"{worker.id} finished")
@@ -227,7 +143,7 @@ class WorkerGroup:
             if not alive:
                 failed = self._failed_while_finishing
                 self.outcome = Outcome.FAILED if failed else Outcome.SUCCEEDED
-                self._terminate_all()
+                self._kill_all()
             return
         if lost:
             self._handle_loss(lost)
@@ -347,10 +263,7 @@ class WorkerGroup:
         for m in members:
             self.workers[m].phase = WorkerPhase.MEMBER
         self._forming_since = time.monotonic() if members else None
-        # Worker ids are not ranks: say which is which (and the pid) at every generation.
-        ranks = " ".join(
-            f"{rank}={m}(pid {self.workers[m].process.pid})" for rank, m in enumerate(members)
-        )
+        ranks = self._ranks(members)
         self._emit("generation", f"generation {number} ({reason}): {len(members)} workers: {ranks}")
 
     # -- processes ----------------------------------------------------------------------
@@ -358,22 +271,7 @@ class WorkerGroup:
     def _spawn(self, slot: str) -> Worker:
         worker_id = self.ids.take()
         env = worker_env(self.spec, worker_id=worker_id, slot=slot, store=self.host.address)
-        process = self.spawner.spawn(
-            worker_id=worker_id,
-            slot=slot,
-            argv=self.spec.argv,
-            env=env,
-            cwd=self.spec.working_dir,
-            on_line=self._follow(worker_id),
-        )
-        worker = Worker(worker_id, slot, process)
-        self.workers[worker_id] = worker
-        self._emit("started", f"{worker_id} started on slot {slot} (pid {process.pid})")
-        return worker
-
-    def _follow(self, worker_id: str) -> Callable[[str], None]:
-        """Where a worker's output lines go: its log file and ``on_output``."""
-        return worker_output(self.spec.log_dir, worker_id, self._on_output, self._log_files)
+        return self._spawn_worker(slot, env, worker_id=worker_id, phase=WorkerPhase.STARTING)
 
     def _kill(self, worker: Worker, *, failed: bool = False) -> None:
         """SIGKILL the worker's process group. ``failed`` marks a worker killed for not
@@ -386,16 +284,6 @@ class WorkerGroup:
         if worker.phase is not WorkerPhase.MEMBER:
             worker.phase = WorkerPhase.EXITED
 
-    def _terminate_all(self) -> None:
-        kill_workers(self.workers.values())
-
-    def fail(self, reason: str) -> None:
-        """End the group as failed (the restart budget is spent): kill every worker."""
-        if self.outcome is None:
-            self._emit("failed", reason)
-            self.outcome = Outcome.FAILED
-            self._terminate_all()
-
     def stop(self, grace: float = 30.0) -> None:
         """Release every worker (rank 0 checkpoints first), wait up to ``grace`` seconds
         for them to leave, then kill what is left. Closes the store and the logs."""
@@ -407,18 +295,4 @@ class WorkerGroup:
             for m in self.generation.members if self.generation else ():
                 self.workers[m].phase = WorkerPhase.LEAVING
             wait_for_exit(list(self.workers.values()), grace)
-        self._terminate_all()
-        if self.outcome is None:
-            self.outcome = Outcome.STOPPED
-        close_outputs(self.workers.values(), self._log_files)
-
-    def _emit(self, kind: str, message: str, *, stall: float | None = None) -> None:
-        event = GroupEvent(
-            kind,
-            message,
-            generation=self.generation.number if self.generation else None,
-            stall=stall,
-        )
-        log.info("run=%s %s: %s", self.spec.job_id, kind, message)
-        if self._on_event is not None:
-            self._on_event(event)
+        self._stopped()

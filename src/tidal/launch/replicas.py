@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO
 
-from tidal.launch.group import GroupEvent, Outcome
+from tidal.launch.group_api import GroupEvent, Outcome
 from tidal.launch.process import LocalSpawner, Spawner
 from tidal.launch.role_slots import replica_indices
 from tidal.launch.worker import (
@@ -101,6 +101,12 @@ class ReplicaSet:
     def poll_interval(self) -> float:
         """How long a caller may wait before the next :meth:`poll`."""
         return 0.05
+
+    def settled(self) -> bool:
+        """Whether a replica runs on every assigned slot not over, and on no other (a
+        replica that exited and waits for its slot to be assigned again: not settled)."""
+        live = {w.slot for w in self.live()}
+        return not self._held_back and live == set(self.desired) - self._over
 
     def live(self) -> list[Worker]:
         """Replicas whose process has not exited."""

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from tidal.launch.api import RoleLaunch
 from tidal.launch.endpoints import LoopbackNetwork, SlotNetwork
-from tidal.launch.group import GroupEvent, Outcome
-from tidal.launch.launchers import Group, make_group
+from tidal.launch.group_api import Group, GroupEvent, JobGroup, Outcome
+from tidal.launch.launchers import make_group
 from tidal.launch.process import Spawner
 from tidal.launch.replicas import ReplicaSet
 from tidal.launch.role_env import (
@@ -99,8 +99,10 @@ class RoleGroups:
         self._on_event = on_event
         self._network = network
         self._addresses: dict[str, list[str]] = {}
-        self.groups: dict[str, Group | ReplicaSet] = {}
-        protocol: Group | None = None
+        self.groups: dict[str, Group] = {}
+        #: The roles that run as plain replica sets (also in :attr:`groups`).
+        self.replica_sets: dict[str, ReplicaSet] = {}
+        protocol: JobGroup | None = None
         for role in self.roles:
             if Launcher(role.launcher).forms_group:
                 group = make_group(
@@ -110,8 +112,8 @@ class RoleGroups:
                     on_failure=on_failure,
                     spawner=spawner,
                     store_host=store_host,
+                    ids=self.ids,
                 )
-                group.ids = self.ids
                 protocol = protocol or group
                 self.groups[role.name] = group
         self._protocol = protocol
@@ -120,7 +122,7 @@ class RoleGroups:
         for role in self.roles:
             if Launcher(role.launcher).forms_group:
                 continue
-            self.groups[role.name] = ReplicaSet(
+            self.groups[role.name] = self.replica_sets[role.name] = ReplicaSet(
                 role_spec(spec, role),
                 policy=role.policy,
                 env_for=self._env_maker(role),
@@ -154,6 +156,10 @@ class RoleGroups:
     def poll_interval(self) -> float:
         """The shortest wait any role asks for."""
         return min(g.poll_interval() for g in self.groups.values())
+
+    def settled(self) -> bool:
+        """Whether every role runs on its assigned slots."""
+        return all(g.settled() for g in self.groups.values())
 
     # -- orders --------------------------------------------------------------------------
 
@@ -254,8 +260,8 @@ class RoleGroups:
         network = self._network or LoopbackNetwork()
         wanted: list[tuple[str, int, str, str]] = []
         for role in self.roles:
-            group = self.groups[role.name]
-            if role.launcher != "tf" or not isinstance(group, ReplicaSet):
+            group = self.replica_sets.get(role.name)
+            if role.launcher != "tf" or group is None:
                 continue
             addresses = self._addresses.setdefault(role.name, [""] * role.max)
             for slot, index in group.indices.items():

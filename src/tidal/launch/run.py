@@ -6,17 +6,19 @@ import os
 import signal
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from rich.console import Console
 
-from tidal.launch.group import GroupEvent, Outcome
-from tidal.launch.launchers import RESTART_BASED, Group, make_group, resize_mode
+from tidal.launch.api import JobStatus
+from tidal.launch.driver import GroupDriver
+from tidal.launch.group_api import GroupEvent, JobGroup
+from tidal.launch.launchers import RESTART_BASED, resize_mode
 from tidal.launch.run_args import UsageProblem, worker_argv
 from tidal.launch.runs import RunRecord, register, unregister
 from tidal.launch.slot_names import slot_host
@@ -118,14 +120,20 @@ def run(options: RunOptions, console: Console) -> int:
         stop_grace=options.stop_grace,
     )
     failures: list[Worker] = []
-    group = make_group(spec, on_output=show_output, on_event=show_event, on_failure=failures.append)
-    restarts = 0
-    group.start(pool[: options.initial])
+    driver = GroupDriver(
+        options.run_id,
+        spec,
+        on_output=show_output,
+        on_event=show_event,
+        on_failure=failures.append,
+    )
+    control = RunControl(driver.group, options, pool, failures, show=show_event, console=console)
+    driver.start(control.desired)
     register(
         RunRecord(
             options.run_id,
             os.getpid(),
-            group.host.address,
+            driver.group.host.address,
             options.min_workers,
             options.max_workers,
         )
@@ -134,72 +142,120 @@ def run(options: RunOptions, console: Console) -> int:
         f"[bold cyan]tidal[/] run {options.run_id}: {options.initial} workers "
         f"({options.min_workers}:{options.max_workers}), {options.launcher} launcher: "
         f"{resize_mode(options.launcher)}; resize with "
-        f"`tidal resize {options.run_id} --workers N`",
+        f"`tidal resize {options.run_id} N`",
         highlight=False,
     )
-    stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
+        control.stopping = True
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    plan = list(options.resize_plan)
-    seen_seq = 0
     try:
-        while True:
-            outcome = group.poll()
-            if outcome is None and failures:
-                decision = _decide(group, failures, options, restarts)
-                failures.clear()
-                if decision is not None:
-                    restarts = decision.restarts
-                if isinstance(decision, Fail):
-                    group.fail(decision.reason)
-                    outcome = group.outcome
-                elif isinstance(decision, Restart):
-                    show_event(GroupEvent("restart", decision.reason))
-                    group.assign(group.desired)  # a fresh worker on each failed slot
-            if outcome is not None:
-                break
-            if stopping.is_set():
-                console.print("[bold cyan]tidal[/] stopping: releasing workers", highlight=False)
-                group.stop()
-                break
-            request = group.host.resize_request()
-            if request is not None and int(request["seq"]) > seen_seq:
-                seen_seq = int(request["seq"])
-                n = max(options.min_workers, min(options.max_workers, int(request["workers"])))
-                resize(group, n, pool)
-                show_event(GroupEvent("resize", f"asked for {n} workers"))
-            if plan and group.settled():
-                progress = group.progress()
-                if progress is not None and int(str(progress["step"])) >= plan[0][0]:
-                    step, n = plan.pop(0)
-                    resize(group, n, pool)
-                    show_event(GroupEvent("resize", f"step {step}: asked for {n} workers"))
-            time.sleep(group.poll_interval())
+        final = driver.drive(control)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        if group.outcome is None:
-            group.stop()
-        else:
-            group.stop(grace=0)
         unregister(options.run_id)
-    outcome = group.outcome
+    # An error in the group itself (the driver logged it) ends the run as failed.
+    outcome = driver.group.outcome
+    said = "failed" if final.failed else outcome.value if outcome else "ended"
     console.print(
-        f"[bold cyan]tidal[/] run {options.run_id} {outcome.value if outcome else 'ended'} "
-        f"(restarts: {restarts})",
+        f"[bold cyan]tidal[/] run {options.run_id} {said} (restarts: {control.restarts})",
         highlight=False,
     )
-    return 0 if outcome is Outcome.SUCCEEDED else 1
+    return 0 if final.finished else 1
 
 
-def resize(group: Group, workers: int, pool: Sequence[str]) -> list[str]:
-    """Assign ``group`` the first ``workers`` of its current slots in rank order (survivors
-    keep the lowest ranks) and free slots of ``pool``; returns the slots asked for."""
-    keep = [s for s in group.member_slots() if s in group.desired][:workers]
-    for slot in group.desired:
+class RunControl:
+    """``tidal run``'s orders for its :class:`~tidal.launch.driver.GroupDriver` (a
+    :class:`~tidal.launch.driver.JobControl`): a fresh worker for each failed one while
+    :func:`~tidal.policy.restart.decide_restart` allows, the sizes ``tidal resize`` asks
+    for (through the job's store) and ``--resize-at`` plans, and a stop on SIGINT or
+    SIGTERM. What it decides it says on the console as the group's events are."""
+
+    def __init__(
+        self,
+        group: JobGroup,
+        options: RunOptions,
+        pool: Sequence[str],
+        failures: list[Worker],
+        *,
+        show: Callable[[GroupEvent], None],
+        console: Console,
+    ) -> None:
+        """``pool``: every slot the run may use; ``failures``: the workers the group
+        reported failed, not decided on yet (the driver's ``on_failure`` appends them);
+        ``show``: how an event of the run's own is shown."""
+        self.group = group
+        self.options = options
+        self.pool = list(pool)
+        self.failures = failures
+        self.show = show
+        self.console = console
+        #: The slots last asked for (the first ``--initial`` of the pool at the start).
+        self.desired = self.pool[: options.initial]
+        #: Restarts the budget was charged for so far.
+        self.restarts = 0
+        #: Set on SIGINT or SIGTERM: the run releases its workers and ends.
+        self.stopping = False
+        self._plan = list(options.resize_plan)
+        self._seen_seq = 0
+
+    def requests(self) -> tuple[Sequence[str] | None, bool]:
+        """Decide on the workers that failed since the last call, then take a stop, a
+        ``tidal resize`` request, or the plan's next step once the group is settled."""
+        slots: list[str] | None = None
+        if self.failures:
+            decision = _decide(self.group, self.failures, self.options, self.restarts)
+            self.failures.clear()
+            if decision is not None:
+                self.restarts = decision.restarts
+            if isinstance(decision, Fail):
+                self.group.fail(decision.reason)  # the driver's next poll ends the run
+                return None, False
+            if isinstance(decision, Restart):
+                self.show(GroupEvent("restart", decision.reason))
+                slots = list(self.desired)  # a fresh worker on each failed slot
+        if self.stopping:
+            self.console.print("[bold cyan]tidal[/] stopping: releasing workers", highlight=False)
+            return None, True
+        request = self.group.host.resize_request()
+        if request is not None and int(request["seq"]) > self._seen_seq:
+            self._seen_seq = int(request["seq"])
+            n = max(
+                self.options.min_workers, min(self.options.max_workers, int(request["workers"]))
+            )
+            slots = self._resize(n)
+            self.show(GroupEvent("resize", f"asked for {n} workers"))
+        elif self._plan and self.group.settled():
+            # (After a resize taken just now the group is not settled: the plan waits.)
+            progress = self.group.host.progress()
+            if progress is not None and int(str(progress["step"])) >= self._plan[0][0]:
+                step, n = self._plan.pop(0)
+                slots = self._resize(n)
+                self.show(GroupEvent("resize", f"step {step}: asked for {n} workers"))
+        return slots, False
+
+    def publish(self, status: JobStatus, ended: bool, reports: list[dict[str, Any]]) -> None:
+        """Nothing: the console shows the group's events and the workers' output as they
+        happen, and the run's end once :meth:`GroupDriver.drive` returns."""
+
+    def _resize(self, workers: int) -> list[str]:
+        generation = self.group.generation
+        members = generation.members if generation is not None else ()
+        held = [self.group.workers[m].slot for m in members]
+        self.desired = resized_slots(held, self.desired, workers, self.pool)
+        return self.desired
+
+
+def resized_slots(
+    members: Sequence[str], desired: Sequence[str], workers: int, pool: Sequence[str]
+) -> list[str]:
+    """The first ``workers`` of the slots asked for, members' first in rank order
+    (``members``: the slots the current generation holds; survivors keep the lowest
+    ranks), then the other asked-for slots, then free slots of ``pool``."""
+    keep = [s for s in members if s in desired][:workers]
+    for slot in desired:
         if len(keep) < workers and slot not in keep:
             keep.append(slot)
     for slot in pool:
@@ -207,20 +263,20 @@ def resize(group: Group, workers: int, pool: Sequence[str]) -> list[str]:
             break
         if slot not in keep:
             keep.append(slot)
-    group.assign(keep)
     return keep
 
 
 def _decide(
-    group: Group, failed: list[Worker], options: RunOptions, restarts: int
+    group: JobGroup, failed: list[Worker], options: RunOptions, restarts: int
 ) -> Fail | Restart | None:
     """What :func:`~tidal.policy.restart.decide_restart` says about ``failed``, the
     workers the group lost in its last poll: the same decision the controller makes."""
+    members = group.generation.members if group.generation is not None else ()
     view = RestartView(
         max_restarts=options.max_restarts,
         restarts=restarts,
         # Newcomers not admitted yet hold no training state: only members count.
-        group_gone=all(group.workers[m].phase is WorkerPhase.EXITED for m in group.members),
+        group_gone=all(group.workers[m].phase is WorkerPhase.EXITED for m in members),
         checkpoint=_has_checkpoint(options.checkpoint_dir),
         whole_group=options.launcher in RESTART_BASED,
     )

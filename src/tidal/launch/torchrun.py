@@ -14,11 +14,12 @@ group while it runs, so, like torchrun's agent, it restarts it:
   caller asks :func:`~tidal.policy.restart.decide_restart`, within the restart budget);
 * **success**: every worker of the incarnation returned 0.
 
-It offers what :class:`~tidal.launch.group.WorkerGroup` offers its drivers (``tidal run``
-and :class:`~tidal.launch.driver.GroupDriver`): ``assign``, ``poll``, ``stop``, the job's
-:class:`~tidal.runtime.rendezvous.RendezvousHost` (for ``tidal resize`` and the report
-queue), and one :class:`~tidal.runtime.rendezvous.Generation` per incarnation (numbered by
-its restart count) for status and logs.
+Like :class:`~tidal.launch.group.WorkerGroup` it is a :class:`~tidal.launch.group_api.
+JobGroup`, driven by :class:`~tidal.launch.driver.GroupDriver` (for ``tidal run`` and the
+backends): it hosts the job's :class:`~tidal.runtime.rendezvous.RendezvousHost` (for
+``tidal resize`` and the report queue) and numbers one :class:`~tidal.runtime.rendezvous.
+Generation` per incarnation (by its restart count) for status and logs; what both keep
+alike is :class:`~tidal.launch.group_base.GroupBase`'s.
 """
 
 from __future__ import annotations
@@ -26,61 +27,35 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import IO
+from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from tidal.launch.group import GroupEvent, Outcome
-from tidal.launch.process import LocalSpawner, Spawner
+from tidal.launch.group_api import Outcome
+from tidal.launch.group_base import GroupBase
 from tidal.launch.torchrun_env import TorchrunWorld, torchrun_env
-from tidal.launch.worker import (
-    Worker,
-    WorkerIds,
-    WorkerPhase,
-    WorkerSpec,
-    close_outputs,
-    kill_workers,
-    wait_for_exit,
-    worker_output,
-)
-from tidal.runtime.rendezvous import Generation, RendezvousHost
+from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, wait_for_exit
+from tidal.runtime.rendezvous import Generation
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from tidal.launch.group_base import GroupBaseOptions
 
 __all__ = ["TorchrunGroup"]
 
 log = logging.getLogger("tidal.launch")
 
 
-class TorchrunGroup:
+class TorchrunGroup(GroupBase):
     """Run one job's torchrun-style workers; see the module docstring. Call :meth:`poll`
     regularly."""
 
-    def __init__(
-        self,
-        spec: WorkerSpec,
-        *,
-        on_output: Callable[[str, str], None] | None = None,
-        on_event: Callable[[GroupEvent], None] | None = None,
-        on_failure: Callable[[Worker], None] | None = None,
-        spawner: Spawner | None = None,
-        store_host: str = "127.0.0.1",
-        first_worker_id: int = 0,
-    ) -> None:
-        """The same arguments as :class:`~tidal.launch.group.WorkerGroup`'s."""
-        self.spec = spec
-        self.spawner: Spawner = spawner or LocalSpawner()
-        self.store_host = store_host
-        self.host = RendezvousHost(store_host)
-        self.workers: dict[str, Worker] = {}
-        self.generation: Generation | None = None
-        self.desired: list[str] = []
-        self.outcome: Outcome | None = None
-        self._on_output = on_output
-        self._on_event = on_event
-        self._on_failure = on_failure
-        #: Where worker numbers come from (a multi-role job's groups share one source).
-        self.ids = WorkerIds(first_worker_id)
+    def __init__(self, spec: WorkerSpec, **options: Unpack[GroupBaseOptions]) -> None:
+        """The options of :class:`~tidal.launch.group_base.GroupBase`."""
+        super().__init__(spec, **options)
         #: The incarnation's store (``MASTER_ADDR:MASTER_PORT``); a new one per restart.
         self._store: dist.TCPStore | None = None
         #: Restarts of the group so far (``TORCHELASTIC_RESTART_COUNT`` of the next start
@@ -94,40 +69,15 @@ class TorchrunGroup:
         #: When the first worker of the incarnation returned 0.
         self._finishing_since: float | None = None
         self._started_at = 0.0
-        self._log_files: list[IO[str]] = []
 
     # -- what callers ask -------------------------------------------------------------
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """Worker ids of the current incarnation, in rank order."""
-        return self.generation.members if self.generation else ()
-
-    @property
-    def world_size(self) -> int:
-        """Workers in the current incarnation."""
-        return len(self.members)
-
-    def member_slots(self) -> list[str]:
-        """Slots of the current incarnation's workers, in rank order."""
-        return [self.workers[m].slot for m in self.members]
-
-    def start(self, slots: Sequence[str]) -> None:
-        """Start one worker per slot."""
-        self.assign(slots)
 
     def assign(self, slots: Sequence[str]) -> None:
         """Make the job run on exactly ``slots``. A set different from the running one
         restarts every worker; after a failure, any assignment (the same slots included)
         starts the group again. No slots stops the workers and waits."""
-        if len(set(slots)) != len(slots):
-            raise ValueError(f"slots: each slot at most once, got {list(slots)}")
-        self.desired = list(slots)
+        super().assign(slots)
         self._broken = False
-
-    def poll_interval(self) -> float:
-        """Short while a restart is in flight, longer once settled."""
-        return 0.01 if not self.settled() else 0.05
 
     def settled(self) -> bool:
         """Whether the incarnation runs exactly on the assigned slots."""
@@ -136,10 +86,6 @@ class TorchrunGroup:
             and not self._broken
             and sorted(self._live_slots()) == sorted(self.desired)
         )
-
-    def progress(self) -> dict[str, object] | None:
-        """Nothing: a torchrun script does not report its step to tidal."""
-        return self.host.progress()
 
     # -- the state machine ------------------------------------------------------------
 
@@ -167,13 +113,7 @@ class TorchrunGroup:
         members = set(self.members)
         broken_before = self._broken
         failed: list[Worker] = []
-        for worker in list(self.workers.values()):
-            if worker.phase is WorkerPhase.EXITED:
-                continue
-            code = worker.process.poll()
-            if code is None:
-                continue
-            worker.phase, worker.exit_code = WorkerPhase.EXITED, code
+        for worker, _, code in self._exits():
             if worker.killed:
                 self._emit("released", f"{worker.id} stopped (status {code})")
             elif code == 0:
@@ -288,9 +228,7 @@ class TorchrunGroup:
         reason = "start" if self.restart_count == 0 else "restart"
         self.generation = Generation(self.restart_count, tuple(members), reason=reason)
         self._started_at = time.monotonic()
-        ranks = " ".join(
-            f"{rank}={m}(pid {self.workers[m].process.pid})" for rank, m in enumerate(members)
-        )
+        ranks = self._ranks(members)
         self._emit(
             "generation",
             f"generation {self.restart_count} ({reason}, TORCHELASTIC_RESTART_COUNT="
@@ -300,30 +238,13 @@ class TorchrunGroup:
     # -- processes ----------------------------------------------------------------------
 
     def _spawn(self, slot: str, env: dict[str, str]) -> str:
-        worker_id = self.ids.take()
-        process = self.spawner.spawn(
-            worker_id=worker_id,
-            slot=slot,
-            argv=self.spec.argv,
-            env=env,
-            cwd=self.spec.working_dir,
-            on_line=worker_output(self.spec.log_dir, worker_id, self._on_output, self._log_files),
-        )
         # No readiness signal from a torchrun script: it is a member once started.
-        self.workers[worker_id] = Worker(worker_id, slot, process, phase=WorkerPhase.MEMBER)
-        self._emit("started", f"{worker_id} started on slot {slot} (pid {process.pid})")
-        return worker_id
+        worker = self._spawn_worker(slot, env, worker_id=self.ids.take(), phase=WorkerPhase.MEMBER)
+        return worker.id
 
     def _kill_all(self) -> None:
-        kill_workers(self.workers.values())
+        super()._kill_all()
         self._store = None
-
-    def fail(self, reason: str) -> None:
-        """End the group as failed (the restart budget is spent): kill every worker."""
-        if self.outcome is None:
-            self._emit("failed", reason)
-            self.outcome = Outcome.FAILED
-            self._kill_all()
 
     def stop(self, grace: float = 30.0) -> None:
         """SIGTERM every worker, wait up to ``grace`` seconds, kill what is left; closes
@@ -333,18 +254,4 @@ class TorchrunGroup:
             worker.killed = True
             worker.process.terminate()
         wait_for_exit(live, grace)
-        self._kill_all()
-        if self.outcome is None:
-            self.outcome = Outcome.STOPPED
-        close_outputs(self.workers.values(), self._log_files)
-
-    def _emit(self, kind: str, message: str, *, stall: float | None = None) -> None:
-        event = GroupEvent(
-            kind,
-            message,
-            generation=self.generation.number if self.generation else None,
-            stall=stall,
-        )
-        log.info("run=%s %s: %s", self.spec.job_id, kind, message)
-        if self._on_event is not None:
-            self._on_event(event)
+        self._stopped()
