@@ -34,7 +34,7 @@ POOL = ["local:0", "local:1", "local:2", "local:3"]
 
 
 def _spec(launcher: str = "tidal") -> WorkerSpec:
-    return WorkerSpec(argv=["unused"], run_id="protocol", launcher=launcher)
+    return WorkerSpec(argv=["unused"], job_id="protocol", launcher=launcher)
 
 
 def test_all_four_groups_are_groups_and_the_job_level_ones_host_the_store(tmp_path: Path) -> None:
