@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from tidal.controller.auth import read_token
+from tidal.controller.routes.auth import read_token
 from tidal.launch.api import JobLaunch, JobStatus
 from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
 from tidal.wire.discovery import read_server_info

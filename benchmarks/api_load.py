@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.api import percentile
-from tidal.controller.auth import read_token
+from tidal.controller.routes.auth import read_token
 from tidal.wire.discovery import read_server_info
 
 OPS = ("get", "list", "submit")
@@ -41,9 +41,9 @@ OPS = ("get", "list", "submit")
 _FILL = """
 import sys
 from pathlib import Path
-from tidal.controller.store import Store
+from tidal.controller.store.jobs import JobStore
 from tidal.spec import parse_spec
-store = Store.open(Path(sys.argv[1]))
+store = JobStore.open(Path(sys.argv[1]))
 for i in range(int(sys.argv[2])):
     store.add_job(parse_spec({"name": f"stored-{i}", "command": ["python", "train.py"],
                               "workers": "1:4", "labels": {"batch": str(i % 10)}}))
@@ -57,7 +57,7 @@ def _env(tree: Path) -> dict[str, str]:
 
 
 def fill_store(tree: Path, data_dir: Path, jobs: int) -> list[str]:
-    """Store ``jobs`` queued jobs with ``tree``'s own store code; their ids."""
+    """JobStore ``jobs`` queued jobs with ``tree``'s own store code; their ids."""
     done = subprocess.run(
         [sys.executable, "-c", _FILL, str(data_dir), str(jobs)],
         env=_env(tree),

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from tidal.controller.deadlines import DeadlineMet, DeadlineMissed, decide_deadline
-from tidal.controller.requests import (
+from tidal.controller.loop.deadlines import DeadlineMet, DeadlineMissed, decide_deadline
+from tidal.controller.store.jobs import JobRecord, JobStore
+from tidal.controller.store.requests import (
     Cancel,
     PendingRequest,
     Resize,
@@ -18,7 +19,6 @@ from tidal.controller.requests import (
     request_from_row,
     request_to_row,
 )
-from tidal.controller.store import JobRecord, Store
 from tidal.model import (
     TRANSITIONS,
     WORKER_ROLE,
@@ -128,7 +128,7 @@ def test_transitions(old: JobState, new: JobState, legal: bool) -> None:
 
 
 def test_the_store_refuses_an_illegal_transition() -> None:
-    store = Store("sqlite://")
+    store = JobStore("sqlite://")
     job = store.add_job(parse_spec({"name": "x", "command": "a"}))
     store.update_job(job.id, state=JobState.CANCELLED)
     with pytest.raises(JobStateError, match="cannot become running"):
@@ -144,7 +144,7 @@ def _pending(*requests: UserRequest) -> list[PendingRequest]:
 
 def _record(workers: str | int, target: int | None = None, held: int = 2) -> JobRecord:
     """A stored job of ``workers`` holding ``held`` slots ``h:0 ..``."""
-    store = Store("sqlite://")
+    store = JobStore("sqlite://")
     job = store.add_job(parse_spec({"name": "j", "command": "a", "workers": workers}))
     store.close()
     return replace(job, target_slots=target, slots=tuple(("h", i) for i in range(held)))
@@ -215,7 +215,7 @@ def test_requests_round_trip_through_rows() -> None:
 
 
 def test_deadline_decisions() -> None:
-    store = Store("sqlite://")
+    store = JobStore("sqlite://")
     job = store.add_job(parse_spec({"name": "x", "command": "a", "workers": "1:4"}), now=0.0)
     assert decide_deadline(job, 10.0) is None
     job = store.update_job(

@@ -12,10 +12,10 @@ import pytest
 from tests.controller.fakes import FakeBackend, GreedyPolicy
 from tests.controller.postgres import Postgres, running_postgres
 from tidal.client import Client
-from tidal.controller.auth import ensure_token
 from tidal.controller.cluster import ClusterModel
-from tidal.controller.loop import Controller
-from tidal.controller.store import Store
+from tidal.controller.loop.controller import Controller
+from tidal.controller.routes.auth import ensure_token
+from tidal.controller.store.jobs import JobStore
 from tidal.server.app import create_app
 from tidal.server.process import ApiServer
 
@@ -27,7 +27,7 @@ class Served:
     url: str
     token: str
     data_dir: Path
-    store: Store
+    store: JobStore
     backend: FakeBackend
     controller: Controller
 
@@ -41,7 +41,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     """The server, stopped (and its store closed) after the test."""
     data_dir = tmp_path / "data"
     token = ensure_token(data_dir)
-    store = Store.open(data_dir)
+    store = JobStore.open(data_dir)
     backend = FakeBackend()
     controller = Controller(
         store, ClusterModel.single(4, name="h"), GreedyPolicy(), backend, data_dir

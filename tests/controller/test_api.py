@@ -12,7 +12,7 @@ import pytest
 from tests.controller.conftest import Served
 from tests.controller.fakes import PS_JOB
 from tidal.client import AuthError, Conflict, InvalidRequest
-from tidal.controller.auth import ensure_token, read_token
+from tidal.controller.routes.auth import ensure_token, read_token
 from tidal.wire.schema import JobView
 
 SPEC = {"name": "mnist", "command": "python train.py", "workers": "1:4"}

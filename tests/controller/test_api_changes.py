@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from tests.controller.conftest import Served
-from tidal.controller.store import Store
+from tidal.controller.store.jobs import JobStore
 from tidal.spec import parse_spec
 
 #: More workers than the test cluster's 4 slots: these jobs stay queued, unchanged.
@@ -103,7 +103,7 @@ def test_change_numbers_follow_commits_with_concurrent_writers(tmp_path: Path) -
     """Writers in several threads change jobs while a reader polls with ``since`` (small
     pages): the reader ends up with every job's final value, and no two jobs ever share a
     change number."""
-    store = Store.open(tmp_path / "data")
+    store = JobStore.open(tmp_path / "data")
     try:
         ids = [store.add_job(parse_spec({**WAITING, "name": f"j{i}"})).id for i in range(6)]
         seen: dict[str, int] = {}

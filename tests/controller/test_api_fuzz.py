@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
 from tests.controller.fakes import FakeBackend, GreedyPolicy
-from tidal.controller.auth import ensure_token
 from tidal.controller.cluster import ClusterModel
-from tidal.controller.loop import Controller
-from tidal.controller.store import Store
+from tidal.controller.loop.controller import Controller
+from tidal.controller.routes.auth import ensure_token
+from tidal.controller.store.jobs import JobStore
 from tidal.server.app import create_app
 from tidal.server.process import ApiServer
 
@@ -52,7 +52,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     """A real server with a running and a queued job, and a session with the token."""
     data_dir = tmp_path_factory.mktemp("fuzz") / "data"
     token = ensure_token(data_dir)
-    store = Store.open(data_dir)
+    store = JobStore.open(data_dir)
     controller = Controller(
         store, ClusterModel.single(4, name="h"), GreedyPolicy(), FakeBackend(), data_dir
     )
@@ -139,7 +139,7 @@ def test_no_server_errors_slow(target: Target) -> None:
 
 def test_the_fuzzer_reports_a_server_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check itself can fail: a route made to raise is caught as a 5xx."""
-    store = Store.open(tmp_path / "data")
+    store = JobStore.open(tmp_path / "data")
     controller = Controller(
         store, ClusterModel.single(1, name="h"), GreedyPolicy(), FakeBackend(), tmp_path
     )
@@ -149,8 +149,8 @@ def test_the_fuzzer_reports_a_server_error(tmp_path: Path, monkeypatch: pytest.M
     def explode(*_args: object, **_kw: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(Store, "count_by_state", explode)
-    monkeypatch.setattr(Store, "job_page", explode)
+    monkeypatch.setattr(JobStore, "count_by_state", explode)
+    monkeypatch.setattr(JobStore, "job_page", explode)
     broken.start()
     try:
         session = requests.Session()

@@ -15,7 +15,7 @@ import pytest
 
 from tests.controller.hostile import CASES, JSON, YAML
 from tests.controller.live import start_server, stop_server
-from tidal.controller.auth import read_token
+from tidal.controller.routes.auth import read_token
 from tidal.wire.discovery import read_server_info
 
 #: The costliest documents within the limits (each parsed up to its bound, then refused).

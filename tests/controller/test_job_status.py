@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tidal.cli.roles import replica_worker
-from tidal.controller.job_status import conditions, role_statuses
-from tidal.controller.records import EventRecord, WorkerRecord
-from tidal.controller.store import Store
+from tidal.controller.routes.job_status import conditions, role_statuses
+from tidal.controller.store.jobs import JobStore
+from tidal.controller.store.records import EventRecord, WorkerRecord
 from tidal.launch.api import WorkerState
 from tidal.model import JobState
 from tidal.spec import parse_spec
@@ -31,7 +31,7 @@ def _event(i: int, kind: str, message: str = "") -> EventRecord:
 
 
 def test_role_counts_follow_the_workers_and_the_slots(tmp_path) -> None:
-    store = Store.open(tmp_path / "data")
+    store = JobStore.open(tmp_path / "data")
     try:
         record = store.add_job(parse_spec(SPEC), now=0.0)
         record = store.update_job(
@@ -56,7 +56,7 @@ def test_role_counts_follow_the_workers_and_the_slots(tmp_path) -> None:
 
 
 def test_conditions_from_the_events(tmp_path) -> None:
-    store = Store.open(tmp_path / "data")
+    store = JobStore.open(tmp_path / "data")
     try:
         record = store.add_job(parse_spec(SPEC), now=0.0)
         failed = store.update_job(record.id, 9.0, state=JobState.RUNNING)

@@ -12,9 +12,9 @@ import pytest
 from tests.controller.fakes import BrokenPolicy, FakeBackend, GreedyPolicy
 from tidal.backends.base import DiscoveredHost
 from tidal.controller.cluster import ClusterModel
-from tidal.controller.loop import Controller
-from tidal.controller.requests import SetPriority
-from tidal.controller.store import JobRecord, Store
+from tidal.controller.loop.controller import Controller
+from tidal.controller.store.jobs import JobRecord, JobStore
+from tidal.controller.store.requests import SetPriority
 from tidal.model import JobState, JobStateError
 from tidal.spec import parse_spec
 
@@ -28,8 +28,8 @@ class Clock:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path)
+def store(tmp_path: Path) -> Iterator[JobStore]:
+    s = JobStore.open(tmp_path)
     yield s
     s.close()
 
@@ -40,7 +40,7 @@ def clock() -> Clock:
 
 
 def make(
-    store: Store, tmp_path: Path, clock: Clock, slots: int = 4, **kw: Any
+    store: JobStore, tmp_path: Path, clock: Clock, slots: int = 4, **kw: Any
 ) -> tuple[Controller, FakeBackend]:
     backend = kw.pop("backend", None) or FakeBackend()
     policy = kw.pop("policy", None) or GreedyPolicy()
@@ -50,20 +50,20 @@ def make(
     return ctl, backend
 
 
-def submit(store: Store, clock: Clock, name: str = "a", **fields: Any) -> JobRecord:
+def submit(store: JobStore, clock: Clock, name: str = "a", **fields: Any) -> JobRecord:
     spec = parse_spec({"name": name, "command": "python train.py", "workers": "1:4", **fields})
     clock.now += 1
     return store.add_job(spec, now=clock.now)
 
 
-def job(store: Store, job_id: str) -> JobRecord:
+def job(store: JobStore, job_id: str) -> JobRecord:
     found = store.get_job(job_id)
     assert found is not None
     return found
 
 
 def test_queued_job_starts_and_timeline_is_recorded(
-    store: Store, tmp_path: Path, clock: Clock
+    store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
     ctl, backend = make(store, tmp_path, clock)
     a = submit(store, clock, env={"SEED": "1"})
@@ -85,7 +85,7 @@ def test_queued_job_starts_and_timeline_is_recorded(
 
 
 def test_checkpoint_dir_is_relative_to_working_dir(
-    store: Store, tmp_path: Path, clock: Clock
+    store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
     ctl, backend = make(store, tmp_path, clock)
     a = submit(store, clock, working_dir=str(tmp_path / "code"), checkpoint_dir="ckpt")
@@ -96,7 +96,7 @@ def test_checkpoint_dir_is_relative_to_working_dir(
 
 
 def test_higher_priority_job_shrinks_the_running_one(
-    store: Store, tmp_path: Path, clock: Clock
+    store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
     ctl, backend = make(store, tmp_path, clock, backend=FakeBackend(instant=False))
     low = submit(store, clock, "low")
@@ -130,7 +130,7 @@ def test_higher_priority_job_shrinks_the_running_one(
     ) == pytest.approx(2.0)
 
 
-def test_preempted_to_zero_then_resumed(store: Store, tmp_path: Path, clock: Clock) -> None:
+def test_preempted_to_zero_then_resumed(store: JobStore, tmp_path: Path, clock: Clock) -> None:
     ctl, backend = make(store, tmp_path, clock, slots=2)
     low = submit(store, clock, "low", workers="2:2")
     ctl.tick()
@@ -158,7 +158,7 @@ def test_preempted_to_zero_then_resumed(store: Store, tmp_path: Path, clock: Clo
 
 
 def test_failed_worker_is_replaced_within_max_restarts(
-    store: Store, tmp_path: Path, clock: Clock
+    store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
     ctl, backend = make(store, tmp_path, clock, slots=2)
     a = submit(store, clock, workers="2:2", restart={"max_restarts": 1})
@@ -184,7 +184,7 @@ def test_failed_worker_is_replaced_within_max_restarts(
     assert backend.calls[-1] == ("stop", a.id, 0)
 
 
-def test_cancel_stops_workers(store: Store, tmp_path: Path, clock: Clock) -> None:
+def test_cancel_stops_workers(store: JobStore, tmp_path: Path, clock: Clock) -> None:
     ctl, backend = make(store, tmp_path, clock)
     a = submit(store, clock)
     queued = submit(store, clock, "b", workers=4)
@@ -198,7 +198,7 @@ def test_cancel_stops_workers(store: Store, tmp_path: Path, clock: Clock) -> Non
     assert queued.id not in backend.stopped  # never started: nothing to stop
 
 
-def test_lost_job_is_requeued_and_resumed(store: Store, tmp_path: Path, clock: Clock) -> None:
+def test_lost_job_is_requeued_and_resumed(store: JobStore, tmp_path: Path, clock: Clock) -> None:
     ctl, backend = make(store, tmp_path, clock)
     a = submit(store, clock)
     ctl.tick()
@@ -209,7 +209,7 @@ def test_lost_job_is_requeued_and_resumed(store: Store, tmp_path: Path, clock: C
     assert job(store, a.id).state is JobState.RUNNING
 
 
-def test_backend_failure_fails_the_job(store: Store, tmp_path: Path, clock: Clock) -> None:
+def test_backend_failure_fails_the_job(store: JobStore, tmp_path: Path, clock: Clock) -> None:
     ctl, backend = make(store, tmp_path, clock)
     a = submit(store, clock)
     ctl.tick()
@@ -220,7 +220,7 @@ def test_backend_failure_fails_the_job(store: Store, tmp_path: Path, clock: Cloc
     assert job(store, a.id).reason == "no survivor and no checkpoint"
 
 
-def test_scale_out_rolls_back_after_deadline(store: Store, tmp_path: Path, clock: Clock) -> None:
+def test_scale_out_rolls_back_after_deadline(store: JobStore, tmp_path: Path, clock: Clock) -> None:
     ctl, _ = make(store, tmp_path, clock)
     submit(store, clock, "big", workers="2:2", priority=9000)
     a = submit(store, clock, target={"group": None})
@@ -239,7 +239,7 @@ def test_scale_out_rolls_back_after_deadline(store: Store, tmp_path: Path, clock
 
 
 def test_scale_out_that_succeeds_clears_the_deadline(
-    store: Store, tmp_path: Path, clock: Clock
+    store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
     ctl, _ = make(store, tmp_path, clock)
     a = submit(store, clock)
@@ -256,7 +256,7 @@ def test_scale_out_that_succeeds_clears_the_deadline(
     assert got.target_slots == 3
 
 
-def test_invalid_allocation_is_not_applied(store: Store, tmp_path: Path, clock: Clock) -> None:
+def test_invalid_allocation_is_not_applied(store: JobStore, tmp_path: Path, clock: Clock) -> None:
     ctl, backend = make(store, tmp_path, clock, policy=BrokenPolicy())
     a = submit(store, clock)
     b = submit(store, clock, "b")
@@ -268,7 +268,7 @@ def test_invalid_allocation_is_not_applied(store: Store, tmp_path: Path, clock: 
     assert [e.kind for e in store.events() if e.job_id is None] == ["policy_error"]
 
 
-def test_unplaceable_job_waits_with_a_reason(store: Store, tmp_path: Path, clock: Clock) -> None:
+def test_unplaceable_job_waits_with_a_reason(store: JobStore, tmp_path: Path, clock: Clock) -> None:
     ctl, backend = make(store, tmp_path, clock)
     a = submit(store, clock, target={"group": "a100"})
     ctl.tick()
@@ -280,7 +280,7 @@ def test_unplaceable_job_waits_with_a_reason(store: Store, tmp_path: Path, clock
     assert backend.calls == []
 
 
-def test_gauges_follow_the_store(store: Store, tmp_path: Path, clock: Clock) -> None:
+def test_gauges_follow_the_store(store: JobStore, tmp_path: Path, clock: Clock) -> None:
     ctl, _ = make(store, tmp_path, clock)
     submit(store, clock, workers="3:3")
     submit(store, clock, "b", workers="3:3")
@@ -294,14 +294,14 @@ def test_gauges_follow_the_store(store: Store, tmp_path: Path, clock: Clock) -> 
 
 
 def test_controller_restart_reconciles_with_the_store(
-    store: Store, tmp_path: Path, clock: Clock
+    store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
     ctl, _ = make(store, tmp_path, clock)
     a = submit(store, clock, workers="2:2")
     ctl.tick()
     assert job(store, a.id).state is JobState.RUNNING
     # A new controller process: same store, a backend that has never heard of the job.
-    again = Store(store.url)
+    again = JobStore(store.url)
     ctl2, backend2 = make(again, tmp_path, clock)
     ctl2.tick()
     got = job(again, a.id)
@@ -319,7 +319,7 @@ class RaisingPolicy:
 
 
 def test_policy_exception_is_an_event_and_the_loop_goes_on(
-    store: Store, tmp_path: Path, clock: Clock
+    store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
     ctl, backend = make(store, tmp_path, clock, policy=RaisingPolicy())
     a = submit(store, clock)
@@ -346,7 +346,7 @@ class DiscoveringBackend(FakeBackend):
         return list(self.host_list)
 
 
-def test_hosts_follow_a_discovering_backend(store: Store, tmp_path: Path, clock: Clock) -> None:
+def test_hosts_follow_a_discovering_backend(store: JobStore, tmp_path: Path, clock: Clock) -> None:
     backend = DiscoveringBackend([DiscoveredHost("n1", 2), DiscoveredHost("n2", 2)])
     ctl, _ = make(store, tmp_path, clock, backend=backend)
     a = submit(store, clock, workers="1:4", restart={"max_restarts": 5})
@@ -380,7 +380,9 @@ def test_hosts_follow_a_discovering_backend(store: Store, tmp_path: Path, clock:
     assert ctl.metrics.slots_total._value.get() == 4
 
 
-def test_reports_are_stored_and_feed_the_policy(store: Store, tmp_path: Path, clock: Clock) -> None:
+def test_reports_are_stored_and_feed_the_policy(
+    store: JobStore, tmp_path: Path, clock: Clock
+) -> None:
     from tidal.launch.api import MetricPoint
     from tidal.policy.api import Cluster, JobRequest, Slot
 
@@ -427,7 +429,7 @@ def test_reports_are_stored_and_feed_the_policy(store: Store, tmp_path: Path, cl
 
 
 def test_job_starts_at_its_initial_size_then_grows(
-    store: Store, tmp_path: Path, clock: Clock
+    store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
     ctl, backend = make(store, tmp_path, clock, slots=8)
     a = submit(store, clock, workers={"min": 1, "max": 8, "initial": 2})
@@ -440,9 +442,9 @@ def test_job_starts_at_its_initial_size_then_grows(
 
 
 def test_requests_wait_for_the_next_tick_and_apply_in_order(
-    store: Store, tmp_path: Path, clock: Clock
+    store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
-    from tidal.controller.requests import Resize, SetPriority
+    from tidal.controller.store.requests import Resize, SetPriority
 
     ctl, _ = make(store, tmp_path, clock)
     a = submit(store, clock)
@@ -460,9 +462,9 @@ def test_requests_wait_for_the_next_tick_and_apply_in_order(
 
 
 def test_requests_of_a_job_that_ends_are_dropped(
-    store: Store, tmp_path: Path, clock: Clock
+    store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
-    from tidal.controller.requests import Cancel, SetPriority
+    from tidal.controller.store.requests import Cancel, SetPriority
 
     ctl, backend = make(store, tmp_path, clock)
     a = submit(store, clock)
@@ -485,7 +487,7 @@ def _until(check: Any, timeout: float = 5.0) -> bool:
     return True
 
 
-def test_a_request_wakes_the_loop(store: Store, tmp_path: Path, clock: Clock) -> None:
+def test_a_request_wakes_the_loop(store: JobStore, tmp_path: Path, clock: Clock) -> None:
     ctl, _ = make(store, tmp_path, clock)
     ctl.start(interval=60.0)
     try:
@@ -501,7 +503,7 @@ def test_a_request_wakes_the_loop(store: Store, tmp_path: Path, clock: Clock) ->
 
 
 def test_a_released_slot_moves_as_soon_as_its_worker_exits(
-    store: Store, tmp_path: Path, clock: Clock
+    store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
     ctl, backend = make(store, tmp_path, clock, backend=FakeBackend(instant=False))
     low = submit(store, clock, "low")

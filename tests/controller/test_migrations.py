@@ -1,4 +1,4 @@
-"""Store migrations: a new store is built by the migrations and equals the ORM models; a
+"""JobStore migrations: a new store is built by the migrations and equals the ORM models; a
 store written by an earlier release upgrades in place with nothing lost; a store from a
 newer release is refused untouched. On SQLite and on a real PostgreSQL."""
 
@@ -20,10 +20,10 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Column, Engine, MetaData, String, create_engine, inspect, select, text
 
 from tests.controller.postgres import Postgres
-from tidal.controller import migrations
-from tidal.controller.database import SCHEMA_VERSION
-from tidal.controller.requests import SetPriority
-from tidal.controller.store import JobRecord, Store
+from tidal.controller.store import migrations
+from tidal.controller.store.database import SCHEMA_VERSION
+from tidal.controller.store.jobs import JobRecord, JobStore
+from tidal.controller.store.requests import SetPriority
 from tidal.launch.api import WorkerState, WorkerStatus
 from tidal.model import JobState
 from tidal.spec import parse_spec
@@ -62,7 +62,7 @@ def revision_of(engine: Engine) -> tuple[tuple[str, ...], list[int]]:
 
 
 def test_a_new_store_is_built_by_the_migrations_and_equals_the_models(db_url: str) -> None:
-    store = Store(db_url)
+    store = JobStore(db_url)
     try:
         assert revision_of(store.engine) == ((migrations.head(),), [SCHEMA_VERSION])
         assert schema_differences(store.engine) == []
@@ -70,7 +70,7 @@ def test_a_new_store_is_built_by_the_migrations_and_equals_the_models(db_url: st
         assert store.get_job(job.id) == job
     finally:
         store.close()
-    again = Store(db_url)  # a second open finds the head and changes nothing
+    again = JobStore(db_url)  # a second open finds the head and changes nothing
     try:
         assert [j.id for j in again.list_jobs()] == [job.id]
     finally:
@@ -86,7 +86,7 @@ def test_every_revision_step_applies_and_reverts(db_url: str) -> None:
             assert set(inspect(conn).get_table_names()) <= {"alembic_version"}
     finally:
         engine.dispose()
-    store = Store(db_url)
+    store = JobStore(db_url)
     try:
         assert schema_differences(store.engine) == []
     finally:
@@ -185,7 +185,7 @@ def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def check_upgraded(url: str, before: dict[str, list[dict[str, Any]]], version: int) -> None:
     """The release's store, opened by this release: every row there, readable, writable."""
-    store = Store(url)
+    store = JobStore(url)
     try:
         after = dump(store.engine)
         assert revision_of(store.engine) == ((migrations.head(),), [SCHEMA_VERSION])
@@ -256,7 +256,7 @@ def test_a_release_sqlite_store_upgrades_in_place(tmp_path: Path, version: int) 
     before = dump(create_engine(f"sqlite:///{path}"))
     check_upgraded(f"sqlite:///{path}", before, version)
     # Through the data-dir entry point too, and a second time: nothing more to do.
-    Store.open(tmp_path).close()
+    JobStore.open(tmp_path).close()
 
 
 @pytest.mark.slow
@@ -285,7 +285,7 @@ def _set_revision(url: str, revision: str) -> None:
 
 
 def test_a_store_from_a_newer_release_is_refused_untouched(db_url: str) -> None:
-    store = Store(db_url)
+    store = JobStore(db_url)
     store.add_job(parse_spec({"name": "a", "command": "x", "workers": 1}))
     store.close()
     _set_revision(db_url, "9999_from_the_future")
@@ -293,7 +293,7 @@ def test_a_store_from_a_newer_release_is_refused_untouched(db_url: str) -> None:
     try:
         before = dump(engine)
         with pytest.raises(migrations.StoreError, match="schema revision 9999_from_the_future"):
-            Store(db_url)
+            JobStore(db_url)
         assert dump(engine) == before
         with engine.connect() as conn:
             heads = MigrationContext.configure(conn).get_current_heads()
@@ -309,18 +309,20 @@ def test_a_store_of_an_unknown_schema_version_is_refused(db_url: str) -> None:
             conn.execute(text("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)"))
             conn.execute(text("INSERT INTO schema_version VALUES (999)"))
         with pytest.raises(migrations.StoreError, match="schema version 999"):
-            Store(db_url)
+            JobStore(db_url)
         assert set(inspect(engine).get_table_names()) == {"schema_version"}
     finally:
         engine.dispose()
 
 
-def _store_opener(url: str, opened: list[Store], errors: list[BaseException]) -> Callable[[], None]:
+def _store_opener(
+    url: str, opened: list[JobStore], errors: list[BaseException]
+) -> Callable[[], None]:
     """A thread target that opens the store at ``url`` into ``opened`` (or ``errors``)."""
 
     def open_store() -> None:
         try:
-            opened.append(Store(url))
+            opened.append(JobStore(url))
         except BaseException as e:  # reported by the caller
             errors.append(e)
 
@@ -328,7 +330,7 @@ def _store_opener(url: str, opened: list[Store], errors: list[BaseException]) ->
 
 
 def test_two_servers_creating_one_store_at_once_both_open_it(db_url: str) -> None:
-    opened: list[Store] = []
+    opened: list[JobStore] = []
     errors: list[BaseException] = []
     open_store = _store_opener(db_url, opened, errors)
     threads = [threading.Thread(target=open_store) for _ in range(2)]
@@ -361,7 +363,7 @@ def test_a_server_starting_beside_a_long_migration_waits_for_it(
 
     monkeypatch.setattr(command, "upgrade", slow_upgrade)
     url = f"sqlite:///{tmp_path / 'tidal.db'}"
-    opened: list[Store] = []
+    opened: list[JobStore] = []
     errors: list[BaseException] = []
     open_store = _store_opener(url, opened, errors)
     first = threading.Thread(target=open_store)
@@ -383,7 +385,7 @@ def test_a_server_starting_beside_a_long_migration_waits_for_it(
 def test_a_model_change_becomes_a_revision_that_applies(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tidal.controller.migrations.__main__ import main
+    from tidal.controller.store.migrations.__main__ import main
 
     scripts = tmp_path / "migrations"
     shutil.copytree(

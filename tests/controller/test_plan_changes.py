@@ -8,21 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from tidal.controller.allocation import Placed, plan_changes
-from tidal.controller.records import JobRecord
-from tidal.controller.store import Store
+from tidal.controller.loop.allocation import Placed, plan_changes
+from tidal.controller.store.jobs import JobStore
+from tidal.controller.store.records import JobRecord
 from tidal.policy.api import Slot
 from tidal.spec import parse_spec
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path)
+def store(tmp_path: Path) -> Iterator[JobStore]:
+    s = JobStore.open(tmp_path)
     yield s
     s.close()
 
 
-def _job(store: Store, name: str, *slots: int) -> JobRecord:
+def _job(store: JobStore, name: str, *slots: int) -> JobRecord:
     record = store.add_job(parse_spec({"name": name, "command": "true", "workers": "1:4"}))
     return replace(record, slots=tuple(("h", i) for i in slots))
 
@@ -35,7 +35,7 @@ def _by_name(changes: list[Placed]) -> dict[str, Placed]:
     return {c.job.name: c for c in changes}
 
 
-def test_a_job_getting_a_slot_still_held_waits_while_the_holder_releases(store: Store) -> None:
+def test_a_job_getting_a_slot_still_held_waits_while_the_holder_releases(store: JobStore) -> None:
     a, b = _job(store, "a", 0, 1), _job(store, "b", 2, 3)
     changes = _by_name(
         plan_changes(
@@ -47,7 +47,7 @@ def test_a_job_getting_a_slot_still_held_waits_while_the_holder_releases(store: 
     assert changes["b"].busy == (("h", 1),)
 
 
-def test_jobs_waiting_on_each_other_release_what_the_other_waits_for(store: Store) -> None:
+def test_jobs_waiting_on_each_other_release_what_the_other_waits_for(store: JobStore) -> None:
     # a moves from {0, 1} to {2}; b from {2, 3} to {0, 1, 3}: each would wait for good.
     a, b = _job(store, "a", 0, 1), _job(store, "b", 2, 3)
     proposed = {a.id: [("h", 2)], b.id: [("h", 0), ("h", 1), ("h", 3)]}
@@ -64,14 +64,14 @@ def test_jobs_waiting_on_each_other_release_what_the_other_waits_for(store: Stor
     assert set(changes) == {"b"} and not changes["b"].busy
 
 
-def test_a_release_never_takes_a_job_below_its_least(store: Store) -> None:
+def test_a_release_never_takes_a_job_below_its_least(store: JobStore) -> None:
     a, b = _job(store, "a", 0, 1), _job(store, "b", 2, 3)
     proposed = {a.id: [("h", 2), ("h", 3)], b.id: [("h", 0), ("h", 1)]}
     changes = _by_name(plan_changes([a, b], proposed, _occupied(a, b), {a.id: 2, b.id: 2}))
     assert changes["a"].busy and changes["b"].busy
 
 
-def test_a_job_waiting_on_a_holder_that_moves_now_just_waits(store: Store) -> None:
+def test_a_job_waiting_on_a_holder_that_moves_now_just_waits(store: JobStore) -> None:
     a, b, c = _job(store, "a", 0), _job(store, "b", 1, 2), _job(store, "c", 3)
     # b shrinks now (no wait); a waits for b's slot 2 and is not made to release anything.
     proposed = {a.id: [("h", 0), ("h", 2)], b.id: [("h", 1)], c.id: [("h", 3)]}

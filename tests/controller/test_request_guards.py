@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from tests.controller.conftest import Served
 from tests.controller.hostile import CASES, Hostile
-from tidal.controller.limits import MAX_BODY_BYTES, install_request_guards
+from tidal.controller.routes.limits import MAX_BODY_BYTES, install_request_guards
 from tidal.server.process import ApiServer
 
 

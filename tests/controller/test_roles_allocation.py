@@ -9,23 +9,23 @@ import pytest
 
 from tests.controller.fakes import PS_JOB
 from tidal.backends.base import LOCAL, ONE_GROUP, DiscoveredHost
-from tidal.controller.allocation import allocation_problems, policy_request
 from tidal.controller.cluster import ClusterModel
-from tidal.controller.launching import JobFiles, build_launch
-from tidal.controller.store import Store
+from tidal.controller.loop.allocation import allocation_problems, policy_request
+from tidal.controller.loop.launching import JobFiles, build_launch
+from tidal.controller.store.jobs import JobStore
 from tidal.controller.support import unsupported
 from tidal.model import job_from_spec
 from tidal.spec import parse_spec, parse_spec_yaml
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path)
+def store(tmp_path: Path) -> Iterator[JobStore]:
+    s = JobStore.open(tmp_path)
     yield s
     s.close()
 
 
-def test_the_policy_sees_fixed_roles_plus_the_elastic_range(store: Store) -> None:
+def test_the_policy_sees_fixed_roles_plus_the_elastic_range(store: JobStore) -> None:
     record = store.add_job(parse_spec_yaml(PS_JOB), now=1.0)
     job = record.job
     request = policy_request(record, job, now=2.0)
@@ -41,7 +41,7 @@ def test_the_policy_sees_fixed_roles_plus_the_elastic_range(store: Store) -> Non
     ]
 
 
-def test_a_fixed_multi_role_job_asks_for_exactly_its_sum(store: Store) -> None:
+def test_a_fixed_multi_role_job_asks_for_exactly_its_sum(store: JobStore) -> None:
     spec = parse_spec(
         {
             "name": "tf",
@@ -58,7 +58,7 @@ def test_a_fixed_multi_role_job_asks_for_exactly_its_sum(store: Store) -> None:
     assert [r.ends_job for r in record.job.roles] == [True, False]
 
 
-def test_a_one_role_job_asks_as_before(store: Store) -> None:
+def test_a_one_role_job_asks_as_before(store: JobStore) -> None:
     record = store.add_job(parse_spec({"name": "a", "command": "x", "workers": "2:6"}), now=1.0)
     request = policy_request(record, record.job, now=2.0)
     assert (request.min_slots, request.max_slots) == (2, 6)
@@ -109,7 +109,7 @@ def test_what_each_backend_refuses() -> None:
     assert [p for p, _ in unsupported(job_from_spec(two))] == ["roles"]
 
 
-def test_workers_of_several_gpus_are_asked_and_checked_as_whole_replicas(store: Store) -> None:
+def test_workers_of_several_gpus_are_asked_and_checked_as_whole_replicas(store: JobStore) -> None:
     spec = parse_spec(
         {
             "name": "wide",

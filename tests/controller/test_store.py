@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import StatementError
 
-from tidal.controller.store import Event, Store
+from tidal.controller.store.jobs import Event, JobStore
 from tidal.launch.api import WorkerState, WorkerStatus
 from tidal.model import JobState, JobStateError
 from tidal.spec import JobSpec, parse_spec
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = Store(db_url)
+def store(db_url: str) -> Iterator[JobStore]:
+    s = JobStore(db_url)
     yield s
     s.close()
 
@@ -29,11 +29,11 @@ def spec(name: str = "mnist", **extra: object) -> JobSpec:
 
 
 def test_job_round_trip_survives_reopen(tmp_path: Path) -> None:
-    s = Store.open(tmp_path)
+    s = JobStore.open(tmp_path)
     job = s.add_job(spec(labels={"team": "vision"}), now=10.0)
     s.update_job(job.id, now=11.0, slots=[("h", 1), ("h", 0)], state=JobState.RUNNING)
     s.close()
-    again = Store.open(tmp_path)
+    again = JobStore.open(tmp_path)
     got = again.get_job(job.id)
     assert got is not None
     assert got.state is JobState.RUNNING
@@ -46,7 +46,7 @@ def test_job_round_trip_survives_reopen(tmp_path: Path) -> None:
 
 
 def test_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
-    store = Store.open(tmp_path)
+    store = JobStore.open(tmp_path)
     store.add_job(spec())
     store.close()
     with sqlite3.connect(tmp_path / "tidal.db") as conn:
@@ -55,7 +55,7 @@ def test_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
 
 def test_data_dir_and_database_are_private(tmp_path: Path) -> None:
     data_dir = tmp_path / "new" / "data"
-    made = Store.open(data_dir)
+    made = JobStore.open(data_dir)
     made.add_job(spec())
     files = sorted(p.name for p in data_dir.iterdir())
     assert files == ["tidal.db", "tidal.db-shm", "tidal.db-wal"]
@@ -66,12 +66,12 @@ def test_data_dir_and_database_are_private(tmp_path: Path) -> None:
     # A data dir and database made by an earlier release (umask 022) are tightened.
     data_dir.chmod(0o755)
     (data_dir / "tidal.db").chmod(0o644)
-    Store.open(data_dir).close()
+    JobStore.open(data_dir).close()
     assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
     assert stat.S_IMODE((data_dir / "tidal.db").stat().st_mode) == 0o600
 
 
-def test_list_filters(store: Store) -> None:
+def test_list_filters(store: JobStore) -> None:
     a = store.add_job(spec("a", labels={"team": "x"}), now=1.0)
     b = store.add_job(spec("b", labels={"team": "y"}), now=2.0)
     store.update_job(b.id, state=JobState.RUNNING)
@@ -84,7 +84,7 @@ def test_list_filters(store: Store) -> None:
     assert store.resolve("nope") is None
 
 
-def test_failed_write_changes_nothing(store: Store) -> None:
+def test_failed_write_changes_nothing(store: JobStore) -> None:
     job = store.add_job(spec(), now=1.0)
     before = store.get_job(job.id)
     # The event's data cannot be stored: the job change in the same call must not land.
@@ -102,7 +102,7 @@ def test_failed_write_changes_nothing(store: Store) -> None:
     assert [e.kind for e in store.events(job.id)] == ["submitted"]
 
 
-def test_state_precondition_is_checked_inside_the_transaction(store: Store) -> None:
+def test_state_precondition_is_checked_inside_the_transaction(store: JobStore) -> None:
     job = store.add_job(spec())
     store.update_job(job.id, state=JobState.CANCELLED)
     with pytest.raises(JobStateError):
@@ -112,7 +112,7 @@ def test_state_precondition_is_checked_inside_the_transaction(store: Store) -> N
         store.update_job(job.id, name="renamed")
 
 
-def test_sync_workers_reports_each_failure_once(store: Store) -> None:
+def test_sync_workers_reports_each_failure_once(store: JobStore) -> None:
     job = store.add_job(spec())
     ok = WorkerStatus(0, ("h", 0), WorkerState.RUNNING, pid=10)
     bad = WorkerStatus(1, ("h", 1), WorkerState.FAILED, pid=11, exit_code=1)
@@ -122,7 +122,7 @@ def test_sync_workers_reports_each_failure_once(store: Store) -> None:
     assert [w.state for w in store.workers(job.id)] == [WorkerState.RUNNING, WorkerState.FAILED]
 
 
-def test_metrics_round_trip(store: Store) -> None:
+def test_metrics_round_trip(store: JobStore) -> None:
     job = store.add_job(spec())
     store.add_metrics(job.id, 2, {"loss": 0.5})
     store.add_metrics(job.id, 1, {"loss": 0.9})
@@ -131,7 +131,7 @@ def test_metrics_round_trip(store: Store) -> None:
         store.add_metrics("missing", 1, {"loss": 1.0})
 
 
-def test_metrics_many_and_goodput(store: Store) -> None:
+def test_metrics_many_and_goodput(store: JobStore) -> None:
     job = store.add_job(spec())
     store.add_metrics_many(job.id, [(1, 10.0, {"loss": 0.9}), (2, 11.0, {"loss": 0.5})])
     assert [m.step for m in store.metrics(job.id)] == [1, 2]

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 from sqlalchemy import select
 
-from tidal.controller.group_commit import GroupCommit
-from tidal.controller.store import Store
-from tidal.controller.tables import JobRow
+from tidal.controller.store.group_commit import GroupCommit
+from tidal.controller.store.jobs import JobStore
+from tidal.controller.store.tables import JobRow
 from tidal.model import JobState
 from tidal.spec import JobSpec, parse_spec
 
@@ -21,8 +21,8 @@ WAIT = 30.0
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = Store(db_url)
+def store(db_url: str) -> Iterator[JobStore]:
+    s = JobStore(db_url)
     yield s
     s.close()
 
@@ -110,7 +110,7 @@ def test_a_bad_addition_fails_only_its_own_caller() -> None:
 
 
 def test_jobs_submitted_at_once_are_all_stored_with_distinct_change_numbers(
-    store: Store,
+    store: JobStore,
 ) -> None:
     start = threading.Barrier(6)
     added: list[str] = []
@@ -144,7 +144,7 @@ def test_jobs_submitted_at_once_are_all_stored_with_distinct_change_numbers(
 
 
 def test_a_record_is_reused_until_its_row_changes_even_from_another_store(
-    store: Store, db_url: str
+    store: JobStore, db_url: str
 ) -> None:
     job = store.add_job(spec("cached"))
     first = store.get_job(job.id)
@@ -154,7 +154,7 @@ def test_a_record_is_reused_until_its_row_changes_even_from_another_store(
     again = store.get_job(job.id)
     assert again is not first and again is not None and again.priority == 9000
     # Another process's write moves the change number too.
-    other = Store(db_url)
+    other = JobStore(db_url)
     try:
         other.update_job(job.id, priority=100)
     finally:
@@ -165,7 +165,7 @@ def test_a_record_is_reused_until_its_row_changes_even_from_another_store(
 
 
 def test_reads_in_a_snapshot_share_one_transaction_and_a_write_there_is_refused(
-    store: Store,
+    store: JobStore,
 ) -> None:
     job = store.add_job(spec("snap"))
     with store.snapshot():
@@ -180,7 +180,7 @@ def test_reads_in_a_snapshot_share_one_transaction_and_a_write_there_is_refused(
     assert store.get_job(job.id).priority == 1  # type: ignore[union-attr]
 
 
-def test_a_snapshot_is_one_view_while_others_write(store: Store) -> None:
+def test_a_snapshot_is_one_view_while_others_write(store: JobStore) -> None:
     job = store.add_job(spec("view"))
     with store.snapshot():
         assert store.get_job(job.id).priority == job.priority  # type: ignore[union-attr]
@@ -194,12 +194,12 @@ def test_a_snapshot_is_one_view_while_others_write(store: Store) -> None:
     assert store.get_job(job.id).priority == 7  # type: ignore[union-attr]
 
 
-def test_the_record_a_submission_returns_is_the_stored_one(store: Store) -> None:
+def test_the_record_a_submission_returns_is_the_stored_one(store: JobStore) -> None:
     # New jobs are inserted with one statement naming every column; a column added to the
     # table but not to that statement would leave the returned record different from the
     # stored row (its default only in the database).
     added = store.add_job(spec("returned"))
-    other = Store(store.url)  # another store: nothing kept in memory
+    other = JobStore(store.url)  # another store: nothing kept in memory
     try:
         assert other.get_job(added.id) == added
     finally:

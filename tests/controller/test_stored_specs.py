@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from tests.controller.conftest import Served
-from tidal.controller.stored_specs import load_stored_spec, relax
+from tidal.controller.store.stored_specs import load_stored_spec, relax
 
 ROWS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent / "fixtures" / "lenient_specs.json").read_text()

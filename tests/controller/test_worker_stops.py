@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from tidal.controller.records import JobRecord, WorkerRecord
-from tidal.controller.requests import StopWorkers
-from tidal.controller.store import Store
-from tidal.controller.worker_stops import StopRefused, plan_stop
+from tidal.controller.loop.worker_stops import StopRefused, plan_stop
+from tidal.controller.store.jobs import JobStore
+from tidal.controller.store.records import JobRecord, WorkerRecord
+from tidal.controller.store.requests import StopWorkers
 from tidal.launch.api import WorkerState
 from tidal.model import JobState
 from tidal.spec import parse_spec
@@ -18,7 +18,7 @@ RUNNING = WorkerState.RUNNING
 
 
 def _job(spec: dict[str, Any], held: int, state: JobState = JobState.RUNNING) -> JobRecord:
-    store = Store("sqlite://")
+    store = JobStore("sqlite://")
     job = store.add_job(parse_spec({"name": "j", **spec}))
     store.close()
     return replace(job, state=state, slots=tuple(("h", i) for i in range(held)))

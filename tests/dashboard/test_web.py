@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.dashboard.conftest import Served
-from tidal.controller.auth import CSRF_HEADER, TOKEN_COOKIE
+from tidal.controller.routes.auth import CSRF_HEADER, TOKEN_COOKIE
 from tidal.dashboard import STATIC_DIR
 
 ROOT = Path(__file__).resolve().parents[2]

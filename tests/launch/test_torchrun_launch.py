@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tidal.controller.launching import JobFiles, build_launch
+from tidal.controller.loop.launching import JobFiles, build_launch
 from tidal.launch.run_args import UsageProblem, check_launcher
 from tidal.model import Launcher, job_from_spec
 from tidal.policy.restart import LostWorker, Restart, RestartView, decide_restart

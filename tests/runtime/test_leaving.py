@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tidal.runtime.api import EXIT_RELEASED
+from tidal.runtime.env import EXIT_RELEASED
 
 pytestmark = pytest.mark.slow
 

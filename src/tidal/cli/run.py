@@ -71,7 +71,7 @@ def run_command(
         parse_workers,
         worker_argv,
     )
-    from tidal.runtime.api import ConfigError, RuntimeConfig
+    from tidal.runtime.env import ConfigError, RuntimeConfig
 
     try:
         worker_argv(list(command))

@@ -1,5 +1,5 @@
 """Prometheus metrics the controller keeps and ``GET /metrics`` serves
-(:mod:`tidal.controller.api.prometheus`)."""
+(:mod:`tidal.controller.routes.prometheus`)."""
 
 from __future__ import annotations
 

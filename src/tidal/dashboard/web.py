@@ -17,7 +17,7 @@ from fastapi import APIRouter, FastAPI, Request, status
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from tidal.controller.auth import TOKEN_COOKIE, BearerAuth
+from tidal.controller.routes.auth import TOKEN_COOKIE, BearerAuth
 
 __all__ = ["STATIC_DIR", "mount_dashboard"]
 

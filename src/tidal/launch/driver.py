@@ -29,7 +29,7 @@ from tidal.launch.role_groups import RoleGroups
 from tidal.launch.role_slots import group_replicas
 from tidal.launch.slot_names import status_slots
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_number
-from tidal.runtime.api import EXIT_RELEASED
+from tidal.runtime.env import EXIT_RELEASED
 from tidal.runtime.rendezvous import ReportQueue
 from tidal.runtime.report import REPORT_PREFIX
 

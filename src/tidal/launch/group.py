@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from tidal.launch.group_api import Outcome
 from tidal.launch.group_base import GroupBase
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, wait_for_exit, worker_env
-from tidal.runtime.api import EXIT_RELEASED
+from tidal.runtime.env import EXIT_RELEASED
 from tidal.runtime.rendezvous import Generation
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from tidal.launch.runs import RunRecord, register, unregister
 from tidal.launch.slot_names import slot_host
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
 from tidal.policy.restart import Fail, LostWorker, Restart, RestartView, decide_restart
-from tidal.runtime.api import ENV_BACKEND
+from tidal.runtime.env import ENV_BACKEND
 
 #: One entry per NVIDIA GPU the driver knows.
 _PROC_GPUS = Path("/proc/driver/nvidia/gpus")

@@ -26,7 +26,7 @@ from typing import IO
 from tidal.launch.api import JobLaunch, RoleLaunch
 from tidal.launch.process import WorkerProcess
 from tidal.launch.slot_names import slot_indices
-from tidal.runtime.api import (
+from tidal.runtime.env import (
     ENV_CHECKPOINT_DIR,
     ENV_CHECKPOINT_EVERY_SECONDS,
     ENV_CHECKPOINT_EVERY_STEPS,

@@ -1,7 +1,7 @@
 """The elastic runtime that runs inside each worker process.
 
 Each name loads its module (and torch with it) on first use, so a light module of the
-package (:mod:`tidal.runtime.api`: the environment contract) imports without torch.
+package (:mod:`tidal.runtime.env`: the environment contract) imports without torch.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tidal.runtime.adaptive import AdaptiveBatch
-    from tidal.runtime.api import EXIT_RELEASED, RuntimeConfig
     from tidal.runtime.context import PeerLost, WorkerContext, current, init
     from tidal.runtime.data import ElasticDataLoader
+    from tidal.runtime.env import EXIT_RELEASED, RuntimeConfig
     from tidal.runtime.lr_scaling import adaptive_lr
     from tidal.runtime.parallel import ElasticDataParallel
     from tidal.runtime.report import log_metrics
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 #: Each public name and the module that defines it.
 _HOMES = {
     "AdaptiveBatch": "tidal.runtime.adaptive",
-    "EXIT_RELEASED": "tidal.runtime.api",
-    "RuntimeConfig": "tidal.runtime.api",
+    "EXIT_RELEASED": "tidal.runtime.env",
+    "RuntimeConfig": "tidal.runtime.env",
     "PeerLost": "tidal.runtime.context",
     "WorkerContext": "tidal.runtime.context",
     "current": "tidal.runtime.context",

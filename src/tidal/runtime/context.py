@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from tidal.runtime.api import ENV_STORE, ENV_WORKER_ID, RuntimeConfig
+from tidal.runtime.env import ENV_STORE, ENV_WORKER_ID, RuntimeConfig
 from tidal.runtime.rendezvous import (
     Generation,
     RendezvousClient,

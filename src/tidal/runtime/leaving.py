@@ -23,7 +23,7 @@ import sys
 from types import ModuleType
 from typing import NoReturn
 
-from tidal.runtime.api import EXIT_RELEASED
+from tidal.runtime.env import EXIT_RELEASED
 
 log = logging.getLogger("tidal.runtime")
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from tidal.runtime.api import ENV_STORE, ENV_WORKER_ID
 from tidal.runtime.context import current
+from tidal.runtime.env import ENV_STORE, ENV_WORKER_ID
 from tidal.runtime.rendezvous import ReportQueue, connect_store
 
 log = logging.getLogger("tidal.metrics")

@@ -9,13 +9,13 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI
 
 import tidal
-from tidal.controller.api import PROTECTED_ROUTERS, PUBLIC_ROUTERS
-from tidal.controller.api.deps import unreadable_job_response
-from tidal.controller.auth import BearerAuth
-from tidal.controller.change_cache import ChangeCache
-from tidal.controller.limits import install_request_guards
-from tidal.controller.loop import Controller
-from tidal.controller.store import UnreadableJobError
+from tidal.controller.loop.controller import Controller
+from tidal.controller.routes import PROTECTED_ROUTERS, PUBLIC_ROUTERS
+from tidal.controller.routes.auth import BearerAuth
+from tidal.controller.routes.deps import unreadable_job_response
+from tidal.controller.routes.limits import install_request_guards
+from tidal.controller.store.change_cache import ChangeCache
+from tidal.controller.store.jobs import UnreadableJobError
 from tidal.dashboard import mount_dashboard
 
 __all__ = ["API_THREADS", "create_app"]

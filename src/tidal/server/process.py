@@ -19,11 +19,11 @@ import uvicorn
 from fastapi import FastAPI
 
 from tidal.backends.base import HostDiscovery
-from tidal.controller.auth import ensure_token
 from tidal.controller.cluster import ClusterModel, detect_local, local_address
-from tidal.controller.loop import Controller
+from tidal.controller.loop.controller import Controller
 from tidal.controller.plugins import load_backend, load_policy
-from tidal.controller.store import Store
+from tidal.controller.routes.auth import ensure_token
+from tidal.controller.store.jobs import JobStore
 from tidal.server.app import create_app
 from tidal.wire.discovery import ServerInfo, clear_server_info, write_server_info
 
@@ -159,7 +159,7 @@ def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) ->
             cluster = ClusterModel.from_hosts(backend.hosts())
         data_dir = config.data_dir
         token = ensure_token(data_dir)
-        store = Store(config.db_url) if config.db_url else Store.open(data_dir)
+        store = JobStore(config.db_url) if config.db_url else JobStore.open(data_dir)
         try:
             controller = Controller(store, cluster, policy, backend, data_dir)
             server = ApiServer(create_app(controller, token), config.host, config.port)

@@ -79,7 +79,7 @@ class ScaleByRequest(_Body):
 
 class StopWorkersRequest(_Body):
     """Stop these workers of the job (their worker ids) for good; the job goes on without
-    them (:mod:`tidal.controller.worker_stops`)."""
+    them (:mod:`tidal.controller.loop.worker_stops`)."""
 
     workers: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] = Field(
         min_length=1, max_length=MAX_WORKERS

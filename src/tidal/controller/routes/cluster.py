@@ -1,0 +1,83 @@
+"""The cluster: hosts and who holds their slots, events, the allocation timeline and
+utilisation over time."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from tidal.controller.routes.deps import ControllerDep, JobStoreDep
+from tidal.controller.routes.views import allocation_view, event_view, utilisation
+from tidal.model import JobState
+from tidal.wire.schema import (
+    AllocationView,
+    ClusterView,
+    EventView,
+    HostView,
+    UtilisationPoint,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["cluster"])
+
+
+@router.get("/events", response_model=list[EventView])
+def events(
+    store: JobStoreDep,
+    job: str | None = None,
+    since: float | None = None,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+) -> list[EventView]:
+    """Events of all jobs (and the controller's own) in time order."""
+    return [event_view(e) for e in store.events(job, since=since, limit=limit)]
+
+
+@router.get("/allocations", response_model=list[AllocationView])
+def allocations(store: JobStoreDep, since: float | None = None) -> list[AllocationView]:
+    """The allocation timeline of every job: what charts draw."""
+    return [allocation_view(a) for a in store.allocations(since=since)]
+
+
+@router.get("/cluster", response_model=ClusterView)
+def cluster(controller: ControllerDep) -> ClusterView:
+    """Hosts, slots and who holds them."""
+    holder = {
+        slot: j.id
+        for j in controller.store.list_jobs(states=[JobState.RUNNING, JobState.RESCALING])
+        for slot in j.slots
+    }
+    hosts = [
+        HostView(
+            name=h.name,
+            slots=h.slots,
+            gpu=h.gpu,
+            group=h.group,
+            labels=dict(h.labels),
+            used_by=[holder.get((h.name, i)) for i in range(h.slots)],
+        )
+        for h in controller.cluster.hosts
+    ]
+    return ClusterView(
+        policy=getattr(controller.policy, "name", type(controller.policy).__name__),
+        total_slots=controller.cluster.total_slots,
+        used_slots=len(holder),
+        hosts=hosts,
+    )
+
+
+@router.get("/cluster/utilisation", response_model=list[UtilisationPoint])
+def cluster_utilisation(
+    controller: ControllerDep, since: float | None = None
+) -> list[UtilisationPoint]:
+    """Slots in use over time (a step series): the cluster page's chart."""
+    points = utilisation(controller.store.allocations(), controller.cluster.total_slots)
+    if since is None:
+        return points
+    # The level at ``since`` is the last point before it, moved to ``since``.
+    before = [p for p in points if p.time < since]
+    after = [p for p in points if p.time >= since]
+    if before:
+        after.insert(0, before[-1].model_copy(update={"time": since}))
+    return after

@@ -1,0 +1,20 @@
+"""The controller's own metrics for Prometheus to scrape (``GET /metrics``); the registry
+is :class:`~tidal.controller.prometheus.ControllerMetrics`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse, Response
+
+from tidal.controller.routes.deps import ControllerDep
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get("/metrics", tags=["meta"], response_class=PlainTextResponse)
+def prometheus(controller: ControllerDep) -> Response:
+    """Prometheus exposition: slots, jobs by state, rescales, rescale stalls."""
+    body, content_type = controller.metrics.render()
+    return Response(content=body, media_type=content_type)

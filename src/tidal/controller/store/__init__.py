@@ -1,0 +1,1 @@
+"""The store: the database, its tables and migrations, and the reads and writes over them."""
