@@ -149,9 +149,9 @@ def test_text_is_safe(patch: dict[str, object], path: str) -> None:
     ],
 )
 def test_lengths_are_bounded(patch: dict[str, object], path: str) -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     assert path in refused({**BASE, **patch})
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0
 
 
 def test_valid_shorthands_still_accepted() -> None:
@@ -253,10 +253,12 @@ def alias_bomb(levels: int, width: int = 9) -> str:
     ],
 )
 def test_hostile_yaml_is_refused_quickly(text: str) -> None:
-    started = time.perf_counter()
+    # CPU time of this process, not wall time: a loaded machine must not fail the test, a
+    # parser that blows up on the input still does (seconds of CPU, or never returning).
+    started = time.process_time()
     with pytest.raises(SpecError):
         parse_spec_yaml(text)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 @pytest.mark.parametrize(
@@ -273,7 +275,7 @@ def test_hostile_yaml_is_refused_quickly(text: str) -> None:
     ],
 )
 def test_hostile_json_is_refused_quickly(text: str) -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(SpecError):
         parse_spec_json(text)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
