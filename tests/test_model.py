@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import get_args
 
 import pytest
 
@@ -32,6 +33,7 @@ from tidal.model import (
     job_from_spec,
 )
 from tidal.spec import parse_spec
+from tidal.spec_roles import LAUNCHERS, LauncherName
 
 
 def test_a_spec_becomes_a_one_role_job() -> None:
@@ -232,3 +234,11 @@ def test_deadline_decisions() -> None:
     grown = store.update_job(job.id, 2.0, slots=[("h", 0), ("h", 1), ("h", 2)])
     assert decide_deadline(grown, 30.0) == DeadlineMet(slots=3)
     store.close()
+
+
+def test_the_spec_names_exactly_the_model_s_launchers() -> None:
+    # The spec sits below the model and spells the names itself; a launcher added to one
+    # and not the other would be accepted and then not run, or run and never accepted.
+    assert (
+        set(LAUNCHERS) == set(get_args(LauncherName)) == {launcher.value for launcher in Launcher}
+    )
