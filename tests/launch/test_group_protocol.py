@@ -15,12 +15,12 @@ from rich.console import Console
 import tidal.launch.driver as driver_module
 from tidal.launch.api import RoleLaunch
 from tidal.launch.driver import GroupDriver
-from tidal.launch.group import WorkerGroup
-from tidal.launch.group_api import Group, GroupEvent, JobGroup, Outcome
-from tidal.launch.replicas import ReplicaSet
-from tidal.launch.role_groups import RoleGroups
+from tidal.launch.groups.api import Group, GroupEvent, JobGroup, Outcome
+from tidal.launch.groups.elastic import WorkerGroup
+from tidal.launch.groups.replicas import ReplicaSet
+from tidal.launch.groups.roles import RoleGroups
+from tidal.launch.groups.torchrun import TorchrunGroup
 from tidal.launch.run import RunControl, RunOptions, resized_slots
-from tidal.launch.torchrun import TorchrunGroup
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
 from tidal.runtime.rendezvous import (
     Generation,

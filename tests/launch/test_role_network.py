@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tidal.launch.api import RoleLaunch
-from tidal.launch.group_api import Outcome
-from tidal.launch.role_groups import RoleGroups
+from tidal.launch.groups.api import Outcome
+from tidal.launch.groups.roles import RoleGroups
 from tidal.launch.worker import WorkerSpec
 
 #: Prints its TF_CONFIG, then stays up until stopped.

@@ -6,14 +6,15 @@ import json
 
 import pytest
 
-from tidal.launch.role_env import hostfile_text, hosts_text, mpi_env, ps_env, tf_config
-from tidal.launch.role_slots import (
+from tidal.launch.groups.role_env import hostfile_text, hosts_text, mpi_env, ps_env, tf_config
+from tidal.launch.groups.role_slots import (
     RoleShape,
     assign_roles,
     fit_shapes,
     group_replicas,
     replica_indices,
 )
+from tidal.launch.groups.torchrun_env import TorchrunWorld, torchrun_env
 from tidal.launch.slot_names import (
     format_slot,
     format_slots,
@@ -23,7 +24,6 @@ from tidal.launch.slot_names import (
     slot_indices,
     status_slots,
 )
-from tidal.launch.torchrun_env import TorchrunWorld, torchrun_env
 from tidal.launch.worker import WorkerSpec, worker_env
 from tidal.ps.config import ClusterSpec
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidal.launch.torchrun_env import TorchrunWorld, torchrun_env
+from tidal.launch.groups.torchrun_env import TorchrunWorld, torchrun_env
 
 WORLD = TorchrunWorld(
     run_id="job-7", master_addr="10.0.0.5", master_port=29512, restart_count=2, max_restarts=3

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tidal.launch.api import WorkerState
 from tidal.launch.driver import worker_state
-from tidal.launch.group import WorkerGroup
+from tidal.launch.groups.elastic import WorkerGroup
 from tidal.launch.process import LocalSpawner
 from tidal.launch.worker import (
     Worker,

@@ -10,16 +10,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tidal.launch.group import WorkerGroup
-    from tidal.launch.group_api import Group, GroupEvent, JobGroup, Outcome
+    from tidal.launch.groups.api import Group, GroupEvent, JobGroup, Outcome
+    from tidal.launch.groups.elastic import WorkerGroup
     from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec
 
 _HOMES = {
-    "Group": "tidal.launch.group_api",
-    "GroupEvent": "tidal.launch.group_api",
-    "JobGroup": "tidal.launch.group_api",
-    "Outcome": "tidal.launch.group_api",
-    "WorkerGroup": "tidal.launch.group",
+    "Group": "tidal.launch.groups.api",
+    "GroupEvent": "tidal.launch.groups.api",
+    "JobGroup": "tidal.launch.groups.api",
+    "Outcome": "tidal.launch.groups.api",
+    "WorkerGroup": "tidal.launch.groups.elastic",
     "Worker": "tidal.launch.worker",
     "WorkerPhase": "tidal.launch.worker",
     "WorkerSpec": "tidal.launch.worker",

@@ -1,6 +1,6 @@
-"""The one loop that drives a job's group for a backend: a :class:`~tidal.launch.group_api.
+"""The one loop that drives a job's group for a backend: a :class:`~tidal.launch.groups.api.
 JobGroup` (:func:`~tidal.launch.launchers.make_group`'s group for the job's launcher, or
-:class:`~tidal.launch.role_groups.RoleGroups` for a multi-role job).
+:class:`~tidal.launch.groups.roles.RoleGroups` for a multi-role job).
 
 Every backend runs a job the same way: apply the controller's latest slots, poll the group,
 report the job's :class:`~tidal.launch.api.JobStatus` and the workers' report batches,
@@ -21,12 +21,12 @@ from typing import Any, Protocol
 
 from tidal.launch.api import JobStatus, RoleLaunch, WorkerState, WorkerStatus
 from tidal.launch.endpoints import SlotNetwork
-from tidal.launch.group_api import GroupEvent, JobGroup, Outcome
-from tidal.launch.group_base import GroupOptions
+from tidal.launch.groups.api import GroupEvent, JobGroup, Outcome
+from tidal.launch.groups.base import GroupOptions
+from tidal.launch.groups.role_slots import group_replicas
+from tidal.launch.groups.roles import RoleGroups
 from tidal.launch.launchers import make_group
 from tidal.launch.process import Spawner
-from tidal.launch.role_groups import RoleGroups
-from tidal.launch.role_slots import group_replicas
 from tidal.launch.slot_names import status_slots
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, worker_number
 from tidal.runtime.env import EXIT_RELEASED

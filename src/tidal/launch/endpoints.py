@@ -4,7 +4,7 @@ free there.
 A ``tf`` replica listens at the address its ``TF_CONFIG`` names, and an ``mpi`` launcher
 is handed its workers' hosts. On one machine every slot is ``127.0.0.1`` and a port bound
 here is free for the replicas too (:class:`LoopbackNetwork`). A backend whose slots are on
-other machines (the Ray backend's nodes) gives :class:`~tidal.launch.role_groups.
+other machines (the Ray backend's nodes) gives :class:`~tidal.launch.groups.roles.
 RoleGroups` a :class:`SlotNetwork` of its own that knows each slot's node address and asks
 the node itself for free ports.
 """

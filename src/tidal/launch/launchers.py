@@ -1,26 +1,27 @@
 """Which group runs a role's workers, by the role's launcher.
 
-``tidal`` (:class:`~tidal.launch.group.WorkerGroup`): the rescale protocol, resized in
-place at a step boundary. ``torchrun`` (:class:`~tidal.launch.torchrun.TorchrunGroup`):
-torchrun's environment for unmodified scripts, resized by restarting every worker.
-:class:`~tidal.launch.driver.GroupDriver` drives either as a :class:`~tidal.launch.
-group_api.JobGroup`.
+``tidal`` (:class:`~tidal.launch.groups.elastic.WorkerGroup`): the rescale protocol,
+resized in place at a step boundary. ``torchrun``
+(:class:`~tidal.launch.groups.torchrun.TorchrunGroup`): torchrun's environment for
+unmodified scripts, resized by restarting every worker.
+:class:`~tidal.launch.driver.GroupDriver` drives either as a
+:class:`~tidal.launch.groups.api.JobGroup`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tidal.launch.group import WorkerGroup
-from tidal.launch.group_api import JobGroup
-from tidal.launch.torchrun import TorchrunGroup
+from tidal.launch.groups.api import JobGroup
+from tidal.launch.groups.elastic import WorkerGroup
+from tidal.launch.groups.torchrun import TorchrunGroup
 from tidal.launch.worker import WorkerSpec
 from tidal.model import Launcher
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from tidal.launch.group_base import GroupBaseOptions
+    from tidal.launch.groups.base import GroupBaseOptions
 
 __all__ = ["LAUNCHERS", "RESTART_BASED", "make_group", "resize_mode"]
 
@@ -36,9 +37,9 @@ def resize_mode(launcher: str) -> str:
 
 
 def make_group(spec: WorkerSpec, **options: Unpack[GroupBaseOptions]) -> JobGroup:
-    """The group that runs ``spec.launcher``'s workers (``options``: see :class:`~tidal.
-    launch.group_base.GroupBase`); ``ValueError`` naming the launcher for one tidal does
-    not have."""
+    """The group that runs ``spec.launcher``'s workers (``options``: see
+    :class:`~tidal.launch.groups.base.GroupBase`); ``ValueError`` naming the launcher for
+    one tidal does not have."""
     # Each built by name, so that mypy checks both are concrete and are JobGroups.
     if spec.launcher == "tidal":
         return WorkerGroup(spec, **options)

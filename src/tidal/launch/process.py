@@ -1,4 +1,4 @@
-"""How a :class:`~tidal.launch.group.WorkerGroup` starts worker processes.
+"""How a :class:`~tidal.launch.groups.elastic.WorkerGroup` starts worker processes.
 
 The group decides *when* a worker starts, is admitted, leaves or is killed; a
 :class:`Spawner` decides *where and how* its process runs. :class:`LocalSpawner` runs

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from tidal.launch.api import JobStatus
 from tidal.launch.driver import GroupDriver
-from tidal.launch.group_api import GroupEvent, JobGroup
+from tidal.launch.groups.api import GroupEvent, JobGroup
 from tidal.launch.launchers import RESTART_BASED, resize_mode
 from tidal.launch.run_args import UsageProblem, worker_argv
 from tidal.launch.runs import RunRecord, register, unregister

@@ -1,12 +1,12 @@
 """The Ray backend: every job's workers run as actors on the nodes of a Ray cluster.
 
-Each job has a :class:`~tidal.launch.group.WorkerGroup` in the controller process, driven
+Each job has a :class:`~tidal.launch.groups.elastic.WorkerGroup` in the controller process, driven
 by a thread of its own through the same :class:`~tidal.launch.driver.GroupDriver` as the
 local backend's agents: it hosts the job's rendezvous store (on an address the nodes can
 reach), publishes generations and handles resizes and failures exactly as they do. Only
 the processes differ: a worker is a :class:`WorkerActor` pinned to the node of its slot,
 running the user's command there (see :mod:`.worker`). A job of several roles (or of a
-``tf``, ``mpi`` or ``ps`` launcher) runs as :class:`~tidal.launch.role_groups.RoleGroups`
+``tf``, ``mpi`` or ``ps`` launcher) runs as :class:`~tidal.launch.groups.roles.RoleGroups`
 the same way, its replicas reached at their nodes' addresses (see :mod:`.network`).
 
 Hosts are the cluster's alive nodes that offer slots: one slot per unit of the custom

@@ -3,7 +3,7 @@
 The actor (:class:`WorkerActor`) is only a handle on a node: it starts the command with the
 runtime's ``TIDAL_*`` variables, buffers its output, and reports the exit status. The
 controller side (:class:`RayProcess`) makes that look like a local subprocess to the
-:class:`~tidal.launch.group.WorkerGroup`, so the rescale protocol is the very same code as
+:class:`~tidal.launch.groups.elastic.WorkerGroup`, so the rescale protocol is the very same code as
 for local workers. A dead actor (its node died, or someone killed it) reads as a worker
 killed by SIGKILL: the group publishes a failure generation and the survivors go on.
 """

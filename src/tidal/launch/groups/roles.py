@@ -1,12 +1,12 @@
 """A multi-role job's processes: one group per role (in the local backend's agent, or a
 thread of the Ray backend).
 
-The controller gives the job one set of slots; :func:`~tidal.launch.role_slots.
+The controller gives the job one set of slots; :func:`~tidal.launch.groups.role_slots.
 assign_roles` splits it among the roles (fixed roles keep their slots, the elastic role
 takes the rest). A role whose launcher is ``tidal`` or ``torchrun`` runs as today's group
 (:func:`~tidal.launch.launchers.make_group`); a ``tf``, ``mpi`` or ``ps`` role runs as a
-:class:`~tidal.launch.replicas.ReplicaSet` of plain processes started with the variables
-of :mod:`tidal.launch.role_env`. Worker numbers come from one counter, so they are unique
+:class:`~tidal.launch.groups.replicas.ReplicaSet` of plain processes started with the variables
+of :mod:`tidal.launch.groups.role_env`. Worker numbers come from one counter, so they are unique
 across roles.
 
 The job succeeds once every role that ends it succeeded (:func:`~tidal.policy.
@@ -27,11 +27,9 @@ from pathlib import Path
 
 from tidal.launch.api import RoleLaunch
 from tidal.launch.endpoints import LoopbackNetwork, SlotNetwork
-from tidal.launch.group_api import Group, GroupEvent, JobGroup, Outcome
-from tidal.launch.launchers import make_group
-from tidal.launch.process import Spawner
-from tidal.launch.replicas import ReplicaSet
-from tidal.launch.role_env import (
+from tidal.launch.groups.api import Group, GroupEvent, JobGroup, Outcome
+from tidal.launch.groups.replicas import ReplicaSet
+from tidal.launch.groups.role_env import (
     CHIEF_ROLE,
     ENV_REPLICA_INDEX,
     ENV_ROLE,
@@ -41,7 +39,9 @@ from tidal.launch.role_env import (
     ps_env,
     tf_config,
 )
-from tidal.launch.role_slots import RoleShape, assign_roles, fit_shapes
+from tidal.launch.groups.role_slots import RoleShape, assign_roles, fit_shapes
+from tidal.launch.launchers import make_group
+from tidal.launch.process import Spawner
 from tidal.launch.slot_names import join_slots, slot_indices
 from tidal.launch.worker import Worker, WorkerIds, WorkerSpec, role_spec
 from tidal.model import Launcher, stops_alone

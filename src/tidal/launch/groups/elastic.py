@@ -18,8 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tidal.launch.group_api import Outcome
-from tidal.launch.group_base import GroupBase
+from tidal.launch.groups.api import Outcome
+from tidal.launch.groups.base import GroupBase
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, wait_for_exit, worker_env
 from tidal.runtime.env import EXIT_RELEASED
 from tidal.runtime.rendezvous import Generation
@@ -27,7 +27,7 @@ from tidal.runtime.rendezvous import Generation
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from tidal.launch.group_base import GroupBaseOptions
+    from tidal.launch.groups.base import GroupBaseOptions
 
 __all__ = ["WorkerGroup"]
 
@@ -38,7 +38,7 @@ class WorkerGroup(GroupBase):
     """Run and resize one job's workers. Call :meth:`poll` regularly (every few ms)."""
 
     def __init__(self, spec: WorkerSpec, **options: Unpack[GroupBaseOptions]) -> None:
-        """The options of :class:`~tidal.launch.group_base.GroupBase`."""
+        """The options of :class:`~tidal.launch.groups.base.GroupBase`."""
         super().__init__(spec, **options)
         #: Slots whose worker failed since they were last assigned: no new worker there
         #: until an :meth:`assign` lists them again (the restart decision is the caller's).

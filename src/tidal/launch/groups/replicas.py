@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO
 
-from tidal.launch.group_api import GroupEvent, Outcome
+from tidal.launch.groups.api import GroupEvent, Outcome
+from tidal.launch.groups.role_slots import replica_indices
 from tidal.launch.process import LocalSpawner, Spawner
-from tidal.launch.role_slots import replica_indices
 from tidal.launch.worker import (
     Worker,
     WorkerIds,

@@ -1,7 +1,7 @@
 """A group of workers launched the way ``torchrun`` launches them: restart-based.
 
 :class:`TorchrunGroup` runs a script written for torchrun unchanged: each worker gets the
-environment torchrun's agent gives (:mod:`tidal.launch.torchrun_env`) and forms its
+environment torchrun's agent gives (:mod:`tidal.launch.groups.torchrun_env`) and forms its
 process group itself with ``init_process_group()``. The launcher cannot change such a
 group while it runs, so, like torchrun's agent, it restarts it:
 
@@ -14,12 +14,12 @@ group while it runs, so, like torchrun's agent, it restarts it:
   caller asks :func:`~tidal.policy.restart.decide_restart`, within the restart budget);
 * **success**: every worker of the incarnation returned 0.
 
-Like :class:`~tidal.launch.group.WorkerGroup` it is a :class:`~tidal.launch.group_api.
+Like :class:`~tidal.launch.groups.elastic.WorkerGroup` it is a :class:`~tidal.launch.groups.api.
 JobGroup`, driven by :class:`~tidal.launch.driver.GroupDriver` (for ``tidal run`` and the
 backends): it hosts the job's :class:`~tidal.runtime.rendezvous.RendezvousHost` (for
 ``tidal resize`` and the report queue) and numbers one :class:`~tidal.runtime.rendezvous.
 Generation` per incarnation (by its restart count) for status and logs; what both keep
-alike is :class:`~tidal.launch.group_base.GroupBase`'s.
+alike is :class:`~tidal.launch.groups.base.GroupBase`'s.
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from tidal.launch.group_api import Outcome
-from tidal.launch.group_base import GroupBase
-from tidal.launch.torchrun_env import TorchrunWorld, torchrun_env
+from tidal.launch.groups.api import Outcome
+from tidal.launch.groups.base import GroupBase
+from tidal.launch.groups.torchrun_env import TorchrunWorld, torchrun_env
 from tidal.launch.worker import Worker, WorkerPhase, WorkerSpec, wait_for_exit
 from tidal.runtime.rendezvous import Generation
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from tidal.launch.group_base import GroupBaseOptions
+    from tidal.launch.groups.base import GroupBaseOptions
 
 __all__ = ["TorchrunGroup"]
 
@@ -54,7 +54,7 @@ class TorchrunGroup(GroupBase):
     regularly."""
 
     def __init__(self, spec: WorkerSpec, **options: Unpack[GroupBaseOptions]) -> None:
-        """The options of :class:`~tidal.launch.group_base.GroupBase`."""
+        """The options of :class:`~tidal.launch.groups.base.GroupBase`."""
         super().__init__(spec, **options)
         #: The incarnation's store (``MASTER_ADDR:MASTER_PORT``); a new one per restart.
         self._store: dist.TCPStore | None = None

@@ -1,11 +1,12 @@
 """What the two launchers' groups share: their workers' processes, logs and events.
 
-:class:`~tidal.launch.group.WorkerGroup` (the rescale protocol) and :class:`~tidal.launch.
-torchrun.TorchrunGroup` (restart-based) differ in how they change a running group; they
-keep the same books: the job's store, the assigned slots, one :class:`~tidal.launch.
-worker.Worker` per process started (numbered from :class:`~tidal.launch.worker.WorkerIds`),
-each process's output in its log file, every change told as a :class:`~tidal.launch.
-group_api.GroupEvent`. :class:`GroupBase` keeps them.
+:class:`~tidal.launch.groups.elastic.WorkerGroup` (the rescale protocol) and
+:class:`~tidal.launch.groups.torchrun.TorchrunGroup` (restart-based) differ in how they
+change a running group; they keep the same books: the job's store, the assigned slots, one
+:class:`~tidal.launch.worker.Worker` per process started (numbered from
+:class:`~tidal.launch.worker.WorkerIds`), each process's output in its log file, every
+change told as a :class:`~tidal.launch.groups.api.GroupEvent`. :class:`GroupBase` keeps
+them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, TypedDict
 
-from tidal.launch.group_api import GroupEvent, Outcome
+from tidal.launch.groups.api import GroupEvent, Outcome
 from tidal.launch.process import LocalSpawner, Spawner
 from tidal.launch.worker import (
     Worker,

@@ -1,10 +1,10 @@
 """What a group of workers is to whoever drives it: the :class:`Group` protocol, and the
 :class:`Outcome` and :class:`GroupEvent` every group reports.
 
-Four groups implement it: :class:`~tidal.launch.group.WorkerGroup` (the rescale protocol,
-resized in place), :class:`~tidal.launch.torchrun.TorchrunGroup` (torchrun's environment,
-resized by restart), :class:`~tidal.launch.replicas.ReplicaSet` (one role's plain
-replicas) and :class:`~tidal.launch.role_groups.RoleGroups` (a multi-role job, one group
+Four groups implement it: :class:`~tidal.launch.groups.elastic.WorkerGroup` (the rescale protocol,
+resized in place), :class:`~tidal.launch.groups.torchrun.TorchrunGroup` (torchrun's environment,
+resized by restart), :class:`~tidal.launch.groups.replicas.ReplicaSet` (one role's plain
+replicas) and :class:`~tidal.launch.groups.roles.RoleGroups` (a multi-role job, one group
 per role). A driver (:class:`~tidal.launch.driver.GroupDriver`, behind ``tidal run``, the
 local backend's agent and the Ray backend) sees a job's group only as a :class:`JobGroup`:
 the group that hosts the job's store.
