@@ -58,6 +58,7 @@ def server(
     policy_options = pairs(policy_option, "--policy-option")
     # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
     from tidal.controller.plugins import PluginError
+    from tidal.controller.store.server_lock import StoreLocked
     from tidal.server.process import ServerConfig, run_server
     from tidal.wire.discovery import TOKEN_FILE, read_token
 
@@ -102,6 +103,8 @@ def server(
         run_server(config, on_ready=ready)
     except KeyboardInterrupt:
         pass
+    except StoreLocked as exc:
+        fail(str(exc))
     except PluginError as exc:
         hint = "--policy" if "policy" in str(exc) else "--backend"
         raise typer.BadParameter(str(exc), param_hint=hint) from None

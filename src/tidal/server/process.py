@@ -24,6 +24,8 @@ from tidal.controller.loop.controller import Controller
 from tidal.controller.plugins import load_backend, load_policy
 from tidal.controller.routes.auth import ensure_token
 from tidal.controller.store.jobs import JobStore
+from tidal.controller.store.server_lock import StoreLock, hold_store
+from tidal.policy.api import Policy
 from tidal.server.app import create_app
 from tidal.wire.discovery import ServerInfo, clear_server_info, write_server_info
 
@@ -148,6 +150,19 @@ def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) ->
         labels=config.labels,
         address=local_address(config.host),
     )
+    # One server per store: a second one is refused here, before the backend re-attaches
+    # to the first one's agents or anything in the data dir changes.
+    with hold_store(config.data_dir, config.db_url) as lock:
+        _serve(config, on_ready, lock, policy, cluster)
+
+
+def _serve(
+    config: ServerConfig,
+    on_ready: Callable[[str], None] | None,
+    lock: StoreLock,
+    policy: Policy,
+    cluster: ClusterModel,
+) -> None:
     backend = load_backend(
         config.backend, data_dir=config.data_dir, gpus=cluster.gpu, **config.backend_options
     )
@@ -163,6 +178,7 @@ def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) ->
         try:
             controller = Controller(store, cluster, policy, backend, data_dir)
             server = ApiServer(create_app(controller, token), config.host, config.port)
+            lock.record(server.url)
             pid = os.getpid()
             controller.start(config.interval)
             try:
