@@ -101,3 +101,36 @@ def test_a_50mb_line_stalls_neither_the_api_nor_its_tail(live: tuple[Client, Pat
         assert len(body.encode()) <= TAIL_MAX_BYTES + 64 * 1024, len(body)
     assert "written" in bodies[0]
     assert CUT_MARK not in bodies[0]  # the writer split the line into lines of the bound
+
+
+MANY_LINES = (
+    "import time\n"
+    "for i in range(50_000): print(f'{i:07d}', 'x' * 92, flush=False)\n"
+    "print('done', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_worker_logs_are_capped_and_rotated(tmp_path: Path) -> None:
+    """``--log-max-mb 1 --log-backups 2``: 5 MB of output leaves three files of at most
+    1 MiB, and the tail reads the current one."""
+    process = start_server(tmp_path, "--log-max-mb", "1", "--log-backups", "2", slots=1)
+    try:
+        with Client(data_dir=tmp_path / "data", timeout=30) as client:
+            job = client.submit(
+                {"name": "chatty", "command": ["python", "-c", MANY_LINES], "workers": 1}
+            )
+            logs = tmp_path / "data" / "jobs" / job.id / "logs"
+            current = logs / "worker-0.log"
+            until(
+                lambda: current.exists() and current.read_bytes().endswith(b"done\n"),
+                120,
+                "the output to be written",
+            )
+            assert client.logs(job.id, tail=2).splitlines()[-1] == "[0] done"
+            client.cancel(job.id)
+    finally:
+        stop_server(process)
+    names = sorted(p.name for p in logs.iterdir())
+    assert names == ["worker-0.log", "worker-0.log.1", "worker-0.log.2"], names
+    assert all((logs / name).stat().st_size <= 1 << 20 for name in names)

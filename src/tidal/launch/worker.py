@@ -87,6 +87,10 @@ class WorkerSpec:
     env: dict[str, str] = field(default_factory=dict)
     working_dir: str | None = None
     log_dir: Path | None = None
+    #: Each worker's log is capped at this many bytes, then rotated (0: never) …
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    #: … into this many earlier files.
+    log_backups: int = DEFAULT_LOG_BACKUPS
     checkpoint_dir: str | None = None
     checkpoint_every_steps: int = 0
     checkpoint_every_seconds: float = 0.0
@@ -123,6 +127,8 @@ def worker_spec(launch: JobLaunch, *, timeout: float, pin_gpus: bool = True) -> 
         env=dict(launch.env),
         working_dir=str(launch.working_dir) if launch.working_dir else None,
         log_dir=launch.log_dir,
+        log_max_bytes=launch.log_max_bytes,
+        log_backups=launch.log_backups,
         checkpoint_dir=str(launch.checkpoint_dir) if launch.checkpoint_dir else None,
         checkpoint_every_steps=launch.checkpoint_every_steps,
         checkpoint_every_seconds=launch.checkpoint_every_seconds,

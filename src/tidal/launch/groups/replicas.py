@@ -185,7 +185,14 @@ class ReplicaSet:
             argv=self.spec.argv,
             env=env,
             cwd=self.spec.working_dir,
-            on_line=worker_output(self.spec.log_dir, worker_id, self._on_output, self._log_files),
+            on_line=worker_output(
+                self.spec.log_dir,
+                worker_id,
+                self._on_output,
+                self._log_files,
+                max_bytes=self.spec.log_max_bytes,
+                backups=self.spec.log_backups,
+            ),
         )
         # No readiness protocol: a plain replica runs once started.
         worker = Worker(
