@@ -121,3 +121,19 @@ def test_a_full_disk_never_blocks_the_worker(
     reader.join(timeout=60)
     assert not reader.is_alive()
     assert sink.dropped == 8192
+
+
+def test_the_ray_backend_cuts_long_lines_at_the_same_bound() -> None:
+    pytest.importorskip("ray")
+    from tidal.backends.ray.worker import RayProcess
+
+    got: list[str] = []
+    process = RayProcess(actor=None, start=None, on_line=got.append, name="w0")
+    for _ in range(5):  # a line without end, arriving in polls of 50 Ki characters
+        process._deliver("y" * 50 * 1024)
+    process._deliver("\nshort\n\n")
+    assert [len(line) for line in got] == [MAX_LINE_CHARS + 1] * 3 + [
+        5 * 50 * 1024 - 3 * MAX_LINE_CHARS + 1,
+        6,
+        1,
+    ]
