@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from tidal.cli.options import DataDirOpt, controller_app, fail, out, pairs
+from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES
 from tidal.policy.registry import SERVED
 from tidal.wire.discovery import default_data_dir
 
@@ -52,6 +53,14 @@ def server(
     label: Annotated[
         list[str] | None, typer.Option(help="Node label KEY=VALUE of this host, repeatable.")
     ] = None,
+    log_max_mb: Annotated[
+        int,
+        typer.Option(min=0, help="Rotate each worker's log past this many MiB (0: never)."),
+    ] = DEFAULT_LOG_MAX_BYTES >> 20,
+    log_backups: Annotated[
+        int,
+        typer.Option(min=0, help="Rotated logs kept per worker (0: a full log starts over)."),
+    ] = DEFAULT_LOG_BACKUPS,
 ) -> None:
     """Run the controller and its REST API until interrupted."""
     labels = pairs(label, "--label")
@@ -81,6 +90,8 @@ def server(
         group=group,
         labels=labels,
         backend_options={"ray_address": ray_address} if ray_address else {},
+        log_max_bytes=log_max_mb << 20,
+        log_backups=log_backups,
     )
 
     # The token is shown once, when this start creates it: the dashboard's login asks for it.

@@ -16,6 +16,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES
 from tidal.policy.api import Slot
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,10 @@ class JobLaunch:
     #: Worker ``K`` writes its output to ``log_dir / f"worker-{K}.log"``: the controller
     #: reads logs from there once the backend has forgotten the job.
     log_dir: Path | None = None
+    #: Each worker's log is rotated when it would pass this many bytes (0: never), keeping
+    #: ``log_backups`` earlier files (``worker-K.log.1`` the newest; 0: it starts over).
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    log_backups: int = DEFAULT_LOG_BACKUPS
     checkpoint_dir: Path | None = None
     checkpoint_every_steps: int = 0
     checkpoint_every_seconds: float = 0.0

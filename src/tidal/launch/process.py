@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from tidal.launch.log_sink import pump_lines
+
 __all__ = [
     "ENV_PROCESS_TREE",
     "LocalProcess",
@@ -209,15 +211,16 @@ class LocalSpawner:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             text=True,
+            errors="replace",  # bytes that are not UTF-8 must not end the reader
             bufsize=1,
             start_new_session=True,
         )
-
-        def pump() -> None:
-            assert process.stdout is not None
-            for line in process.stdout:
-                on_line(line)
-
-        reader = threading.Thread(target=pump, name=f"tidal-log-{worker_id}", daemon=True)
+        assert process.stdout is not None
+        reader = threading.Thread(
+            target=pump_lines,
+            args=(process.stdout, on_line, worker_id),
+            name=f"tidal-log-{worker_id}",
+            daemon=True,
+        )
         reader.start()
         return LocalProcess(process, reader, token)

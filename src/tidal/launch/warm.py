@@ -36,6 +36,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tidal.launch.log_sink import pump_lines
 from tidal.launch.process import LocalProcess, LocalSpawner, resolve_python
 
 __all__ = ["ENV_WARM_POOL", "WarmSpawner", "main", "script_imports", "warm_pool_size"]
@@ -135,6 +136,7 @@ class WarmSpawner:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            errors="replace",  # bytes that are not UTF-8 must not end the reader
             bufsize=1,
             start_new_session=True,
         )
@@ -186,12 +188,13 @@ class WarmSpawner:
         except OSError:  # it died just now: the exit shows as the worker's
             pass
 
-        def pump() -> None:
-            assert process.stdout is not None
-            for line in process.stdout:
-                on_line(line)
-
-        reader = threading.Thread(target=pump, name=f"tidal-log-{worker_id}", daemon=True)
+        assert process.stdout is not None
+        reader = threading.Thread(
+            target=pump_lines,
+            args=(process.stdout, on_line, worker_id),
+            name=f"tidal-log-{worker_id}",
+            daemon=True,
+        )
         reader.start()
         return LocalProcess(process, reader)
 

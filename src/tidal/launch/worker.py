@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO
 
 from tidal.launch.api import JobLaunch, RoleLaunch
+from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES, RotatingLog
 from tidal.launch.process import WorkerProcess
 from tidal.launch.slot_names import slot_indices
 from tidal.runtime.env import (
@@ -87,6 +87,10 @@ class WorkerSpec:
     env: dict[str, str] = field(default_factory=dict)
     working_dir: str | None = None
     log_dir: Path | None = None
+    #: Each worker's log is capped at this many bytes, then rotated (0: never) …
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    #: … into this many earlier files.
+    log_backups: int = DEFAULT_LOG_BACKUPS
     checkpoint_dir: str | None = None
     checkpoint_every_steps: int = 0
     checkpoint_every_seconds: float = 0.0
@@ -123,6 +127,8 @@ def worker_spec(launch: JobLaunch, *, timeout: float, pin_gpus: bool = True) -> 
         env=dict(launch.env),
         working_dir=str(launch.working_dir) if launch.working_dir else None,
         log_dir=launch.log_dir,
+        log_max_bytes=launch.log_max_bytes,
+        log_backups=launch.log_backups,
         checkpoint_dir=str(launch.checkpoint_dir) if launch.checkpoint_dir else None,
         checkpoint_every_steps=launch.checkpoint_every_steps,
         checkpoint_every_seconds=launch.checkpoint_every_seconds,
@@ -237,17 +243,18 @@ def worker_output(
     log_dir: Path | None,
     worker_id: str,
     on_output: Callable[[str, str], None] | None,
-    files: list[IO[str]],
+    files: list[RotatingLog],
+    *,
+    max_bytes: int = DEFAULT_LOG_MAX_BYTES,
+    backups: int = DEFAULT_LOG_BACKUPS,
 ) -> Callable[[str], None]:
-    """Where a worker's output lines go: its log file in ``log_dir`` (opened here and
-    appended to ``files``, which the caller closes) and ``on_output(worker_id, line)``."""
-    sink: IO[str] | None = None
+    """Where a worker's output lines go: its log file in ``log_dir`` (capped at
+    ``max_bytes`` and rotated into ``backups`` earlier files; opened here and appended to
+    ``files``, which the caller closes) and ``on_output(worker_id, line)``."""
+    sink: RotatingLog | None = None
     if log_dir is not None:
-        log_dir.mkdir(parents=True, exist_ok=True)
         path = worker_log_path(log_dir, worker_id)
-        # Owner-only, like the data dir: a worker's output may show its secrets.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        sink = open(fd, "a", buffering=1)  # noqa: SIM115
+        sink = RotatingLog(path, max_bytes=max_bytes, backups=backups)
         files.append(sink)
 
     def on_line(line: str) -> None:
@@ -314,7 +321,7 @@ def kill_workers(workers: Iterable[Worker]) -> None:
         worker.phase = WorkerPhase.EXITED
 
 
-def close_outputs(workers: Iterable[Worker], log_files: list[IO[str]]) -> None:
+def close_outputs(workers: Iterable[Worker], log_files: list[RotatingLog]) -> None:
     """Read what the workers' pipes still hold, then close their log files."""
     for worker in workers:
         worker.process.drain(timeout=5)

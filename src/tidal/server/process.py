@@ -21,10 +21,12 @@ from fastapi import FastAPI
 from tidal.backends.base import HostDiscovery
 from tidal.controller.cluster import ClusterModel, detect_local, local_address
 from tidal.controller.loop.controller import Controller
+from tidal.controller.loop.launching import JobFiles
 from tidal.controller.plugins import load_backend, load_policy
 from tidal.controller.routes.auth import ensure_token
 from tidal.controller.store.jobs import JobStore
 from tidal.controller.store.server_lock import StoreLock, hold_store
+from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES
 from tidal.policy.api import Policy
 from tidal.server.app import create_app
 from tidal.wire.discovery import ServerInfo, clear_server_info, write_server_info
@@ -56,6 +58,10 @@ class ServerConfig:
     #: Extra arguments for the backend's factory, by name (e.g. ``ray_address``); a
     #: factory receives those it declares.
     backend_options: Mapping[str, Any] = field(default_factory=dict)
+    #: Each worker's log is rotated when it would pass this many bytes (0: never) …
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    #: … keeping this many earlier files (0: a full log starts over).
+    log_backups: int = DEFAULT_LOG_BACKUPS
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -176,7 +182,10 @@ def _serve(
         token = ensure_token(data_dir)
         store = JobStore(config.db_url) if config.db_url else JobStore.open(data_dir)
         try:
-            controller = Controller(store, cluster, policy, backend, data_dir)
+            files = JobFiles(
+                data_dir, log_max_bytes=config.log_max_bytes, log_backups=config.log_backups
+            )
+            controller = Controller(store, cluster, policy, backend, data_dir, files=files)
             server = ApiServer(create_app(controller, token), config.host, config.port)
             lock.record(server.url)
             pid = os.getpid()

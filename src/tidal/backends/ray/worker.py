@@ -25,6 +25,7 @@ import ray
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from tidal.launch.log_sink import MAX_LINE_CHARS
 from tidal.launch.process import resolve_python
 from tidal.launch.slot_names import slot_host, slot_indices
 
@@ -230,8 +231,14 @@ class RayProcess:
     def _deliver(self, text: str) -> None:
         text = self._partial + text
         *lines, self._partial = text.split("\n")
+        # Cut at the bound a local worker's pipe is cut at: a line without end is handed
+        # on in pieces, not held (and joined again each poll) until it ends.
         for line in lines:
-            self._on_line(line + "\n")
+            for at in range(0, max(len(line), 1), MAX_LINE_CHARS):
+                self._on_line(line[at : at + MAX_LINE_CHARS] + "\n")
+        while len(self._partial) >= MAX_LINE_CHARS:
+            self._on_line(self._partial[:MAX_LINE_CHARS] + "\n")
+            self._partial = self._partial[MAX_LINE_CHARS:]
 
     def _finish(self, code: int) -> None:
         self._code = code

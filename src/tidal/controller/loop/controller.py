@@ -69,12 +69,13 @@ class Controller:
         *,
         metrics: ControllerMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        files: JobFiles | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.policy = policy
         self.backend = backend
-        self.files = JobFiles(data_dir)
+        self.files = files or JobFiles(data_dir)
         self.metrics = metrics or ControllerMetrics()
         self.effects = LoopEffects(store, backend, self.metrics)
         self._clock = clock

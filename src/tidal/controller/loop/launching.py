@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tidal.backends.base import Backend
 from tidal.launch.api import JobLaunch, RoleLaunch, worker_logs
+from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES
 from tidal.model import Job, Role
 
 __all__ = ["JobFiles", "build_launch", "role_launches", "runs_as_one_group"]
@@ -18,8 +19,18 @@ log = logging.getLogger(__name__)
 class JobFiles:
     """The directories of jobs under the server's data dir: ``jobs/<id>/{logs,checkpoints}``."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        log_max_bytes: int = DEFAULT_LOG_MAX_BYTES,
+        log_backups: int = DEFAULT_LOG_BACKUPS,
+    ) -> None:
+        """``log_max_bytes``, ``log_backups``: how each worker's log is capped and rotated
+        (:class:`~tidal.launch.api.JobLaunch`'s fields of those names)."""
         self.data_dir = data_dir
+        self.log_max_bytes = log_max_bytes
+        self.log_backups = log_backups
 
     def job_dir(self, job_id: str) -> Path:
         """Where the job's logs (and, by default, checkpoints) live."""
@@ -86,6 +97,8 @@ def build_launch(job: Job, files: JobFiles, *, gpu: bool) -> JobLaunch:
         env={**role.env, "TIDAL_JOB_ID": job.id},
         working_dir=working_dir,
         log_dir=files.log_dir(job.id),
+        log_max_bytes=files.log_max_bytes,
+        log_backups=files.log_backups,
         checkpoint_dir=checkpoint_dir,
         checkpoint_every_steps=job.checkpointing.every_steps,
         checkpoint_every_seconds=job.checkpointing.every_seconds,

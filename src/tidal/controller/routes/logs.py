@@ -33,8 +33,9 @@ async def logs(
     worker: int | None = None,
     follow: bool = False,
 ) -> Response:
-    """The last ``tail`` lines of each worker's log, each line prefixed ``[worker]``;
-    ``follow`` keeps streaming new lines until the job ends."""
+    """The last ``tail`` lines of each worker's log (from at most its last MiB; a line
+    over 256 KiB cut and marked ``[…cut]``), each line prefixed ``[worker]``; ``follow``
+    keeps streaming new lines until the job ends, across the logs' rotations."""
     store = controller.store
     job = await run_in_threadpool(job_or_404, store, ref)
 
@@ -42,28 +43,39 @@ async def logs(
         found = controller.log_paths(job.id)
         return {k: v for k, v in found.items() if worker is None or k == worker}
 
-    initial = paths()
+    def head_lines(found: dict[int, Path]) -> list[str]:
+        return [
+            f"[{wid}] {line}\n"
+            for wid, path in sorted(found.items())
+            for line in tail_lines(path, tail)
+        ]
+
+    # Every file read runs in the threadpool: a log can be huge, the event loop serves
+    # every other request (``/health`` included) meanwhile.
+    initial = await run_in_threadpool(paths)
     if worker is not None and not initial:
         raise HTTPException(status_code=404, detail=f"no log for worker {worker}")
-    head = [
-        f"[{wid}] {line}\n"
-        for wid, path in sorted(initial.items())
-        for line in tail_lines(path, tail)
-    ]
+    head = await run_in_threadpool(head_lines, initial)
     if not follow:
         return PlainTextResponse("".join(head))
 
+    def step(follower: LogFollower) -> list[tuple[int, str]]:
+        return follower.read(paths())
+
     async def stream() -> AsyncIterator[str]:
-        follower = LogFollower(initial)
-        for line in head:
-            yield line
-        while True:
-            current = await run_in_threadpool(store.get_job, job.id)
-            done = current is None or current.state.terminal
-            for wid, line in follower.read(paths()):
-                yield f"[{wid}] {line}\n"
-            if done:
-                return
-            await asyncio.sleep(_FOLLOW_POLL_S)
+        follower = await run_in_threadpool(LogFollower, initial)
+        try:
+            for line in head:
+                yield line
+            while True:
+                current = await run_in_threadpool(store.get_job, job.id)
+                done = current is None or current.state.terminal
+                for wid, line in await run_in_threadpool(step, follower):
+                    yield f"[{wid}] {line}\n"
+                if done:
+                    return
+                await asyncio.sleep(_FOLLOW_POLL_S)
+        finally:
+            follower.close()
 
     return StreamingResponse(stream(), media_type="text/plain")

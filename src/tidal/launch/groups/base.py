@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO, TypedDict
+from typing import TypedDict
 
 from tidal.launch.groups.api import GroupEvent, Outcome
+from tidal.launch.log_sink import RotatingLog
 from tidal.launch.process import LocalSpawner, Spawner
 from tidal.launch.worker import (
     Worker,
@@ -87,7 +88,7 @@ class GroupBase(ABC):
         self._on_failure = on_failure
         #: Where worker numbers come from (a multi-role job's groups share one source).
         self.ids = ids if ids is not None else WorkerIds(first_worker_id)
-        self._log_files: list[IO[str]] = []
+        self._log_files: list[RotatingLog] = []
 
     # -- what callers ask -------------------------------------------------------------
 
@@ -164,7 +165,14 @@ class GroupBase(ABC):
             argv=self.spec.argv,
             env=env,
             cwd=self.spec.working_dir,
-            on_line=worker_output(self.spec.log_dir, worker_id, self._on_output, self._log_files),
+            on_line=worker_output(
+                self.spec.log_dir,
+                worker_id,
+                self._on_output,
+                self._log_files,
+                max_bytes=self.spec.log_max_bytes,
+                backups=self.spec.log_backups,
+            ),
         )
         worker = Worker(worker_id, slot, process, phase=phase)
         self.workers[worker_id] = worker

@@ -15,10 +15,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import IO
 
 from tidal.launch.groups.api import GroupEvent, Outcome
 from tidal.launch.groups.role_slots import replica_indices
+from tidal.launch.log_sink import RotatingLog
 from tidal.launch.process import LocalSpawner, Spawner
 from tidal.launch.worker import (
     Worker,
@@ -77,7 +77,7 @@ class ReplicaSet:
         self._held_back: set[str] = set()
         #: Slots whose replica is over for good (finished with 0, or failed under Never).
         self._over: set[str] = set()
-        self._log_files: list[IO[str]] = []
+        self._log_files: list[RotatingLog] = []
         self._leaving_since: dict[str, float] = {}
 
     @property
@@ -185,7 +185,14 @@ class ReplicaSet:
             argv=self.spec.argv,
             env=env,
             cwd=self.spec.working_dir,
-            on_line=worker_output(self.spec.log_dir, worker_id, self._on_output, self._log_files),
+            on_line=worker_output(
+                self.spec.log_dir,
+                worker_id,
+                self._on_output,
+                self._log_files,
+                max_bytes=self.spec.log_max_bytes,
+                backups=self.spec.log_backups,
+            ),
         )
         # No readiness protocol: a plain replica runs once started.
         worker = Worker(
