@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tidal.launch.api import JobLaunch, RoleLaunch
 from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES, RotatingLog
-from tidal.launch.process import WorkerProcess
+from tidal.launch.process import Spawner, WorkerProcess
 from tidal.launch.slot_names import slot_indices
 from tidal.runtime.env import (
     ENV_CHECKPOINT_DIR,
@@ -48,11 +48,11 @@ __all__ = [
     "kill_workers",
     "last_exception",
     "role_spec",
+    "spawn_logged",
     "wait_for_exit",
     "worker_env",
     "worker_log_path",
     "worker_number",
-    "worker_output",
     "worker_spec",
 ]
 
@@ -239,22 +239,24 @@ def worker_log_path(log_dir: Path, worker_id: str) -> Path:
     return log_dir / f"worker-{worker_number(worker_id)}.log"
 
 
-def worker_output(
-    log_dir: Path | None,
+def spawn_logged(
+    spawner: Spawner,
+    spec: WorkerSpec,
+    *,
     worker_id: str,
+    slot: str,
+    env: Mapping[str, str],
     on_output: Callable[[str, str], None] | None,
     files: list[RotatingLog],
-    *,
-    max_bytes: int = DEFAULT_LOG_MAX_BYTES,
-    backups: int = DEFAULT_LOG_BACKUPS,
-) -> Callable[[str], None]:
-    """Where a worker's output lines go: its log file in ``log_dir`` (capped at
-    ``max_bytes`` and rotated into ``backups`` earlier files; opened here and appended to
-    ``files``, which the caller closes) and ``on_output(worker_id, line)``."""
+) -> WorkerProcess:
+    """Start ``worker_id``'s process of ``spec`` on ``slot`` with ``spawner``, its output
+    going to its log file in ``spec.log_dir`` (capped and rotated as ``spec`` says; opened
+    here and appended to ``files``, which the caller closes) and to
+    ``on_output(worker_id, line)``."""
     sink: RotatingLog | None = None
-    if log_dir is not None:
-        path = worker_log_path(log_dir, worker_id)
-        sink = RotatingLog(path, max_bytes=max_bytes, backups=backups)
+    if spec.log_dir is not None:
+        path = worker_log_path(spec.log_dir, worker_id)
+        sink = RotatingLog(path, max_bytes=spec.log_max_bytes, backups=spec.log_backups)
         files.append(sink)
 
     def on_line(line: str) -> None:
@@ -263,7 +265,14 @@ def worker_output(
         if on_output is not None:
             on_output(worker_id, line.rstrip("\n"))
 
-    return on_line
+    return spawner.spawn(
+        worker_id=worker_id,
+        slot=slot,
+        argv=spec.argv,
+        env=env,
+        cwd=spec.working_dir,
+        on_line=on_line,
+    )
 
 
 def last_exception(text: str) -> str | None:

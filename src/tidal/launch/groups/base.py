@@ -26,7 +26,7 @@ from tidal.launch.worker import (
     WorkerSpec,
     close_outputs,
     kill_workers,
-    worker_output,
+    spawn_logged,
 )
 from tidal.runtime.rendezvous import Generation, RendezvousHost
 
@@ -159,20 +159,14 @@ class GroupBase(ABC):
     ) -> Worker:
         """Start ``worker_id``'s process on ``slot``, its output going to its log file
         and ``on_output``."""
-        process = self.spawner.spawn(
+        process = spawn_logged(
+            self.spawner,
+            self.spec,
             worker_id=worker_id,
             slot=slot,
-            argv=self.spec.argv,
             env=env,
-            cwd=self.spec.working_dir,
-            on_line=worker_output(
-                self.spec.log_dir,
-                worker_id,
-                self._on_output,
-                self._log_files,
-                max_bytes=self.spec.log_max_bytes,
-                backups=self.spec.log_backups,
-            ),
+            on_output=self._on_output,
+            files=self._log_files,
         )
         worker = Worker(worker_id, slot, process, phase=phase)
         self.workers[worker_id] = worker

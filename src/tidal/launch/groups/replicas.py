@@ -27,9 +27,9 @@ from tidal.launch.worker import (
     WorkerSpec,
     close_outputs,
     kill_workers,
+    spawn_logged,
     wait_for_exit,
     worker_env,
-    worker_output,
 )
 from tidal.policy.role_restart import respawns
 
@@ -179,20 +179,14 @@ class ReplicaSet:
         env = worker_env(self.spec, worker_id=worker_id, slot=slot, store=self._store)
         if self._env_for is not None:
             env.update(self._env_for(slot, index))
-        process = self.spawner.spawn(
+        process = spawn_logged(
+            self.spawner,
+            self.spec,
             worker_id=worker_id,
             slot=slot,
-            argv=self.spec.argv,
             env=env,
-            cwd=self.spec.working_dir,
-            on_line=worker_output(
-                self.spec.log_dir,
-                worker_id,
-                self._on_output,
-                self._log_files,
-                max_bytes=self.spec.log_max_bytes,
-                backups=self.spec.log_backups,
-            ),
+            on_output=self._on_output,
+            files=self._log_files,
         )
         # No readiness protocol: a plain replica runs once started.
         worker = Worker(
