@@ -26,6 +26,7 @@ __all__ = [
     "MAX_LINE_CHARS",
     "RotatingLog",
     "pump_lines",
+    "start_pump",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,16 @@ def pump_lines(stream: IO[str], on_line: Callable[[str], None], name: str) -> No
                 log.exception("%s: handling a line of output failed; still reading", name)
     if failures > 1:
         log.warning("%s: %d lines of output could not be handled", name, failures)
+
+
+def start_pump(stream: IO[str], on_line: Callable[[str], None], name: str) -> threading.Thread:
+    """A daemon thread running :func:`pump_lines` over ``stream`` (a worker's output
+    pipe), started; ``name`` is the worker's, for the thread and the messages."""
+    reader = threading.Thread(
+        target=pump_lines, args=(stream, on_line, name), name=f"tidal-log-{name}", daemon=True
+    )
+    reader.start()
+    return reader
 
 
 class RotatingLog:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from tidal.launch.log_sink import pump_lines
+from tidal.launch.log_sink import start_pump
 
 __all__ = [
     "ENV_PROCESS_TREE",
@@ -216,11 +216,5 @@ class LocalSpawner:
             start_new_session=True,
         )
         assert process.stdout is not None
-        reader = threading.Thread(
-            target=pump_lines,
-            args=(process.stdout, on_line, worker_id),
-            name=f"tidal-log-{worker_id}",
-            daemon=True,
-        )
-        reader.start()
+        reader = start_pump(process.stdout, on_line, worker_id)
         return LocalProcess(process, reader, token)

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from tidal.launch.log_sink import pump_lines
+from tidal.launch.log_sink import start_pump
 from tidal.launch.process import LocalProcess, LocalSpawner, resolve_python
 
 __all__ = ["ENV_WARM_POOL", "WarmSpawner", "main", "script_imports", "warm_pool_size"]
@@ -189,13 +189,7 @@ class WarmSpawner:
             pass
 
         assert process.stdout is not None
-        reader = threading.Thread(
-            target=pump_lines,
-            args=(process.stdout, on_line, worker_id),
-            name=f"tidal-log-{worker_id}",
-            daemon=True,
-        )
-        reader.start()
+        reader = start_pump(process.stdout, on_line, worker_id)
         return LocalProcess(process, reader)
 
     def close(self) -> None:
