@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import grimp
+import pytest
 
 Graph = dict[str, set[str]]
 
@@ -75,3 +76,18 @@ def test_the_search_finds_cycles() -> None:
     graph: Graph = {"a": {"b"}, "b": {"c"}, "c": {"b", "d"}, "d": set(), "e": {"e"}}
     assert cycles(graph) == [["b", "c"]]
     assert cycles({"x": {"y"}, "y": {"z"}, "z": {"x"}}) == [["x", "y", "z"]]
+
+
+def test_names_moved_down_still_import_from_their_old_home_with_a_warning() -> None:
+    # Backend plugins (`--backend module:Class`) imported these from backends.base.
+    import tidal.backends.base as base
+    from tidal.launch import api
+
+    for name in ("JobLaunch", "JobStatus", "WorkerStatus", "WorkerState", "read_reports"):
+        if name in vars(base):  # imported there for the Backend protocol itself
+            assert getattr(base, name) is getattr(api, name)
+            continue
+        with pytest.warns(DeprecationWarning, match="import it from tidal.launch.api"):
+            assert getattr(base, name) is getattr(api, name)
+    with pytest.raises(AttributeError):
+        _ = base.NoSuchName  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 
 from tidal.policy.api import Cluster, Host, JobRequest
@@ -57,3 +58,14 @@ def test_properties(jobs: list[JobRequest], cluster: Cluster) -> None:
     # Replaying keeps every running job exactly where it is.
     again = policy.allocate(jobs, cluster, alloc)
     assert {j: again[j] for j in alloc} == alloc
+
+
+def test_a_plugin_reading_the_former_field_names_gets_slots_and_a_warning() -> None:
+    # Policy plugins (`--policy module:Class`) were written against *_workers.
+    job = JobRequest("j", 2, 6, target_slots=4)
+    with pytest.warns(DeprecationWarning, match="read JobRequest.min_slots"):
+        assert job.min_workers == 2
+    with pytest.warns(DeprecationWarning, match="read JobRequest.max_slots"):
+        assert job.max_workers == 6
+    with pytest.warns(DeprecationWarning, match="read JobRequest.target_slots"):
+        assert job.target_workers == 4

@@ -15,11 +15,13 @@ backend hands on to :mod:`tidal.launch`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from tidal.launch import api as launch_api
 from tidal.launch.api import JobLaunch, JobStatus
 from tidal.model import Launcher, RestartKind
 from tidal.policy.api import Slot
@@ -130,3 +132,32 @@ class HostDiscovery(Protocol):
     def hosts(self) -> Sequence[DiscoveredHost]:
         """Every host with at least one slot, in a stable order."""
         ...
+
+
+#: Names that moved to :mod:`tidal.launch.api` (the launch layer's types, below the
+#: backends). A backend plugin (``tidal server --backend module:Class``) importing them
+#: from here keeps working for one release, warned.
+_MOVED = frozenset(
+    {
+        "JobLaunch",
+        "JobStatus",
+        "MetricPoint",
+        "RoleLaunch",
+        "WorkerState",
+        "WorkerStatus",
+        "read_reports",
+        "worker_logs",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    """A moved name, from :mod:`tidal.launch.api`, with a :class:`DeprecationWarning`."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"tidal.backends.base.{name} is deprecated: import it from tidal.launch.api",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(launch_api, name)

@@ -7,6 +7,7 @@ clock and owns any randomness it uses (seeded through its constructor).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -134,6 +135,35 @@ class JobRequest:
     def one_slot_replicas(self) -> bool:
         """Whether every replica of the job holds one slot (any set of slots fits it)."""
         return self.replica_slots == 1 and all(s == 1 for s in self.gang_slots)
+
+    # The names these fields had before they were named for what they count. A policy
+    # plugin (``tidal server --policy module:Class``) written against them keeps working
+    # for one release, warned.
+    @property
+    def min_workers(self) -> int:
+        """Deprecated: :attr:`min_slots`."""
+        _renamed("min_workers", "min_slots")
+        return self.min_slots
+
+    @property
+    def max_workers(self) -> int:
+        """Deprecated: :attr:`max_slots`."""
+        _renamed("max_workers", "max_slots")
+        return self.max_slots
+
+    @property
+    def target_workers(self) -> int | None:
+        """Deprecated: :attr:`target_slots`."""
+        _renamed("target_workers", "target_slots")
+        return self.target_slots
+
+
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(
+        f"JobRequest.{old} is deprecated: it counts slots, read JobRequest.{new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def job_request(
