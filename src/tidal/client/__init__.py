@@ -25,14 +25,32 @@ from tidal.client.errors import (
 from tidal.client.sdk import TERMINAL_STATES, Client
 from tidal.client.workers import WorkerArgumentError
 
+# What the client's verbs return, so code using the SDK can name them from here.
+from tidal.wire.schema import (
+    AllocationView,
+    ClusterView,
+    EventView,
+    JobDetail,
+    JobView,
+    MetricsView,
+    Submitted,
+)
+
 __all__ = [
     "TERMINAL_STATES",
+    "AllocationView",
     "AuthError",
     "Client",
     "ClientError",
+    "ClusterView",
     "Conflict",
+    "EventView",
     "InvalidRequest",
+    "JobDetail",
+    "JobView",
+    "MetricsView",
     "NotFound",
     "ServerUnavailable",
+    "Submitted",
     "WorkerArgumentError",
 ]
