@@ -5,12 +5,12 @@ from __future__ import annotations
 import itertools
 
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from torch.utils.data import TensorDataset
 
 import tidal
-from tidal.runtime.data import shard_bounds, split_micro_batches
+from tidal.runtime.data import shard_bounds, split_micro_batches, step_size
 
 
 @given(batch=st.integers(1, 5000), world=st.integers(1, 64))
@@ -61,3 +61,37 @@ def test_last_global_indices_cover_the_epoch_in_order() -> None:
         assert loader.last_global_indices == loader.last_indices
         batches.append(loader.last_global_indices)
     assert [i for b in batches for i in b] == loader.order(0).tolist()
+
+
+@given(
+    n=st.integers(0, 3000),
+    batch=st.integers(1, 600),
+    world=st.integers(1, 16),
+    drop_last=st.booleans(),
+)
+def test_steps_consume_the_whole_epoch_with_a_sample_per_rank(
+    n: int, batch: int, world: int, drop_last: bool
+) -> None:
+    assume(batch >= world)  # a smaller global batch leaves some ranks without a sample
+    position, sizes = 0, []
+    while size := step_size(n - position, batch, world, drop_last):
+        sizes.append(size)
+        position += size
+    assert all(size >= world for size in sizes)
+    assert all(size <= batch + world - 1 for size in sizes)
+    if drop_last:
+        assert sizes == [batch] * (n // batch if batch >= world else 0)
+    elif n >= world:
+        # Nothing is left out, however the batch divides the epoch.
+        assert position == n
+        # A tail folded into the step before it saves that step.
+        assert len(sizes) in (-(-n // batch), -(-n // batch) - 1)
+
+
+def test_a_tail_smaller_than_the_world_is_trained_not_dropped() -> None:
+    # 1797 samples, a global batch of 359 on 3 ranks: 5 full steps leave 2 samples.
+    position, sizes = 0, []
+    while size := step_size(1797 - position, 359, 3):
+        sizes.append(size)
+        position += size
+    assert sizes == [359, 359, 359, 359, 358, 3]

@@ -27,6 +27,26 @@ def shard_bounds(batch: int, world: int, rank: int) -> tuple[int, int]:
     return lo, lo + base + (1 if rank < extra else 0)
 
 
+def step_size(remaining: int, batch: int, world: int, drop_last: bool = False) -> int:
+    """Samples the whole job takes at the next step, or 0 when the epoch is over.
+
+    Every rank needs at least one sample, so a step never leaves a tail smaller than the
+    world behind: when ``batch`` would, the step gives up enough samples for the final step
+    to have one per rank (or, with a batch too small to spare them, takes the tail along).
+    A tail can still fall short if the world grows just before the final step; it is then
+    left out of the epoch, the only case where a sample is.
+    """
+    if remaining < world or remaining <= 0 or (drop_last and remaining < batch):
+        return 0
+    size = min(batch, remaining)
+    tail = remaining - size
+    if drop_last or batch < world or not 0 < tail < world:
+        return size
+    if size - (world - tail) >= world:
+        return size - (world - tail)
+    return remaining
+
+
 def split_micro_batches(size: int, limit: int) -> list[int]:
     """Sizes of the fewest micro-batches of at most ``limit`` covering ``size`` samples,
     as even as possible (they differ by at most one)."""
@@ -43,7 +63,8 @@ class ElasticDataLoader:
     ``batch_size`` is the *global* batch: what the job computes per step, whatever the
     number of workers. With ``micro_batch_size`` set, iterate ``loader.micro_batches(batch)``
     inside a step to accumulate gradients over pieces of at most that size.
-    A final batch with fewer samples than workers is dropped (every rank needs one).
+    Every rank needs a sample, so a step before the last may be a few samples short of
+    ``batch_size`` to leave the final step one per rank (see :func:`step_size`).
     :meth:`autoscale_batch_size` lets the runtime choose the global batch instead.
     """
 
@@ -136,10 +157,9 @@ class ElasticDataLoader:
     def __next__(self) -> Any:
         n = len(self.dataset)  # type: ignore[arg-type]
         world, rank = self._context.world_size, self._context.rank
-        remaining = n - self.position
-        if remaining <= 0 or remaining < world or (self.drop_last and remaining < self.batch_size):
+        size = step_size(n - self.position, self.batch_size, world, self.drop_last)
+        if size == 0:
             raise StopIteration
-        size = min(self.batch_size, remaining)
         lo, hi = shard_bounds(size, world, rank)
         start = self.position
         indices = self.order(self.epoch)[start + lo : start + hi]
