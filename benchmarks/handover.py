@@ -14,12 +14,14 @@ it back (→ 2 / 2), so one slot moves from one job to the other.
   **slot free** = decision → the next ``rescale`` event (the grow, which the controller
   decides once the released worker's process has exited and its slot is free).
 
-With ``--warm-pool N`` each job keeps N warm interpreters (``TIDAL_WARM_POOL``): the new
+By default each job keeps the warm pool a job that can grow gets (two interpreters);
+``--warm-pool 0`` measures cold starts, ``--warm-pool N`` N warm interpreters
+(``TIDAL_WARM_POOL``). With a pool the new
 worker's process then started before the decision, so its "cold start" is the pool's age,
 and the handover is what counts.
 
     PYTHONPATH=src:. python benchmarks/handover.py --trials 6 --out /tmp/handover
-    PYTHONPATH=src:. python benchmarks/handover.py --trials 6 --warm-pool 1
+    PYTHONPATH=src:. python benchmarks/handover.py --trials 6 --warm-pool 0
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ from tidal.client import Client
 SCRIPT = ROOT / "tests" / "scripts" / "elastic_digits.py"
 
 
-def _spec(name: str, out: Path, step_delay: float, warm_pool: int) -> dict[str, object]:
+def _spec(name: str, out: Path, step_delay: float, warm_pool: int | None) -> dict[str, object]:
     return {
-        "env": {"TIDAL_WARM_POOL": str(warm_pool)},
+        "env": {} if warm_pool is None else {"TIDAL_WARM_POOL": str(warm_pool)},
         "name": name,
         "command": [
             "python",
@@ -91,7 +93,10 @@ def main() -> None:
     parser.add_argument("--step-delay", type=float, default=0.05)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
-        "--warm-pool", type=int, default=0, help="warm interpreters per job (0: cold starts)"
+        "--warm-pool",
+        type=int,
+        default=None,
+        help="warm interpreters per job (0: cold starts; default: tidal's default pool)",
     )
     parser.add_argument("--server-arg", action="append", default=[], help="extra server args")
     args = parser.parse_args()

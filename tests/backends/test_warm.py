@@ -138,6 +138,32 @@ def test_other_commands_start_cold(tmp_path: Path) -> None:
         spawner.close()
 
 
+def test_a_pool_not_filled_yet_starts_workers_cold(tmp_path: Path) -> None:
+    script = tmp_path / "x.py"
+    script.write_text("import os; print(os.getpid())\n")
+    spawner = WarmSpawner(2, fill=False)
+    try:
+        assert spawner._ready == []
+        out = Lines()
+        process = spawner.spawn(
+            worker_id="w0",
+            slot="h:0",
+            argv=["python", str(script)],
+            env={},
+            cwd=None,
+            on_line=out,
+        )
+        assert process.wait(timeout=60) == 0
+        assert spawner._ready == []  # a cold start does not fill the pool
+        spawner.fill()
+        spawner.fill()  # once
+        assert len(spawner._ready) == 2
+    finally:
+        spawner.close()
+    spawner.fill()  # closed: nothing starts
+    assert spawner._ready == []
+
+
 def test_pool_size_from_the_environment() -> None:
     assert warm_pool_size({}) == 0
     assert warm_pool_size({ENV_WARM_POOL: "2"}) == 2

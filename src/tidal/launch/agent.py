@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import FrameType
@@ -36,10 +36,11 @@ from typing import Any
 import torch.distributed as dist
 
 from tidal.launch.agent_config import AgentConfig
-from tidal.launch.api import JobStatus, WorkerState, WorkerStatus
+from tidal.launch.api import JobLaunch, JobStatus, WorkerState, WorkerStatus
 from tidal.launch.driver import GroupDriver
 from tidal.launch.slot_names import format_slots, status_slots
-from tidal.launch.warm import WarmSpawner, script_imports, warm_pool_size
+from tidal.launch.warm import WarmSpawner, script_imports
+from tidal.launch.warm_plan import available_memory, plan_warm_pool, requested_pool
 from tidal.launch.worker import worker_spec
 from tidal.runtime.rendezvous import ReportQueue
 
@@ -182,9 +183,11 @@ class StoreControl:
     """The agent's :class:`~tidal.launch.driver.JobControl`: orders and status through
     the job's store (see the module docstring)."""
 
-    def __init__(self, store: dist.Store) -> None:
-        """Read and write the agent's keys in ``store``."""
+    def __init__(self, store: dist.Store, on_running: Callable[[], None] | None = None) -> None:
+        """Read and write the agent's keys in ``store``; call ``on_running`` once, at the
+        first status in which a worker trains."""
         self.store = store
+        self._on_running = on_running
         self.stopping = False
         self.seq = 0
         self._reports = ReportQueue(store, KEY_REPORTS)
@@ -206,6 +209,11 @@ class StoreControl:
         report out of them); write the status when it changed, and at least every second."""
         for batch in reports:
             self._reports.push(json.dumps(batch))
+        if self._on_running is not None and any(
+            w.state is WorkerState.RUNNING for w in status.workers
+        ):
+            on_running, self._on_running = self._on_running, None
+            on_running()
         text = json.dumps(asdict(AgentStatus.of(status, assign_seq=self.seq, ended=ended)))
         now = time.monotonic()
         if ended or text != self._published or now - self._published_at > 1.0:
@@ -213,17 +221,31 @@ class StoreControl:
             self._published, self._published_at = text, now
 
 
+def _warm_spawner(launch: JobLaunch, *, initial_workers: int) -> WarmSpawner | None:
+    """The job's pool of warm interpreters (not started yet), or ``None`` for none."""
+    try:
+        requested = requested_pool(launch.env)
+    except ValueError as exc:
+        log.warning("job=%s: starting workers cold: %s", launch.job_id, exc)
+        return None
+    plan = plan_warm_pool(
+        requested=requested,
+        launcher=launch.launcher if not launch.roles else "its roles",
+        max_workers=launch.max_workers,
+        initial_workers=initial_workers,
+        available_bytes=available_memory(),
+    )
+    log.info("job=%s: warm pool of %d: %s", launch.job_id, plan.size, plan.reason)
+    if plan.size == 0:
+        return None
+    preload = script_imports(launch.argv)
+    return WarmSpawner(plan.size, preload=preload, env=launch.env, fill=False)
+
+
 def serve(config: AgentConfig, state_dir: Path) -> int:
     """Run the job until it ends or the backend stops it; returns the exit status."""
     launch = config.launch
-    try:
-        warm = warm_pool_size(launch.env)
-    except ValueError as exc:
-        log.warning("job=%s: starting workers cold: %s", launch.job_id, exc)
-        warm = 0
-    spawner = (
-        WarmSpawner(warm, preload=script_imports(launch.argv), env=launch.env) if warm else None
-    )
+    spawner = _warm_spawner(launch, initial_workers=len(config.slots) // launch.replica_slots)
     driver = GroupDriver(
         launch.job_id,
         worker_spec(launch, timeout=config.timeout),
@@ -232,7 +254,7 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         roles=launch.roles,
         work_dir=launch.log_dir.parent if launch.log_dir is not None else None,
     )
-    control = StoreControl(driver.group.host.store)
+    control = StoreControl(driver.group.host.store, on_running=spawner.fill if spawner else None)
     driver.start(config.slots)
     # A first status before the record that lets the backend connect: a backend that
     # polls between the two would otherwise find no status and take the job for lost.

@@ -13,8 +13,15 @@ spawner started, so the group tracks and kills it as any other worker.
 
 Anything else starts cold: a command that is not ``python <file>``, or an environment
 whose interpreter start-up variables (``PYTHON*``) differ from the ones the pool started
-with (they take effect only at start-up). A job asks for the pool through its
-environment: ``TIDAL_WARM_POOL=N``.
+with (they take effect only at start-up). How many interpreters a job keeps is decided in
+:mod:`tidal.launch.warm_plan`; the spawner starts them when :meth:`WarmSpawner.fill` is
+called (the agent does once the job's first workers train), and starts workers cold
+before that.
+
+On a GPU host the pool's interpreters import torch without initialising CUDA: the
+worker's ``CUDA_VISIBLE_DEVICES`` arrives with its order, and CUDA reads it when the
+script first uses the GPU. An interpreter whose imports initialised CUDA ends instead of
+waiting (its worker then starts cold).
 
 The pool's interpreters also import, ahead, the installed packages the job's script
 imports at its top level (:func:`script_imports`: ``numpy``, ``sklearn.datasets``, ...),
@@ -38,11 +45,9 @@ from pathlib import Path
 
 from tidal.launch.log_sink import start_pump
 from tidal.launch.process import LocalProcess, LocalSpawner, resolve_python
+from tidal.launch.warm_plan import ENV_WARM_POOL, requested_pool
 
 __all__ = ["ENV_WARM_POOL", "WarmSpawner", "main", "script_imports", "warm_pool_size"]
-
-#: Set in a job's environment (``N`` > 0) for its agent to keep N warm interpreters.
-ENV_WARM_POOL = "TIDAL_WARM_POOL"
 
 #: What the interpreters of the pool are started with on top of this environment; the
 #: worker's own environment sets the same (:func:`tidal.launch.worker.worker_env`).
@@ -50,14 +55,11 @@ _START_ENV = {"PYTHONUNBUFFERED": "1"}
 
 
 def warm_pool_size(env: Mapping[str, str]) -> int:
-    """How many warm interpreters a job's environment asks for (0: none).
+    """How many warm interpreters a job's environment asks for (0: none, or unset).
 
     Raises ``ValueError`` naming :data:`ENV_WARM_POOL` when it is not a whole number >= 0.
     """
-    raw = env.get(ENV_WARM_POOL, "0").strip() or "0"
-    if not raw.isdigit():
-        raise ValueError(f"{ENV_WARM_POOL}: expected a whole number >= 0, got {raw!r}")
-    return int(raw)
+    return requested_pool(env) or 0
 
 
 def _top_level_imports(tree: ast.Module) -> list[str]:
@@ -114,9 +116,11 @@ class WarmSpawner:
         *,
         preload: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        fill: bool = True,
     ) -> None:
-        """Start ``size`` interpreters now (each refilled as it is taken), each importing
-        torch and ``preload`` under this environment plus ``env`` (the job's)."""
+        """Keep ``size`` interpreters (each refilled as it is taken), each importing torch
+        and ``preload`` under this environment plus ``env`` (the job's); start them now,
+        or with ``fill=False`` at :meth:`fill`."""
         if size < 1:
             raise ValueError(f"size: expected at least 1 interpreter, got {size}")
         self.size = size
@@ -125,8 +129,18 @@ class WarmSpawner:
         self._start_env = {**os.environ, **(env or {}), **_START_ENV}
         self._ready: list[subprocess.Popen[str]] = []
         self._lock = threading.Lock()
-        for _ in range(size):
-            self._ready.append(self._start_one())
+        self._filled = False
+        self._closed = False
+        if fill:
+            self.fill()
+
+    def fill(self) -> None:
+        """Start the pool's interpreters (once; later calls do nothing)."""
+        with self._lock:
+            if self._filled or self._closed:
+                return
+            self._filled = True
+            self._ready.extend(self._start_one() for _ in range(self.size))
 
     def _start_one(self) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -150,7 +164,7 @@ class WarmSpawner:
 
     def _take(self) -> subprocess.Popen[str] | None:
         with self._lock:
-            if not self._ready:
+            if not self._ready or self._closed:
                 return None
             process = self._ready.pop(0)
             self._ready.append(self._start_one())
@@ -196,6 +210,7 @@ class WarmSpawner:
         """End the interpreters nobody took."""
         with self._lock:
             ready, self._ready = self._ready, []
+            self._closed = True
         for process in ready:
             process.kill()
             process.wait()
@@ -213,6 +228,9 @@ def main() -> None:
     for name in ("torch._dynamo", *sys.argv[1:]):
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        # CUDA would keep the devices it saw now, not the worker's CUDA_VISIBLE_DEVICES.
+        sys.exit(0)
 
     line = sys.stdin.readline()
     if not line:

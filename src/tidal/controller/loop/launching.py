@@ -110,4 +110,5 @@ def build_launch(job: Job, files: JobFiles, *, gpu: bool) -> JobLaunch:
         max_restarts=role.restart.max_restarts,
         roles=role_launches(job),
         replica_slots=role.resources.slots,
+        max_workers=role.replicas.max if runs_as_one_group(job) else 0,
     )
