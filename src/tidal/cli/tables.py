@@ -7,6 +7,7 @@ and the parts of ``tidal get`` that need more load when it prints.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -114,7 +115,8 @@ def print_job_detail(console: Console, detail: JobDetail, events: Sequence[Event
     conditions (a job of several roles), workers, and ``events``."""
     console.print(jobs_table([detail]))
     for role, command in _role_commands(detail.spec):
-        console.print(f"{role}: {' '.join(command)}", markup=False)
+        # Quoted as a shell would take it: an argument with a blank shows as one.
+        console.print(f"{role}: {shlex.join(command)}", markup=False)
     if "roles" not in detail.spec:
         from tidal.model import Launcher
 

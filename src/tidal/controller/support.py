@@ -7,9 +7,18 @@ Accepting such a job would leave it queued or failing for good, so ``POST /jobs`
 ``/jobs/validate``) refuse it with a 422 naming the role and field.
 A backend says what it runs with a :class:`Capabilities` (its ``capabilities``
 attribute); one that says nothing runs what :data:`LOCAL` lists (the local backend).
+
+Where the workers see the server's files (``shared_files``: the local backend), a working
+dir or a ``python FILE`` script that is not there is refused too (:func:`missing_files`),
+instead of failing every restart of the job later; a backend whose workers run on other
+machines is not refused for paths this host lacks.
 """
 
 from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
 
 from tidal.backends.base import LOCAL, ONE_GROUP, Capabilities
 from tidal.controller.cluster import ClusterModel
@@ -20,6 +29,8 @@ __all__ = [
     "ONE_GROUP",
     "Capabilities",
     "capabilities_of",
+    "entry_script",
+    "missing_files",
     "too_wide",
     "unsupported",
 ]
@@ -118,4 +129,53 @@ def unsupported(
         )
     for role in job.roles:
         problems.extend(_role_problems(role, named_roles, can))
+    return problems
+
+
+#: ``python``, ``python3``, ``python3.11``, a path ending in one of them.
+_PYTHON = re.compile(r"(?:.*/)?python(?:\d+(?:\.\d+)*)?")
+#: Python's options that take the next argument as their value.
+_PYTHON_VALUED = frozenset({"-W", "-X", "--check-hash-based-pycs"})
+
+
+def entry_script(command: Sequence[str]) -> str | None:
+    """The script file ``command`` runs, as written: ``FILE`` of ``python [OPTIONS] FILE``,
+    or the program itself when written as a path (``./train.sh``); ``None`` when it runs
+    no file (``python -m MOD``, ``python -c CODE``, a program found on ``PATH``)."""
+    if not command:
+        return None
+    program = command[0]
+    if not _PYTHON.fullmatch(program):
+        return program if "/" in program else None
+    skip = False
+    for arg in command[1:]:
+        if skip:
+            skip = False
+        elif arg in ("-m", "-c", "-") or arg.startswith(("-m", "-c")):
+            return None  # a module, code or stdin: no file to look for
+        elif arg in _PYTHON_VALUED:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def missing_files(job: Job, *, named_roles: bool = True) -> list[tuple[str, str]]:
+    """Every ``(field path, message)`` for a role whose working dir, or whose script
+    (:func:`entry_script`), is not on this host. Call it only where the workers run here
+    (``Capabilities.shared_files``)."""
+    problems: list[tuple[str, str]] = []
+    for role in job.roles:
+        where = f"roles.{role.name}." if named_roles else ""
+        folder = role.working_dir
+        if folder is not None and not os.path.isdir(folder):
+            what = "not a directory" if os.path.exists(folder) else "no such directory"
+            problems.append((f"{where}working_dir", f"{what} on the server's host: {folder}"))
+            continue
+        script = entry_script(role.command)
+        if script is None or (folder is None and not os.path.isabs(script)):
+            continue  # relative to a folder the worker is not told of: not checked
+        path = os.path.join(folder or "", script)
+        if not os.path.isfile(path):
+            problems.append((f"{where}command", f"no such file on the server's host: {path}"))
     return problems

@@ -1,0 +1,266 @@
+"""What a new user meets first: Arena's quoted command, paths checked at submission, a
+crash loop that backs off and says why, a torchrun script under the wrong launcher."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.controller.conftest import Served
+from tests.controller.fakes import FakeBackend, GreedyPolicy
+from tests.controller.test_loop import Clock, job, make, submit
+from tidal.backends.local import LocalBackend
+from tidal.cli.main import controller_app, run_app
+from tidal.controller.cluster import ClusterModel
+from tidal.controller.loop.controller import Controller
+from tidal.controller.routes.auth import ensure_token
+from tidal.controller.routes.spec_body import check_runnable
+from tidal.controller.store.jobs import JobStore
+from tidal.controller.support import LOCAL, entry_script
+from tidal.launch.api import WorkerState
+from tidal.model import JobState
+from tidal.policy.api import Slot
+from tidal.server.app import create_app
+from tidal.server.process import ApiServer
+from tidal.spec import SpecError, parse_spec, parse_spec_yaml
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = run_app(controller_app, list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def at(served: Served) -> list[str]:
+    return ["--url", served.url, "--token", served.token]
+
+
+# -- Arena's quoted command --------------------------------------------------------------
+
+
+def test_arena_quoted_command_is_split_and_shown_as_stored(
+    capsys: pytest.CaptureFixture[str], served: Served, tmp_path: Path
+) -> None:
+    code, out, err = run(
+        capsys, "submit", "--name=elastic-training", "--gpus=0", "--workers=3",
+        "--max-workers=9", "--min-workers=1", f"--working-dir={tmp_path}", "--json",
+        *at(served), "python train.py --epochs 60",
+    )  # fmt: skip
+    assert code == 0, err
+    stored = json.loads(out)
+    assert stored["spec"]["command"] == ["python", "train.py", "--epochs", "60"]
+    code, out, _ = run(capsys, "get", stored["id"], *at(served))
+    assert code == 0
+    assert "command: python train.py --epochs 60" in out
+
+
+def test_get_quotes_an_argument_with_blanks(
+    capsys: pytest.CaptureFixture[str], served: Served
+) -> None:
+    code, out, _ = run(
+        capsys, "submit", "--name", "q", "--json", *at(served),
+        "--", "python", "my script.py", "--note", "a b",
+    )  # fmt: skip
+    assert code == 0
+    job_id = json.loads(out)["id"]
+    code, out, _ = run(capsys, "get", job_id, *at(served))
+    assert "command: python 'my script.py' --note 'a b'" in out
+
+
+def test_one_rule_for_yaml_json_and_flags() -> None:
+    text = parse_spec_yaml("name: a\ncommand: python train.py --epochs 60\n")
+    listed = parse_spec_yaml("name: a\ncommand: ['python train.py --epochs 60']\n")
+    flags = parse_spec({"name": "a", "command": ["python train.py --epochs 60"]})
+    assert text.command == listed.command == flags.command
+    assert flags.command == ["python", "train.py", "--epochs", "60"]
+    # A role's command follows the same rule.
+    roles = parse_spec(
+        {"name": "a", "roles": [{"name": "worker", "command": ["python w.py -x 1"]}]}
+    )
+    assert roles.roles is not None and roles.roles[0].command == ["python", "w.py", "-x", "1"]
+    # Several elements are kept as they are: an argument may hold a blank.
+    assert parse_spec({"name": "a", "command": ["python", "a b.py"]}).command == [
+        "python",
+        "a b.py",
+    ]
+
+
+# -- paths checked at submission ---------------------------------------------------------
+
+
+@pytest.fixture
+def local_served(tmp_path: Path) -> Iterator[Served]:
+    """A real API server over the local backend (no job is started: nothing ticks)."""
+    data_dir = tmp_path / "data"
+    token = ensure_token(data_dir)
+    store = JobStore.open(data_dir)
+    backend = LocalBackend(data_dir)
+    controller = Controller(
+        store, ClusterModel.single(2, name="h"), GreedyPolicy(), backend, data_dir
+    )
+    server = ApiServer(create_app(controller, token))
+    server.start()
+    try:
+        yield Served(server.url, token, data_dir, store, FakeBackend(), controller)
+    finally:
+        server.stop()
+        backend.close()
+        store.close()
+
+
+def test_missing_working_dir_is_refused_naming_the_field(
+    capsys: pytest.CaptureFixture[str], local_served: Served, tmp_path: Path
+) -> None:
+    nowhere = tmp_path / "nowhere"
+    code, out, err = run(
+        capsys, "submit", "--name", "a", "--working-dir", str(nowhere), *at(local_served),
+        "--", "python", "train.py",
+    )  # fmt: skip
+    assert code == 2, out
+    assert "working_dir: no such directory on the server's host" in err
+    assert str(nowhere) in err
+    assert local_served.store.list_jobs() == []
+
+
+def test_missing_script_is_refused_naming_the_field(
+    capsys: pytest.CaptureFixture[str], local_served: Served, tmp_path: Path
+) -> None:
+    code, out, err = run(
+        capsys, "submit", "--name", "a", "--working-dir", str(tmp_path), *at(local_served),
+        "--", "python", "-u", "does_not_exist.py",
+    )  # fmt: skip
+    assert code == 2, out
+    assert "command: no such file on the server's host" in err
+    assert str(tmp_path / "does_not_exist.py") in err
+    assert local_served.store.list_jobs() == []
+    # The same job with its script there is accepted; so are modules and code.
+    (tmp_path / "does_not_exist.py").write_text("print(1)\n")
+    for command in (["python", "-u", "does_not_exist.py"], ["python", "-m", "json.tool"]):
+        code, out, err = run(
+            capsys, "submit", "--name", "a", "--working-dir", str(tmp_path),
+            *at(local_served), "--", *command,
+        )  # fmt: skip
+        assert code == 0, err
+        local_served.client().cancel(out.split()[1])
+
+
+def test_paths_are_not_checked_where_workers_run_elsewhere(tmp_path: Path) -> None:
+    spec = parse_spec(
+        {"name": "a", "command": "python gone.py", "working_dir": str(tmp_path / "elsewhere")}
+    )
+    check_runnable(spec, LOCAL)  # a backend that does not share this host's files
+    with pytest.raises(SpecError) as refused:
+        check_runnable(spec, LocalBackend.capabilities)
+    assert [p for p, _ in refused.value.problems] == ["working_dir"]
+    ray = pytest.importorskip("tidal.backends.ray.backend")
+    assert not ray.RayBackend.capabilities.shared_files
+    check_runnable(spec, ray.RayBackend.capabilities)
+
+
+def test_entry_script() -> None:
+    assert entry_script(["python", "train.py", "--x"]) == "train.py"
+    assert entry_script(["python3.11", "-u", "-W", "ignore", "t.py"]) == "t.py"
+    assert entry_script(["/usr/bin/python3", "-m", "pkg"]) is None
+    assert entry_script(["python", "-c", "print(1)"]) is None
+    assert entry_script(["./run.sh", "a"]) == "./run.sh"
+    assert entry_script(["torchrun", "t.py"]) is None
+
+
+# -- crash loop --------------------------------------------------------------------------
+
+
+class JoiningLater(FakeBackend):
+    """New workers start ``starting`` (not yet in their group), as a real one does."""
+
+    def _apply(self, job: object, slots: tuple[Slot, ...]) -> None:
+        first = self._next_worker
+        super()._apply(job, slots)  # type: ignore[arg-type]
+        workers = job.workers  # type: ignore[attr-defined]
+        for i, w in enumerate(workers):
+            if w.worker_id >= first and w.state is WorkerState.RUNNING:
+                workers[i] = replace(w, state=WorkerState.STARTING)
+
+    def crash(self, job_id: str, cause: str) -> None:
+        """The live worker exits 1 with ``cause`` before joining."""
+        workers = self.jobs[job_id].workers
+        i = next(i for i, w in enumerate(workers) if w.state.alive)
+        workers[i] = replace(workers[i], state=WorkerState.FAILED, exit_code=1, cause=cause)
+
+
+MISSING = "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv'"
+
+
+def test_crash_loop_backs_off_and_says_why(tmp_path: Path) -> None:
+    clock = Clock()
+    store = JobStore.open(tmp_path)
+    try:
+        backend = JoiningLater()
+        ctl, _ = make(store, tmp_path, clock, slots=1, backend=backend)
+        a = submit(store, clock, workers="1:1", restart={"max_restarts": 5})
+        ctl.tick()
+        ctl.tick()
+        backend.crash(a.id, MISSING)
+        ctl.tick()
+        got = job(store, a.id)
+        assert got.restarts == 1 and got.state is JobState.RESCALING
+        assert "before joining; starting it again" in got.reason
+        assert "checkpoint" not in got.reason  # it never started: nothing to resume
+        assert backend.alive(a.id)  # the first failure is retried at once
+        starts = len([c for c in backend.calls if c[0] == "assign"])
+
+        backend.crash(a.id, MISSING)
+        ctl.tick()
+        got = job(store, a.id)
+        assert got.restarts == 2
+        assert "crash loop" in got.reason and MISSING in got.reason
+        assert "next start in 10s" in got.reason
+        assert not backend.alive(a.id)  # backing off
+        clock.now += 9
+        ctl.tick()
+        assert not backend.alive(a.id)
+        assert len([c for c in backend.calls if c[0] == "assign"]) == starts
+        clock.now += 1
+        ctl.tick()
+        assert backend.alive(a.id)  # the back-off is over
+
+        backend.crash(a.id, MISSING)
+        ctl.tick()
+        assert "next start in 20s" in job(store, a.id).reason
+        clock.now += 20
+        ctl.tick()
+        # A different error is no loop: retried at once.
+        backend.crash(a.id, "ImportError: no module named 'tqdm'")
+        ctl.tick()
+        got = job(store, a.id)
+        assert "starting it again" in got.reason and backend.alive(a.id)
+        kinds = [e.data.get("loop_count") for e in store.events(a.id) if e.kind == "worker_failed"]
+        assert kinds == [1, 2, 3, 1]
+    finally:
+        store.close()
+
+
+def test_torchrun_script_under_tidal_launcher_fails_naming_the_flag(tmp_path: Path) -> None:
+    clock = Clock()
+    store = JobStore.open(tmp_path)
+    try:
+        backend = JoiningLater()
+        ctl, _ = make(store, tmp_path, clock, slots=1, backend=backend)
+        a = submit(store, clock, workers="1:1")
+        ctl.tick()
+        ctl.tick()
+        backend.crash(
+            a.id,
+            "ValueError: Error initializing torch.distributed using env:// rendezvous: "
+            "environment variable RANK expected, but not set",
+        )
+        ctl.tick()
+        got = job(store, a.id)
+        assert got.state is JobState.FAILED
+        assert got.restarts == 0
+        assert "--launcher torchrun" in got.reason
+    finally:
+        store.close()
