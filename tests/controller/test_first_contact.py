@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.controller.conftest import Served
 from tests.controller.fakes import FakeBackend, GreedyPolicy
@@ -87,6 +88,38 @@ def test_one_rule_for_yaml_json_and_flags() -> None:
         "python",
         "a b.py",
     ]
+
+
+# -- Arena's --workers is a target -------------------------------------------------------
+
+
+def test_arena_workers_is_a_target_shown_by_get(
+    capsys: pytest.CaptureFixture[str], served: Served
+) -> None:
+    code, out, err = run(
+        capsys, "submit", "--name=et", "--gpus=0", "--workers=2", "--min-workers=1",
+        "--max-workers=4", "--json", *at(served), "python train.py",
+    )  # fmt: skip
+    assert code == 0, err
+    job_id = json.loads(out)["id"]
+    for _ in range(3):
+        served.controller.tick()
+    # Four slots are free, yet the job stays at the two workers its user asked for.
+    code, out, _ = run(capsys, "get", job_id, *at(served))
+    assert "size: 2 worker(s), target 2 (--workers / workers.initial; 1-4): at its target" in out
+    code, out, _ = run(capsys, "scale-out", job_id, "--count", "1", *at(served))
+    assert code == 0 and "target 3 worker(s)" in out
+    for _ in range(3):
+        served.controller.tick()
+    code, out, _ = run(capsys, "get", job_id, *at(served))
+    assert "size: 3 worker(s), target 3 (set by scale; 1-4): at its target" in out
+    # Without a target a job grows into the idle slot, and says so.
+    code, out, _ = run(capsys, "submit", "--name=free", "--workers=1:4", "--json", *at(served), "x")
+    free = json.loads(out)["id"]
+    for _ in range(3):
+        served.controller.tick()
+    code, out, _ = run(capsys, "get", free, *at(served))
+    assert "size: 1 worker(s), no target: grows into idle slots up to 4" in out
 
 
 # -- paths checked at submission ---------------------------------------------------------
@@ -264,3 +297,33 @@ def test_torchrun_script_under_tidal_launcher_fails_naming_the_flag(tmp_path: Pa
         assert "--launcher torchrun" in got.reason
     finally:
         store.close()
+
+
+# -- tidal export ------------------------------------------------------------------------
+
+
+def test_export_needs_an_image_and_adds_no_backoff_limit(
+    capsys: pytest.CaptureFixture[str], served: Served, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "pt.yaml"
+    manifest.write_text(
+        "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: pt}\nspec:\n"
+        "  elasticPolicy: {minReplicas: 1, maxReplicas: 3}\n  pytorchReplicaSpecs:\n"
+        "    Worker:\n      replicas: 2\n      template:\n        spec:\n"
+        "          containers:\n          - name: pytorch\n            image: x\n"
+        "            command: [python, t.py]\n"
+    )
+    code, out, err = run(capsys, "submit", str(manifest), "--json", *at(served))
+    assert code == 0, err
+    job_id = json.loads(out)["id"]
+    code, out, err = run(capsys, "export", job_id, "--as", "pytorchjob", *at(served))
+    assert code == 2 and out == ""
+    assert "--image" in err and "Kubernetes needs" in err
+    code, out, err = run(
+        capsys, "export", job_id, "--as", "pytorchjob", "--image", "reg/t:1", *at(served)
+    )
+    assert code == 0, err
+    written = yaml.safe_load(out)
+    assert "runPolicy" not in written["spec"]  # the original set no backoffLimit
+    worker = written["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert worker["template"]["spec"]["containers"][0]["image"] == "reg/t:1"

@@ -197,7 +197,8 @@ def export(
         str, typer.Option("--as", help="tfjob, pytorchjob or trainjob.", show_default=False)
     ],
     image: Annotated[
-        str | None, typer.Option(help="Container image to write (Kubernetes needs one).")
+        str | None,
+        typer.Option(help="Container image the pods run (required: Kubernetes needs one)."),
     ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")
@@ -212,6 +213,13 @@ def export(
     if kind not in EXPORT_KINDS:
         raise typer.BadParameter(
             f"expected one of {', '.join(EXPORT_KINDS)} (got {kind!r})", param_hint="--as"
+        )
+    if image is None:
+        # A pod without an image is refused by Kubernetes; tidal cannot know the one to use.
+        raise typer.BadParameter(
+            "Kubernetes needs the container image the job's code runs in "
+            "(e.g. --image registry/train:1)",
+            param_hint="--image",
         )
     client = options.client()
     detail = call(lambda: client.get(job))
