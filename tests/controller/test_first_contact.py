@@ -4,6 +4,7 @@ crash loop that backs off and says why, a torchrun script under the wrong launch
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -297,6 +298,55 @@ def test_torchrun_script_under_tidal_launcher_fails_naming_the_flag(tmp_path: Pa
         assert "--launcher torchrun" in got.reason
     finally:
         store.close()
+
+
+# -- the same, with real workers ---------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_real_workers_failing_before_joining(tmp_path: Path) -> None:
+    from tests.controller.live import start_server, stop_server, until
+    from tidal.client import Client
+
+    process = start_server(tmp_path, slots=2)
+    try:
+        with Client(data_dir=tmp_path / "data", timeout=30) as client:
+            looping = client.submit(
+                {
+                    "name": "loop",
+                    "command": [sys.executable, "-c", "open('data/train.csv')"],
+                    "working_dir": str(tmp_path),
+                    "workers": 1,
+                    "restart": {"max_restarts": 2},
+                }
+            )
+            torchrun = client.submit(
+                {
+                    "name": "ddp",
+                    "command": [
+                        sys.executable,
+                        "-c",
+                        "import torch.distributed as d; d.init_process_group('gloo')",
+                    ],
+                    "working_dir": str(tmp_path),
+                    "workers": 1,
+                }
+            )
+            ended = ("failed", "succeeded", "cancelled")
+            until(lambda: client.get(torchrun.id).state in ended, 120, "the ddp job to end")
+            view = client.get(torchrun.id)
+            assert view.state == "failed" and view.restarts == 0
+            assert "--launcher torchrun" in view.reason
+            until(lambda: client.get(looping.id).state in ended, 180, "the looping job to end")
+            view = client.get(looping.id)
+            assert view.state == "failed"
+            assert "before joining" in view.reason and "FileNotFoundError" in view.reason
+            said = [e.message for e in client.events(looping.id) if e.kind == "worker_failed"]
+            assert "starting it again" in said[0] and "checkpoint" not in said[0]
+            assert said[1].startswith("crash loop: ") and "next start in 10s" in said[1]
+            assert "data/train.csv" in said[1]
+    finally:
+        stop_server(process)
 
 
 # -- tidal export ------------------------------------------------------------------------

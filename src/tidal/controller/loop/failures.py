@@ -14,7 +14,14 @@ from tidal.controller.loop.effects import LoopEffects
 from tidal.controller.store.jobs import Event, JobRecord
 from tidal.launch.api import JobStatus, WorkerState, WorkerStatus
 from tidal.model import JobState, Launcher
-from tidal.policy.restart import Fail, LostWorker, Noop, RestartView, decide_restart
+from tidal.policy.restart import (
+    Fail,
+    LostWorker,
+    Noop,
+    Restart,
+    RestartView,
+    decide_restart,
+)
 from tidal.policy.role_restart import ReplicaExit, RoleRule, sort_exits
 
 __all__ = ["end_workers", "fail", "on_failures", "with_causes"]
@@ -87,14 +94,7 @@ def on_failures(
         reason=decision.reason,
         event=Event(
             "worker_failed",
-            with_causes(
-                f"worker {ids} failed; "
-                + ("restarting every worker" if view.whole_group else "replacing it")
-                + f" (restart {decision.restarts} of {limit})",
-                failed,
-            )
-            if decision.delay == 0
-            else decision.reason,
+            _failure_message(view, decision, failed),
             {
                 "workers": ids,
                 "exit_codes": list(decision.exit_codes),
@@ -104,6 +104,20 @@ def on_failures(
                 "loop_count": view.loop_count if before_join else 0,
             },
         ),
+    )
+
+
+def _failure_message(view: RestartView, decision: Restart, failed: Sequence[WorkerStatus]) -> str:
+    """The ``worker_failed`` event's text: what was done, and the error."""
+    if decision.delay > 0:
+        return decision.reason  # a crash loop's reason names the error already
+    if view.before_join:
+        return with_causes(decision.reason, failed)
+    ids = ", ".join(decision.workers)
+    what = "restarting every worker" if view.whole_group else "replacing it"
+    return with_causes(
+        f"worker {ids} failed; {what} (restart {decision.restarts} of {view.max_restarts})",
+        failed,
     )
 
 
