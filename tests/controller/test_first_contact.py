@@ -123,6 +123,28 @@ def test_arena_workers_is_a_target_shown_by_get(
     assert "size: 1 worker(s), no target: grows into idle slots up to 4" in out
 
 
+def test_size_line_of_a_fixed_job_and_of_one_above_its_target() -> None:
+    from tidal.cli.tables import size_line
+    from tidal.wire.schema import JobView
+
+    fixed = {"workers": {"min": 2, "max": 2}, "resources": {"gpus": 1}}
+    view = JobView.model_construct(
+        workers=2, min_slots=2, max_slots=2, target_slots=None, state="running", spec=fixed
+    )
+    assert size_line(view) == "size: 2 worker(s) of a fixed 2"
+    # Two-GPU workers: counted in workers, not slots.
+    wide = {"workers": {"min": 1, "max": 4, "initial": 2}, "resources": {"gpus": 2}}
+    view = JobView.model_construct(
+        workers=6, min_slots=2, max_slots=8, target_slots=None, state="running", spec=wide
+    )
+    assert size_line(view) == (
+        "size: 3 worker(s), target 2 (--workers / workers.initial; 1-4): "
+        "1 above it: idle slots lent, or a shrink under way"
+    )
+    roles = {"roles": [{"name": "ps"}]}
+    assert size_line(JobView.model_construct(spec=roles)) is None
+
+
 # -- paths checked at submission ---------------------------------------------------------
 
 

@@ -101,6 +101,8 @@ def size_line(job: JobView) -> str | None:
     workers = spec.get("workers") or {}
     initial = workers.get("initial") if isinstance(workers, dict) else None
     now, low, high = job.workers // width, job.min_slots // width, job.max_slots // width
+    if low == high:
+        return f"size: {now} worker(s) of a fixed {high}"
     if job.target_slots is not None:
         target, source = job.target_slots // width, "set by scale"
     elif isinstance(initial, int) and initial < high:
