@@ -204,6 +204,24 @@ def test_missing_script_is_refused_naming_the_field(
         local_served.client().cancel(out.split()[1])
 
 
+def test_a_torchrun_script_under_tidals_launcher_is_warned_of(
+    capsys: pytest.CaptureFixture[str], local_served: Served, tmp_path: Path
+) -> None:
+    (tmp_path / "ddp.py").write_text(
+        "import os\nimport torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\nprint(os.environ['LOCAL_RANK'])\n"
+    )
+    (tmp_path / "elastic.py").write_text("import tidal\ndist.init_process_group('gloo')\n")
+    base = ["submit", "--name", "a", "--working-dir", str(tmp_path), *at(local_served)]
+    code, _, err = run(capsys, *base, "--", "python", "ddp.py")
+    assert code == 0, err
+    assert "warning: launcher: ddp.py looks written for torchrun" in err
+    assert "--launcher torchrun" in err
+    for flags in (["--launcher", "torchrun", "--", "python", "ddp.py"], ["python elastic.py"]):
+        code, _, err = run(capsys, *base, *flags)
+        assert code == 0 and "warning" not in err, err
+
+
 def test_paths_are_not_checked_where_workers_run_elsewhere(tmp_path: Path) -> None:
     spec = parse_spec(
         {"name": "a", "command": "python gone.py", "working_dir": str(tmp_path / "elsewhere")}

@@ -11,7 +11,8 @@ attribute); one that says nothing runs what :data:`LOCAL` lists (the local backe
 Where the workers see the server's files (``shared_files``: the local backend), a working
 dir or a ``python FILE`` script that is not there is refused too (:func:`missing_files`),
 instead of failing every restart of the job later; a backend whose workers run on other
-machines is not refused for paths this host lacks.
+machines is not refused for paths this host lacks. There too, a script written for
+torchrun submitted under tidal's launcher gets a warning (:func:`torchrun_hints`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 
 from tidal.backends.base import LOCAL, ONE_GROUP, Capabilities
 from tidal.controller.cluster import ClusterModel
-from tidal.model import Job, RestartKind, Role
+from tidal.model import Job, Launcher, RestartKind, Role
 
 __all__ = [
     "LOCAL",
@@ -32,6 +33,7 @@ __all__ = [
     "entry_script",
     "missing_files",
     "too_wide",
+    "torchrun_hints",
     "unsupported",
 ]
 
@@ -179,3 +181,44 @@ def missing_files(job: Job, *, named_roles: bool = True) -> list[tuple[str, str]
         if not os.path.isfile(path):
             problems.append((f"{where}command", f"no such file on the server's host: {path}"))
     return problems
+
+
+#: Bytes of a script read for :func:`torchrun_hints` (the set-up is near the top).
+_SCRIPT_BYTES = 256 * 1024
+#: What a script written for torchrun does: joins through ``env://``, or reads its rank.
+_TORCHRUN_STYLE = re.compile(
+    r"init_process_group\(|os\.environ\[[\"'](?:LOCAL_RANK|RANK|WORLD_SIZE)[\"']\]"
+)
+#: A script that uses tidal's runtime forms its group through it.
+_TIDAL_RUNTIME = re.compile(r"^\s*(?:import tidal|from tidal\b)", re.MULTILINE)
+
+
+def torchrun_hints(job: Job, *, named_roles: bool = True) -> list[tuple[str, str]]:
+    """A ``(field path, warning)`` for each ``tidal``-launcher role whose script looks
+    written for torchrun (it calls ``init_process_group`` or reads ``RANK`` and does not
+    use :mod:`tidal.runtime`): under tidal's launcher torchrun's variables are not set.
+    A warning, not a refusal: the look may deceive. Call it where the files are here."""
+    hints: list[tuple[str, str]] = []
+    for role in job.roles:
+        if role.launcher is not Launcher.TIDAL:
+            continue
+        script = entry_script(role.command)
+        if script is None or (role.working_dir is None and not os.path.isabs(script)):
+            continue
+        try:
+            with open(os.path.join(role.working_dir or "", script), "rb") as file:
+                text = file.read(_SCRIPT_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        if _TORCHRUN_STYLE.search(text) and not _TIDAL_RUNTIME.search(text):
+            where = f"roles.{role.name}." if named_roles else ""
+            hints.append(
+                (
+                    f"{where}launcher",
+                    f"{script} looks written for torchrun (init_process_group, RANK) and does "
+                    "not use tidal.runtime: submit it with --launcher torchrun "
+                    "(launcher: torchrun), or it fails with 'environment variable RANK "
+                    "expected, but not set'",
+                )
+            )
+    return hints

@@ -10,7 +10,14 @@ from tidal.compat import spec_from_document
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.routes.deps import UNPROCESSABLE
 from tidal.controller.routes.limits import off_loop
-from tidal.controller.support import LOCAL, Capabilities, missing_files, too_wide, unsupported
+from tidal.controller.support import (
+    LOCAL,
+    Capabilities,
+    missing_files,
+    too_wide,
+    torchrun_hints,
+    unsupported,
+)
 from tidal.documents import SPEC_LIMITS, DocumentError, load_json, load_yaml
 from tidal.model import job_from_spec
 from tidal.spec import JobSpec, SpecError
@@ -83,6 +90,8 @@ def read_spec(
         raise SpecError(exc.problems) from None
     spec, warnings = spec_from_document(data)
     check_runnable(spec, capabilities, cluster)
+    if capabilities.shared_files:
+        warnings += torchrun_hints(job_from_spec(spec), named_roles=spec.has_roles)
     return spec, warnings
 
 
