@@ -158,7 +158,9 @@ class WorkersSpec(SpecSection):
     min: Count = Field(default=1, ge=1, le=MAX_WORKERS)
     #: Defaults to ``min`` (a fixed-size job).
     max: Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
-    #: Size to start at when slots allow; defaults to ``max``.
+    #: The size the job is held at (its target, Arena's ``--workers``) when below ``max``;
+    #: ``tidal scale`` sets another. Defaults to ``max``: no target, the job grows into
+    #: idle slots.
     initial: Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
 
     @model_validator(mode="before")

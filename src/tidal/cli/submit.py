@@ -45,7 +45,8 @@ def workers_from_flags(
     workers: str | None, least: int | None, most: int | None
 ) -> str | dict[str, int] | None:
     """The spec's ``workers`` from ``--workers`` (``N`` or ``MIN:MAX``) and Arena's
-    ``--min-workers`` / ``--max-workers`` (``--workers`` is then the size to start at).
+    ``--min-workers`` / ``--max-workers`` (``--workers`` is then the job's target, its
+    ``initial``: the policy holds it there until ``tidal scale`` sets another).
 
     Raises ``typer.BadParameter`` naming the flag at fault.
     """
@@ -62,7 +63,7 @@ def workers_from_flags(
     if workers is not None:
         if not workers.strip().isdigit():
             raise typer.BadParameter(
-                f"with --min-workers/--max-workers, give the size to start at (got {workers!r})",
+                f"with --min-workers/--max-workers, give the target size (got {workers!r})",
                 param_hint="--workers",
             )
         start = int(workers)
@@ -101,7 +102,8 @@ def submit(
     ] = None,
     name: Annotated[str | None, typer.Option(help="Job name (spec from the options).")] = None,
     workers: Annotated[
-        str | None, typer.Option(help="N or MIN:MAX; with --min/--max-workers, N to start at.")
+        str | None,
+        typer.Option(help="N or MIN:MAX; with --min/--max-workers, N is the target size."),
     ] = None,
     min_workers: Annotated[int | None, typer.Option(min=1, help="Fewest workers (Arena).")] = None,
     max_workers: Annotated[int | None, typer.Option(min=1, help="Most workers (Arena).")] = None,
