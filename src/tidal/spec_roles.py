@@ -84,10 +84,21 @@ MAX_GPUS_PER_REPLICA = 64
 
 
 def split_command(value: Any) -> Any:
-    """A command string split like a shell would (no expansion); a list as it is.
+    """A command string split like a shell would (no expansion); a list as it is, unless
+    it is one element with blanks in it (``["python train.py --epochs 60"]``, Arena's
+    quoted command), which is that string split. One rule for a spec's ``command`` in
+    YAML, JSON and ``tidal submit``'s arguments: a program whose own path has a blank is
+    written quoted (``"'/opt/my tools/train'"``) or with its arguments as a list.
 
     Raises ``ValueError`` for text too long, unsafe or unsplittable.
     """
+    if (
+        isinstance(value, list)
+        and len(value) == 1
+        and isinstance(value[0], str)
+        and any(c.isspace() for c in value[0])
+    ):
+        value = value[0]
     if not isinstance(value, str):
         return value
     # shlex takes ~15 µs a character: bound the text before splitting it.
@@ -147,7 +158,9 @@ class WorkersSpec(SpecSection):
     min: Count = Field(default=1, ge=1, le=MAX_WORKERS)
     #: Defaults to ``min`` (a fixed-size job).
     max: Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
-    #: Size to start at when slots allow; defaults to ``max``.
+    #: The size the job is held at (its target, Arena's ``--workers``) when below ``max``;
+    #: ``tidal scale`` sets another. Defaults to ``max``: no target, the job grows into
+    #: idle slots.
     initial: Count | None = Field(default=None, ge=1, le=MAX_WORKERS)
 
     @model_validator(mode="before")

@@ -178,7 +178,9 @@ def test_the_cli_against_a_live_server(tmp_path: Path) -> None:
         assert job["spec"]["workers"] == {"min": 1, "max": 3, "initial": 2}
         assert job["spec"]["resources"]["gpus"] == 0
         out = tmp_path / "arena.yaml"
-        exported = _tidal(data, "export", job["id"], "--as", "pytorchjob", "-o", str(out))
+        exported = _tidal(
+            data, "export", job["id"], "--as", "pytorchjob", "--image", "reg/t:1", "-o", str(out)
+        )
         assert exported.returncode == 0, exported.stderr
         assert "'tidal' becomes 'torchrun'" in exported.stderr
         manifest = yaml.safe_load(out.read_text())
@@ -187,7 +189,7 @@ def test_the_cli_against_a_live_server(tmp_path: Path) -> None:
         assert worker["replicas"] == 2
         command = worker["template"]["spec"]["containers"][0]["command"]
         assert command == [sys.executable, "-c", "pass"]
-        wrong = _tidal(data, "export", job["id"], "--as", "mpijob")
+        wrong = _tidal(data, "export", job["id"], "--as", "mpijob", "--image", "reg/t:1")
         assert wrong.returncode == 2 and "--as" in wrong.stderr
 
         # A job written with `roles:` (one elastic tidal role) runs like a one-role job:

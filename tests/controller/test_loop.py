@@ -428,17 +428,28 @@ def test_reports_are_stored_and_feed_the_policy(
     assert len(store.metrics(a.id)) == 2
 
 
-def test_job_starts_at_its_initial_size_then_grows(
+def test_job_is_held_at_its_initial_size_until_scaled(
     store: JobStore, tmp_path: Path, clock: Clock
 ) -> None:
+    from tidal.controller.store.requests import Resize
+
     ctl, backend = make(store, tmp_path, clock, slots=8)
     a = submit(store, clock, workers={"min": 1, "max": 8, "initial": 2})
     ctl.tick()
     assert backend.calls == [("start", a.id, 2)]
     assert len(job(store, a.id).slots) == 2
     ctl.tick()
-    # Started: from now on the policy sizes it within [min, max] (greedy: all it may).
-    assert len(job(store, a.id).slots) == 8
+    # Started, it stays at its target (Arena's --workers) though idle slots are left.
+    assert len(job(store, a.id).slots) == 2
+    store.add_request(a.id, Resize(3, "scale_out"))  # `tidal scale-out --count 1`
+    ctl.tick()
+    ctl.tick()
+    assert len(job(store, a.id).slots) == 3
+    # A job without one grows into the idle slots (greedy: all it may).
+    b = submit(store, clock, "b", workers="1:8")
+    ctl.tick()
+    ctl.tick()
+    assert len(job(store, b.id).slots) == 5
 
 
 def test_requests_wait_for_the_next_tick_and_apply_in_order(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidal.launch.worker import last_exception
+from tidal.launch.worker import last_error_line, last_exception
 
 TRACEBACK = """\
 step 3 loss 0.25
@@ -48,3 +48,15 @@ def test_a_long_message_is_cut() -> None:
     line = "RuntimeError: " + "x" * 1000
     cause = last_exception(f"Traceback (most recent call last):\n  f\n{line}\n")
     assert cause is not None and len(cause) == 300 and cause.endswith("…")
+
+
+def test_a_program_that_found_no_file_says_so_without_a_traceback() -> None:
+    missing = (
+        "python: can't open file '/job/does_not_exist.py': [Errno 2] No such file or directory"
+    )
+    assert last_error_line(f"starting\n{missing}\n\n") == missing
+    assert last_error_line("sh: 1: trian.sh: not found\n") == "sh: 1: trian.sh: not found"
+    # Only the last line, and only a not-found one: nothing else is taken for a cause.
+    assert last_error_line(f"{missing}\nstep 4 loss 0.2\n") is None
+    assert last_error_line("Error: something went wrong\n") is None
+    assert last_error_line("") is None

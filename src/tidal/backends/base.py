@@ -46,9 +46,14 @@ class Capabilities:
     several_roles: bool = True
     #: The backend's name, for the messages.
     name: str = "this server"
+    #: Its workers run on the server's host and see its files, so a spec's working dir
+    #: and script can be checked when it is submitted. A backend whose workers run on
+    #: other machines (Ray's nodes) says no: a path missing here may exist there.
+    shared_files: bool = False
 
 
-#: The local and Ray backends: every launcher and restart policy, several roles.
+#: The local and Ray backends: every launcher and restart policy, several roles (the
+#: local backend adds ``shared_files``).
 LOCAL = Capabilities(name="the local backend")
 #: A backend that runs a job as one group: ``tidal`` or ``torchrun``, one role.
 ONE_GROUP = Capabilities(

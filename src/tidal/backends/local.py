@@ -24,6 +24,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from tidal.backends.base import LOCAL
 from tidal.launch.agent import (
     ENV_AGENT_TREE,
     KEY_REPORTS,
@@ -77,6 +78,10 @@ class _Agent:
 
 class LocalBackend:
     """Runs every job's workers on this machine; see the module docstring."""
+
+    #: Everything :data:`~tidal.backends.base.LOCAL` lists; its workers see this
+    #: host's files, so submission checks a spec's working dir and script.
+    capabilities = replace(LOCAL, shared_files=True)
 
     def __init__(self, data_dir: Path, *, gpus: bool = False, timeout: float = 10.0) -> None:
         #: One record, config, log and final status per job's agent.

@@ -45,7 +45,8 @@ def workers_from_flags(
     workers: str | None, least: int | None, most: int | None
 ) -> str | dict[str, int] | None:
     """The spec's ``workers`` from ``--workers`` (``N`` or ``MIN:MAX``) and Arena's
-    ``--min-workers`` / ``--max-workers`` (``--workers`` is then the size to start at).
+    ``--min-workers`` / ``--max-workers`` (``--workers`` is then the job's target, its
+    ``initial``: the policy holds it there until ``tidal scale`` sets another).
 
     Raises ``typer.BadParameter`` naming the flag at fault.
     """
@@ -62,7 +63,7 @@ def workers_from_flags(
     if workers is not None:
         if not workers.strip().isdigit():
             raise typer.BadParameter(
-                f"with --min-workers/--max-workers, give the size to start at (got {workers!r})",
+                f"with --min-workers/--max-workers, give the target size (got {workers!r})",
                 param_hint="--workers",
             )
         start = int(workers)
@@ -101,7 +102,8 @@ def submit(
     ] = None,
     name: Annotated[str | None, typer.Option(help="Job name (spec from the options).")] = None,
     workers: Annotated[
-        str | None, typer.Option(help="N or MIN:MAX; with --min/--max-workers, N to start at.")
+        str | None,
+        typer.Option(help="N or MIN:MAX; with --min/--max-workers, N is the target size."),
     ] = None,
     min_workers: Annotated[int | None, typer.Option(min=1, help="Fewest workers (Arena).")] = None,
     max_workers: Annotated[int | None, typer.Option(min=1, help="Most workers (Arena).")] = None,
@@ -197,7 +199,8 @@ def export(
         str, typer.Option("--as", help="tfjob, pytorchjob or trainjob.", show_default=False)
     ],
     image: Annotated[
-        str | None, typer.Option(help="Container image to write (Kubernetes needs one).")
+        str | None,
+        typer.Option(help="Container image the pods run (required: Kubernetes needs one)."),
     ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")
@@ -212,6 +215,13 @@ def export(
     if kind not in EXPORT_KINDS:
         raise typer.BadParameter(
             f"expected one of {', '.join(EXPORT_KINDS)} (got {kind!r})", param_hint="--as"
+        )
+    if image is None:
+        # A pod without an image is refused by Kubernetes; tidal cannot know the one to use.
+        raise typer.BadParameter(
+            "Kubernetes needs the container image the job's code runs in "
+            "(e.g. --image registry/train:1)",
+            param_hint="--image",
         )
     client = options.client()
     detail = call(lambda: client.get(job))

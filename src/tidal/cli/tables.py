@@ -7,6 +7,7 @@ and the parts of ``tidal get`` that need more load when it prints.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -90,6 +91,40 @@ def _role_commands(spec: dict[str, Any] | None) -> list[tuple[str, list[str]]]:
     return [(f"{r['name']} ({r.get('launcher', 'tidal')})", list(r["command"])) for r in roles]
 
 
+def size_line(job: JobView) -> str | None:
+    """``size: …`` for a one-role job: its workers now, its target and why they differ
+    (``None`` for a job of several roles, whose tables say it per role)."""
+    spec = job.spec or {}
+    if spec.get("roles"):
+        return None
+    width = max(1, int((spec.get("resources") or {}).get("gpus", 1) or 1))
+    workers = spec.get("workers") or {}
+    initial = workers.get("initial") if isinstance(workers, dict) else None
+    now, low, high = job.workers // width, job.min_slots // width, job.max_slots // width
+    if low == high:
+        return f"size: {now} worker(s) of a fixed {high}"
+    if job.target_slots is not None:
+        target, source = job.target_slots // width, "set by scale"
+    elif isinstance(initial, int) and initial < high:
+        target, source = initial, "--workers / workers.initial"
+    else:
+        return (
+            f"size: {now} worker(s), no target: grows into idle slots up to {high}, "
+            f"gives them back down to {low} when other jobs need them"
+        )
+    if job.state in ("succeeded", "failed", "cancelled"):
+        why = "the job is over"
+    elif now == target:
+        why = "at its target"
+    elif now > target:
+        why = f"{now - target} above it: idle slots lent, or a shrink under way"
+    elif job.state == "queued":
+        why = "waiting for slots"
+    else:
+        why = "short of its target: other jobs hold the slots, or the change is under way"
+    return f"size: {now} worker(s), target {target} ({source}; {low}-{high}): {why}"
+
+
 def cluster_table(view: ClusterView) -> Table:
     """One row per host: its kind, group, slots, slots in use and the jobs using them."""
     table = Table(box=None, header_style="bold")
@@ -113,8 +148,12 @@ def print_job_detail(console: Console, detail: JobDetail, events: Sequence[Event
     """Print one job for ``tidal get``: its row, commands and launcher, roles and
     conditions (a job of several roles), workers, and ``events``."""
     console.print(jobs_table([detail]))
+    size = size_line(detail)
+    if size is not None:
+        console.print(size, markup=False)
     for role, command in _role_commands(detail.spec):
-        console.print(f"{role}: {' '.join(command)}", markup=False)
+        # Quoted as a shell would take it: an argument with a blank shows as one.
+        console.print(f"{role}: {shlex.join(command)}", markup=False)
     if "roles" not in detail.spec:
         from tidal.model import Launcher
 

@@ -12,11 +12,13 @@ from typing import Any
 
 from tidal.compat.trainjob import NODE_ROLE
 from tidal.model import Job, Launcher, Role, job_from_spec
-from tidal.spec import JobSpec, SpecError
+from tidal.spec import JobSpec, RestartSpec, SpecError
 
 __all__ = ["EXPORT_KINDS", "export_manifest"]
 
 EXPORT_KINDS = ("tfjob", "pytorchjob", "trainjob")
+#: The restart limit of a job that set none (written as no ``runPolicy.backoffLimit``).
+DEFAULT_MAX_RESTARTS: int = RestartSpec.model_fields["max_restarts"].default
 _TF_TYPES = {
     "chief": "Chief",
     "master": "Master",
@@ -104,7 +106,11 @@ def _kubeflow(
     launcher = Launcher.TF if tf else Launcher.TORCHRUN
     warnings = _launcher_warnings(job, launcher, kind)
     container = "tensorflow" if tf else "pytorch"
-    spec: dict[str, Any] = {"runPolicy": {"backoffLimit": restarts}}
+    spec: dict[str, Any] = {}
+    if restarts != DEFAULT_MAX_RESTARTS:
+        # tidal's default limit is no choice of the user's: a manifest read without a
+        # backoffLimit is written back without one.
+        spec["runPolicy"] = {"backoffLimit": restarts}
     elastic = [r for r in job.roles if r.replicas.elastic]
     for role in elastic:
         if tf:

@@ -46,6 +46,7 @@ __all__ = [
     "close_outputs",
     "failure_cause",
     "kill_workers",
+    "last_error_line",
     "last_exception",
     "role_spec",
     "spawn_logged",
@@ -291,9 +292,28 @@ def last_exception(text: str) -> str | None:
     return None
 
 
+#: The last words of a program that could not start its work, without a traceback:
+#: ``python: can't open file '/job/t.py': [Errno 2] No such file or directory``, a shell's
+#: ``sh: 1: trian.sh: not found``.
+_START_ERROR = re.compile(
+    r"can't open file|\[Errno \d+\]|No such file or directory|command not found|: not found$"
+)
+
+
+def last_error_line(text: str) -> str | None:
+    """The last line of ``text`` when it says a file or program was not found (a worker
+    that never got to a traceback), else ``None``: no other line is taken for a cause."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines or not _START_ERROR.search(lines[-1]):
+        return None
+    line = lines[-1].strip()
+    return line if len(line) <= _CAUSE_CHARS else line[: _CAUSE_CHARS - 1] + "…"
+
+
 def failure_cause(worker: Worker, log_dir: Path | None) -> str | None:
     """The exception that ended ``worker``, read from the end of its log in ``log_dir``,
-    so a job's failure says why (the log has the whole traceback)."""
+    so a job's failure says why (the log has the whole traceback); else its last line
+    when that says a file or program was not found (:func:`last_error_line`)."""
     if log_dir is None:
         return None
     worker.process.drain(timeout=1.0)  # its last lines may still be in the pipe
@@ -303,7 +323,7 @@ def failure_cause(worker: Worker, log_dir: Path | None) -> str | None:
             tail = log.read().decode("utf-8", errors="replace")
     except OSError:
         return None
-    return last_exception(tail)
+    return last_exception(tail) or last_error_line(tail)
 
 
 def wait_for_exit(workers: Sequence[Worker], grace: float) -> None:

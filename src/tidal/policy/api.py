@@ -189,9 +189,11 @@ def job_request(
 
     ``age_from``: when the job's age starts (the controller counts from its first start,
     the simulator from submission, as the Pollux artifact does); ``None``: age 0.
-    ``initial_slots``: the size a job that never ran starts at (``None`` once it ran): with
-    no user target it is the target the policy honours, so the job starts there; from then
-    on the policy sizes it within ``[min_slots, max_slots]`` as usual.
+    ``initial_slots``: the job's ``initial`` size: with no user target, one below
+    ``max_slots`` is the target the policy honours. The controller passes it for as long
+    as the job lives (Arena's ``--workers``: the job is held there); a caller that passes
+    it only until the job first runs (``None`` after) lets the policy size the job within
+    ``[min_slots, max_slots]`` from then on.
     """
     target = target_slots
     if target is None and initial_slots is not None and initial_slots < max_slots:

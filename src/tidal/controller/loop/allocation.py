@@ -22,8 +22,13 @@ __all__ = ["Placed", "allocation_problems", "plan_changes", "policy_request"]
 def policy_request(
     record: JobRecord, job: Job, now: float, throughput: ThroughputModel | None = None
 ) -> JobRequest:
-    """What the policy sees of ``record`` (whose model is ``job``) at ``now``: a job that
-    never ran starts at its ``initial`` size (see :func:`~tidal.policy.api.job_request`)."""
+    """What the policy sees of ``record`` (whose model is ``job``) at ``now``.
+
+    A job whose ``initial`` size is below its maximum (Arena's ``--workers N`` beside
+    ``--min-workers``/``--max-workers``, a PyTorchJob's ``replicas``) is held there: that
+    size is its target for good, not only where it starts, until ``tidal scale`` (or
+    ``scale-out``/``scale-in``) sets another (see :func:`~tidal.policy.api.job_request`).
+    Idle slots are not lent beyond a target: a job without one grows into them."""
     # Several roles: one request for the whole job (fixed roles plus the elastic range).
     replicas = job.slot_range
     return job_request(
@@ -32,7 +37,7 @@ def policy_request(
         max_slots=replicas.max,
         now=now,
         age_from=record.started_at,
-        initial_slots=replicas.initial if record.started_at is None else None,
+        initial_slots=replicas.initial,
         target_slots=record.target_slots,
         priority=record.priority,
         submitted_at=record.submitted_at,

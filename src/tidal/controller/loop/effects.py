@@ -36,6 +36,9 @@ class LoopEffects:
         # stopped, its bounds are the record's): parsing each one once keeps ticks cheap.
         self._specs: dict[str, Job] = {}
         self._unloadable: set[str] = set()
+        #: Jobs whose failed workers wait out a crash loop's back-off: when they start
+        #: again. Kept in memory: a restarted controller requeues its jobs anyway.
+        self.restart_at: dict[str, float] = {}
 
     def model(self, job: JobRecord) -> Job:
         """The job model of ``job``."""
@@ -62,6 +65,7 @@ class LoopEffects:
     def forget_models(self, keep: Collection[str]) -> None:
         """Drop the parsed models of jobs not in ``keep`` (they ended)."""
         self._specs = {k: v for k, v in self._specs.items() if k in keep}
+        self.restart_at = {k: v for k, v in self.restart_at.items() if k in keep}
 
     def call(self, job_id: str, what: str, action: Callable[[], None]) -> bool:
         """Run a backend call for ``job_id``; a failure becomes a ``backend_error`` event
@@ -90,3 +94,6 @@ class LoopEffects:
         """Forget the condition of ``job_id`` (of the controller itself when ``None``): it
         ended, so the next one is news again."""
         self._noted.pop(_CONTROLLER if job_id is None else job_id, None)
+        if job_id is not None:
+            # Its slots change now: new workers start, whatever a back-off waited for.
+            self.restart_at.pop(job_id, None)

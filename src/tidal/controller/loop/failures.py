@@ -6,15 +6,22 @@ The restart-or-fail decision is a pure function (:mod:`tidal.policy.restart`, sh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop.effects import LoopEffects
 from tidal.controller.store.jobs import Event, JobRecord
 from tidal.launch.api import JobStatus, WorkerState, WorkerStatus
-from tidal.model import JobState
-from tidal.policy.restart import Fail, LostWorker, Noop, RestartView, decide_restart
+from tidal.model import JobState, Launcher
+from tidal.policy.restart import (
+    Fail,
+    LostWorker,
+    Noop,
+    Restart,
+    RestartView,
+    decide_restart,
+)
 from tidal.policy.role_restart import ReplicaExit, RoleRule, sort_exits
 
 __all__ = ["end_workers", "fail", "on_failures", "with_causes"]
@@ -27,10 +34,12 @@ def on_failures(
     failed: Sequence[WorkerStatus],
     status: JobStatus,
     now: float,
+    joined: Collection[int] = (),
 ) -> JobRecord | None:
     """Replace ``failed`` workers on the job's slots, or fail the job once its restart
     budget is spent (:func:`~tidal.policy.restart.decide_restart`); the job as it is now,
-    or ``None`` once it is over."""
+    or ``None`` once it is over. ``joined``: the ids of those that had joined their group
+    (a failure of none of them is a failure before joining, counted for a crash loop)."""
     model = effects.model(job)
     role = model.role
     limit = role.restart.max_restarts
@@ -45,12 +54,18 @@ def on_failures(
     failed = [failed[i] for i in retry]
     # Only running workers hold the training state (a starting one has none yet).
     running = any(w.state is WorkerState.RUNNING for w in status.workers)
+    before_join = not any(w.worker_id in joined for w in failed)
+    cause = _first_cause(failed)
     view = RestartView(
         max_restarts=limit,
         restarts=job.restarts,
         group_gone=not running,
         # torchrun's way: a failure restarts every worker (the backend's group does it).
         whole_group=role.launcher.restart_based and len(model.roles) == 1,
+        before_join=before_join,
+        cause=cause,
+        loop_count=_loop_count(effects, job.id, cause) + 1 if before_join else 1,
+        torchrun=role.launcher is Launcher.TORCHRUN,
     )
     # An exit 0 to restart (policy Always) is a restart like any other here.
     lost = [LostWorker(str(w.worker_id), w.slot[0], w.exit_code or None) for w in failed]
@@ -64,7 +79,10 @@ def on_failures(
     # Same slots again: the backend starts a fresh worker on each slot without a live one.
     # Not on slots whose host left the cluster: the policy moves the job off them.
     slots = tuple(s for s in job.slots if cluster.has_slot(s))
-    effects.call(job.id, "assign", lambda: effects.backend.assign(job.id, slots))
+    if decision.delay > 0:
+        effects.restart_at[job.id] = now + decision.delay  # observe() starts them then
+    else:
+        effects.call(job.id, "assign", lambda: effects.backend.assign(job.id, slots))
     ids = ", ".join(decision.workers)
     return effects.store.update_job(
         job.id,
@@ -76,19 +94,55 @@ def on_failures(
         reason=decision.reason,
         event=Event(
             "worker_failed",
-            with_causes(
-                f"worker {ids} failed; "
-                + ("restarting every worker" if view.whole_group else "replacing it")
-                + f" (restart {decision.restarts} of {limit})",
-                failed,
-            ),
+            _failure_message(view, decision, failed),
             {
                 "workers": ids,
                 "exit_codes": list(decision.exit_codes),
                 "restarts": decision.restarts,
+                "before_join": before_join,
+                "cause": cause,
+                "loop_count": view.loop_count if before_join else 0,
             },
         ),
     )
+
+
+def _failure_message(view: RestartView, decision: Restart, failed: Sequence[WorkerStatus]) -> str:
+    """The ``worker_failed`` event's text: what was done, and the error."""
+    if decision.delay > 0:
+        return decision.reason  # a crash loop's reason names the error already
+    if view.before_join:
+        return with_causes(decision.reason, failed)
+    ids = ", ".join(decision.workers)
+    what = "restarting every worker" if view.whole_group else "replacing it"
+    return with_causes(
+        f"worker {ids} failed; {what} (restart {decision.restarts} of {view.max_restarts})",
+        failed,
+    )
+
+
+def _first_cause(failed: Sequence[WorkerStatus]) -> str | None:
+    """The error that ended the first of ``failed`` with one: its exception's line, else
+    its exit status."""
+    for w in failed:
+        if w.cause:
+            return w.cause
+    codes = [w.exit_code for w in failed if w.exit_code is not None]
+    return f"exit {codes[0]}" if codes else None
+
+
+def _loop_count(effects: LoopEffects, job_id: str, cause: str | None) -> int:
+    """Failures before joining in a row with ``cause`` so far: what the job's latest
+    ``worker_failed`` event counted, if it failed before joining with the same error."""
+    for event in reversed(effects.store.events(job_id, limit=20)):  # newest first
+        if event.kind != "worker_failed":
+            continue
+        data = event.data or {}
+        if data.get("before_join") and data.get("cause") == cause:
+            count = data.get("loop_count")
+            return count if isinstance(count, int) else 0
+        return 0
+    return 0
 
 
 def with_causes(reason: str, failed: Sequence[WorkerStatus]) -> str:

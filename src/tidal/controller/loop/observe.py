@@ -75,7 +75,8 @@ def observe(
             reason="workers lost; requeued to resume from checkpoint",
             event=Event("lost", "the backend no longer runs this job's workers"),
         )
-    newly_failed = store.sync_workers(job.id, status.workers, now)
+    joined: set[int] = set()
+    newly_failed = store.sync_workers(job.id, status.workers, now, joined)
     _record_reports(effects, job, status, now)
     if status.finished:
         # Nothing left to stop: this releases what the backend still holds for the job.
@@ -97,7 +98,13 @@ def observe(
         fail(effects, job, now, status.reason or "the backend reported the job failed")
         return None
     if newly_failed:
-        return on_failures(effects, cluster, job, newly_failed, status, now)
+        return on_failures(effects, cluster, job, newly_failed, status, now, joined)
+    restart_at = effects.restart_at.get(job.id)
+    if restart_at is not None and now >= restart_at:
+        # A crash loop's back-off is over: start the failed workers again.
+        del effects.restart_at[job.id]
+        slots = tuple(s for s in job.slots if cluster.has_slot(s))
+        effects.call(job.id, "assign", lambda: backend.assign(job.id, slots))
     changes: dict[str, Any] = {"attained_service": job.attained_service + elapsed * len(job.slots)}
     event = None
     if job.state is JobState.RESCALING and settled(

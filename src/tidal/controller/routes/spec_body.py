@@ -10,7 +10,14 @@ from tidal.compat import spec_from_document
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.routes.deps import UNPROCESSABLE
 from tidal.controller.routes.limits import off_loop
-from tidal.controller.support import LOCAL, Capabilities, too_wide, unsupported
+from tidal.controller.support import (
+    LOCAL,
+    Capabilities,
+    missing_files,
+    too_wide,
+    torchrun_hints,
+    unsupported,
+)
 from tidal.documents import SPEC_LIMITS, DocumentError, load_json, load_yaml
 from tidal.model import job_from_spec
 from tidal.spec import JobSpec, SpecError
@@ -83,6 +90,8 @@ def read_spec(
         raise SpecError(exc.problems) from None
     spec, warnings = spec_from_document(data)
     check_runnable(spec, capabilities, cluster)
+    if capabilities.shared_files:
+        warnings += torchrun_hints(job_from_spec(spec), named_roles=spec.has_roles)
     return spec, warnings
 
 
@@ -104,9 +113,12 @@ def check_runnable(
     spec: JobSpec, capabilities: Capabilities = LOCAL, cluster: ClusterModel | None = None
 ) -> None:
     """Raise :class:`SpecError` naming every part of ``spec`` a backend of
-    ``capabilities`` cannot run, or ``cluster`` cannot hold."""
+    ``capabilities`` cannot run, or ``cluster`` cannot hold, or (a backend whose workers
+    see this host's files) a working dir or script that is not there."""
     job = job_from_spec(spec)
     problems = unsupported(job, named_roles=spec.has_roles, capabilities=capabilities)
+    if capabilities.shared_files:
+        problems += missing_files(job, named_roles=spec.has_roles)
     if cluster is not None:
         problems += too_wide(job, cluster, named_roles=spec.has_roles)
     if problems:

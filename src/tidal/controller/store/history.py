@@ -45,9 +45,16 @@ class JobHistory(Database):
     # -- workers --------------------------------------------------------------------------
 
     def sync_workers(
-        self, job_id: str, workers: Sequence[WorkerStatus], now: float | None = None
+        self,
+        job_id: str,
+        workers: Sequence[WorkerStatus],
+        now: float | None = None,
+        joined: set[int] | None = None,
     ) -> list[WorkerStatus]:
-        """Record the backend's view of a job's workers; return those newly seen failed."""
+        """Record the backend's view of a job's workers; return those newly seen failed.
+
+        ``joined``, if given, gets the ids of those the store had seen running (they
+        failed after joining their group; the others failed before)."""
         now = time.time() if now is None else now
         newly_failed: list[WorkerStatus] = []
         with self._transaction(write=True) as s:
@@ -76,6 +83,8 @@ class JobHistory(Database):
                     row.updated_at = now
                 if w.state is WorkerState.FAILED and previous != WorkerState.FAILED.value:
                     newly_failed.append(w)
+                    if joined is not None and previous == WorkerState.RUNNING.value:
+                        joined.add(w.worker_id)
         return newly_failed
 
     def workers(self, job_id: str) -> list[WorkerRecord]:
