@@ -86,10 +86,8 @@ def test_launch_takes_memory_in_gib_nvidia_gpu_and_code(
         assert values["TIDAL_PEER_ADDRESSES"] == "127.0.0.1,127.0.0.1"
 
 
-def test_await_gives_up_after_timeout_seconds_with_the_dicts_of_the_late(
-    live: tuple[Client, Path], tmp_path: Path
-) -> None:
-    client, _ = live
+@pytest.mark.usefixtures("live")
+def test_await_gives_up_after_timeout_seconds_with_the_dicts_of_the_late(tmp_path: Path) -> None:
     release = tmp_path / "release"
     workers = cml.launch_workers(2, 0.2, 0.25, code=WAIT_FOR_RELEASE, env={"RELEASE": str(release)})
     up = cml.await_workers(workers, wait_for_completion=False, timeout_seconds=60)
@@ -118,7 +116,7 @@ def test_stop_workers_takes_ids_as_arguments_and_none_stops_them_all(
 
 
 def test_list_workers_shows_this_sessions_workers(live: tuple[Client, Path]) -> None:
-    client, tmp_path = live
+    _, tmp_path = live
     code = "import sys; sys.exit(3)"
     workers = cml.launch_workers(n=1, cpu=0.2, memory=0.25, code=code)
     failed = cml.await_workers(workers)
