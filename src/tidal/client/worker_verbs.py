@@ -147,7 +147,8 @@ class WorkerVerbs:
                 f"gpus/nvidia_gpu: two names for one count, got {gpus} and {nvidia_gpu}"
             )
         folder = os.path.abspath(working_dir if working_dir is not None else os.getcwd())
-        variables = dict(env) if isinstance(env, Mapping) else env
+        # A bad ``env`` goes on as given: launch_spec names it.
+        variables = {} if env is None else dict(env) if isinstance(env, Mapping) else env
         if isinstance(variables, dict):
             master_ip = caller_address(self.url)
             for key in ENV_MASTER_ID:
