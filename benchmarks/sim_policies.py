@@ -179,7 +179,7 @@ def main(
                 img_dir / f"sim-jct-cdf-{tag}.png",
                 f"all {len(traces)} workloads, reallocation cost {cost:g} s",
             )
-            first = {name: runs[0] for name, runs in results.items()}
+            first = {name: runs[:1] for name, runs in results.items()}
             plot_gpus_per_job(
                 first,
                 img_dir / f"sim-gpus-per-job-{tag}.png",

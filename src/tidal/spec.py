@@ -11,6 +11,7 @@ depth and alias expansion.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -207,12 +208,37 @@ _TYPE_ERRORS = {
 }
 
 
+def _field_names(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[str]:
+    """Every field name of ``model`` and of the models its fields hold, at any depth."""
+    names: set[str] = set()
+    if model in seen:
+        return names
+    seen.add(model)
+    for name, info in model.model_fields.items():
+        names.add(name)
+        stack: list[Any] = [info.annotation]
+        while stack:
+            kind = stack.pop()
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                names |= _field_names(kind, seen)
+            stack.extend(getattr(kind, "__args__", ()))
+    return names
+
+
+def unknown_field(key: object) -> str:
+    """``unknown field``, with the spec's field ``key`` most likely meant as a hint
+    (``workrs`` → ``unknown field (did you mean `workers`?)``)."""
+    close = difflib.get_close_matches(str(key), sorted(_field_names(JobSpec, set())), n=1)
+    return f"unknown field (did you mean `{close[0]}`?)" if close else "unknown field"
+
+
 def _message(error: Mapping[str, Any]) -> str:
     kind = error.get("type", "")
     if kind == "missing":
         return "required"
     if kind == "extra_forbidden":
-        return "unknown field"
+        loc = error.get("loc") or ("",)
+        return unknown_field(loc[-1])
     if kind in _TYPE_ERRORS:
         return f"{_TYPE_ERRORS[kind]} (got {shown(error.get('input'))})"
     if kind == "finite_number":
@@ -265,7 +291,7 @@ def _readable_keys(
             kept[key] = value
         else:
             text = shown(key).strip("'") if isinstance(key, str) else shown(key)
-            problems.append((f"{path}.{text}" if path else text, "unknown field"))
+            problems.append((f"{path}.{text}" if path else text, unknown_field(text)))
     return kept
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.dashboard.conftest import Served
 from tidal.client import Client
 
 pytestmark = pytest.mark.slow
@@ -320,3 +321,23 @@ def test_a_worker_is_stopped_from_its_row_after_a_confirmation(scene: Scene, pag
     expect(row.locator(".stop-worker")).to_have_count(0)
     expect(page.locator("#events-table")).to_contain_text(f"stop worker(s) {victim}")
     assert scene.client.get(job).target_slots == SLOTS - 1
+
+
+def test_workers_of_two_gpus_are_counted_as_workers(served: Served, page: Page) -> None:
+    """A job of 1-2 workers of 2 GPUs each: the jobs table and the job page say workers
+    (2, within 1-2, 2 slots each), not the 4 slots they hold."""
+    with served.client() as client:
+        job = client.submit(
+            {"name": "pairs", "command": ["python", "t.py"], "workers": "1:2",
+             "resources": {"gpus": 2}}
+        ).id  # fmt: skip
+        served.controller.tick()  # places it: two workers, four slots
+        assert len(client.get(job).slots) == 4
+    _log_in(page, Scene(served.url, served.token, client, (job, job)))
+    row = page.locator(f'#jobs-table tr[data-job="{job}"]')
+    expect(row).to_contain_text("2 / 1–2 ×2")
+    page.click(f'#jobs-table tr[data-job="{job}"] a')
+    expect(page.locator("#workers-now")).to_have_text("2")
+    facts = page.locator("#workers-now").locator("xpath=..")
+    expect(facts).to_contain_text("now · min 1 · max 2")
+    expect(facts).to_contain_text("4 slots held · 2 per worker")

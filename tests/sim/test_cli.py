@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from tidal.sim.cli import sim_app
@@ -75,3 +76,67 @@ def test_unknown_policy_is_refused(tmp_path: Path) -> None:
         sim_app, ["run", "--policy", "nope", "--workload", str(tmp_path / "x.csv")]
     )
     assert result.exit_code != 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["run", "--profiles", "{missing}"], "--profiles"),
+        (["run", "--workload", "{missing}", "--profiles", "{profiles}"], "--workload"),
+        (["run", "--philly", "{missing}", "--profiles", "{profiles}"], "--philly"),
+        (["compare", "--workloads", "{missing}", "--profiles", "{profiles}"], "--workloads"),
+        (["compare", "--workloads", "{empty}", "--profiles", "{missing}"], "--profiles"),
+    ],
+)
+def test_a_missing_path_is_a_usage_error_naming_its_flag(
+    traces: Path, tmp_path: Path, argv: list[str], flag: str
+) -> None:
+    (tmp_path / "workload-1.csv").write_text(WORKLOAD)
+    places = {
+        "missing": str(tmp_path / "nowhere"),
+        "profiles": str(traces / "pollux" / "profiles"),
+        "empty": str(tmp_path),
+    }
+    result = CliRunner().invoke(sim_app, [a.format(**places) for a in argv])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert flag in result.output and "nowhere" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_compare_shows_every_workload_in_the_terminals_units(traces: Path, tmp_path: Path) -> None:
+    (tmp_path / "workload-1.csv").write_text(WORKLOAD)
+    (tmp_path / "workload-2.csv").write_text(WORKLOAD.replace(",30,", ",600,"))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        sim_app,
+        [
+            "compare",
+            "--workloads",
+            str(tmp_path),
+            "--profiles",
+            str(traces / "pollux" / "profiles"),
+            "--policies",
+            "static,goodput",
+            "--nodes",
+            "2",
+            "--output-dir",
+            str(out),
+        ],
+        env={"COLUMNS": "120"},
+    )
+    assert result.exit_code == 0, result.output
+    # One summary table per workload, each titled with it.
+    assert result.output.count("average JCT") >= 2
+    assert result.output.count("makespan") >= 2
+    for stem in ("workload-1", "workload-2"):
+        assert any(line.strip() == stem for line in result.output.splitlines()), result.output
+    table = (out / "comparison.md").read_text()
+    assert "| average JCT (s), by workload |" in table
+    assert "mean makespan (h)" in table and "mean GPU utilisation (%)" in table
+    # The file's makespan is the terminal's: hours, one decimal.
+    made = next(line for line in table.splitlines() if "makespan" in line).split("|")[2].strip()
+    assert f"{made} h" in result.output
+    # gpus_per_job.png has a panel per workload: two side by side, wider than one.
+    png = (out / "gpus_per_job.png").read_bytes()
+    assert png[:4] == b"\x89PNG" and int.from_bytes(png[16:20], "big") == 800

@@ -52,7 +52,8 @@ def top(
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between refreshes.")] = 1.0,
     iterations: Annotated[int, typer.Option(min=0, hidden=True)] = 0,
 ) -> None:
-    """A live view of the cluster and its jobs (Ctrl-C to leave)."""
+    """A live view of the cluster and its jobs (Ctrl-C to leave); one snapshot when the
+    output is not a terminal."""
     from rich.live import Live
 
     client = options.client()
@@ -65,8 +66,13 @@ def top(
             f"{view.used_slots}/{view.total_slots} slots used  {len(jobs)} active job(s)",
             style="bold",
         )
-        return Group(head, cluster_table(view), Text(""), jobs_table(jobs))
+        return Group(head, cluster_table(view), Text(""), jobs_table(jobs, out.width))
 
+    if not out.is_terminal:
+        # Piped or redirected: a live view would write nothing until it ends; one
+        # snapshot is what a script or a log file can use.
+        out.print(frame())
+        return
     count = 0
     try:
         with Live(frame(), console=out, auto_refresh=False) as live:

@@ -25,7 +25,7 @@ from tidal.cli.options import (
     with_client_options,
     workers_count,
 )
-from tidal.cli.tables import jobs_table, print_job_detail
+from tidal.cli.tables import jobs_table, print_job_detail, target_text
 
 if TYPE_CHECKING:
     from tidal.wire.schema import JobDetail
@@ -53,7 +53,7 @@ def list_jobs(
     elif not jobs:
         out.print("no jobs")
     else:
-        out.print(jobs_table(jobs))
+        out.print(jobs_table(jobs, out.width))
 
 
 @controller_app.command()
@@ -119,7 +119,8 @@ def logs(
     call(stream)
 
 
-@controller_app.command()
+# A negative priority (`tidal priority JOB -1`) is an argument, not an unknown option.
+@controller_app.command(context_settings={"ignore_unknown_options": True})
 @with_client_options()
 def priority(
     options: ClientOptions,
@@ -157,7 +158,7 @@ def scale(
     client = options.client()
     # With --role the server names the field at fault itself (role or workers).
     view = call(lambda: client.scale(job, count, role=role), None if role else given)
-    options.show(view, f"{view.id}: target {view.target_slots} worker(s)")
+    options.show(view, f"{view.id}: {target_text(view)}")
 
 
 @controller_app.command("scale-out")
@@ -179,7 +180,7 @@ def scale_out(
             raise typer.BadParameter(str(exc), param_hint="--timeout") from None
     client = options.client()
     view = call(lambda: client.scale_out(job, count, seconds), "--count")
-    options.show(view, f"{view.id}: target {view.target_slots} worker(s)")
+    options.show(view, f"{view.id}: {target_text(view)}")
 
 
 @controller_app.command("scale-in")
@@ -192,7 +193,7 @@ def scale_in(
     """Shrink a running job by K workers."""
     client = options.client()
     view = call(lambda: client.scale_in(job, count), "--count")
-    options.show(view, f"{view.id}: target {view.target_slots} worker(s)")
+    options.show(view, f"{view.id}: {target_text(view)}")
 
 
 @controller_app.command()

@@ -13,6 +13,7 @@ the simulator's verbs. Output is rich tables for people (:mod:`tidal.cli.tables`
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -28,7 +29,7 @@ from typer.exceptions import TyperException
 # and `tidal top`, then `tidal workers launch | await | stop`. Sorting them would reorder
 # the help.
 # isort: off
-from tidal.cli import server as _server  # noqa: F401
+from tidal.cli import server as _server
 from tidal.cli import submit as _submit  # noqa: F401
 from tidal.cli import jobs as _jobs  # noqa: F401
 from tidal.cli import cluster as _cluster  # noqa: F401
@@ -91,7 +92,14 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except typer.Abort:
         sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    if _server.SERVER_DONE.is_set():
+        # A stopped server has cleaned up: skip the interpreter's teardown (seconds).
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def run_app(app: typer.Typer, argv: Sequence[str] | None = None) -> int:

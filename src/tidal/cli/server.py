@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from typing import Annotated
 
 import typer
@@ -17,7 +18,13 @@ from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES
 from tidal.policy.registry import SERVED
 from tidal.wire.discovery import default_data_dir
 
-__all__ = ["GC_YOUNG_THRESHOLD", "server"]
+__all__ = ["GC_YOUNG_THRESHOLD", "SERVER_DONE", "server"]
+
+#: Set once a server verb has stopped and cleaned up (store closed, jobs released, its
+#: record removed). The entry point then exits at once: tearing down the interpreter of a
+#: process that loaded torch, FastAPI and SQLAlchemy took seconds more after SIGTERM, with
+#: nothing left to clean.
+SERVER_DONE = threading.Event()
 
 #: Allocations between two collections of the youngest objects in the server's process
 #: (Python's default: 700).
@@ -76,6 +83,9 @@ def server(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         force=True,  # the top-level CLI set WARNING already; the server logs at INFO
     )
+    # Alembic tells every step of creating or upgrading the store at INFO (ten lines at a
+    # first start); the store says itself when it upgrades one.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     folder = data_dir or default_data_dir()
     config = ServerConfig(
         data_dir=folder,
@@ -112,8 +122,9 @@ def server(
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     try:
         run_server(config, on_ready=ready)
+        SERVER_DONE.set()
     except KeyboardInterrupt:
-        pass
+        SERVER_DONE.set()
     except StoreLocked as exc:
         fail(str(exc))
     except PluginError as exc:

@@ -180,7 +180,17 @@ def submit(
                 role["working_dir"] = str((anchor / role["working_dir"]).resolve())
         spec = parse_spec(data, source=args[0] if name is None else None)
     except SpecError as exc:
-        fail(exc.summary(), 2)
+        from tidal.cli.flags import flag_problems
+
+        flags = {
+            "--name": name, "--workers": workers, "--min-workers": min_workers,
+            "--max-workers": max_workers, "--gpus": gpus, "--priority": priority,
+            "--label": label, "--env": env, "--group": group, "--max-restarts": max_restarts,
+            "--working-dir": working_dir, "--checkpoint-dir": checkpoint_dir,
+            "--launcher": launcher, "ARGS": args if name is not None else None,
+        }  # fmt: skip
+        given = {flag for flag, value in flags.items() if value is not None}
+        fail(SpecError(flag_problems(exc.problems, given), exc.source).summary(), 2)
     client = options.client()
     job = call(lambda: client.submit(spec), "spec")
     _warn([(w.path, w.msg) for w in getattr(job, "warnings", ())])  # older servers send none

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -22,7 +22,11 @@ from tidal.launch.slot_names import join_slots
 if TYPE_CHECKING:
     from tidal.wire.schema import ClusterView, EventView, JobDetail, JobView
 
-__all__ = ["cluster_table", "jobs_table", "print_job_detail"]
+__all__ = ["cluster_table", "jobs_table", "print_job_detail", "size_text", "target_text"]
+
+#: Below this many columns the jobs' reasons go on lines of their own under the table:
+#: squeezed into the last column they wrapped one word per line at 80 columns.
+WIDE = 120
 
 _STATE_STYLE = {
     "queued": "yellow",
@@ -60,26 +64,57 @@ def _adaptive(job: JobView) -> str:
     return text
 
 
-def jobs_table(jobs: Iterable[JobView]) -> Table:
-    """One row per job: its state, workers (and target), batch, priority, restarts, age."""
+def size_text(job: JobView) -> str:
+    """The job's size in workers: ``3 [1-3]`` (now [min-max]), ``→4`` for a target, and
+    ``×2`` when each worker holds 2 slots (its GPUs). A server that does not count
+    workers sends slots, which are workers when each holds one."""
+    counts = job.worker_counts
+    if counts is None:
+        text = f"{job.workers} [{job.min_slots}-{job.max_slots}]"
+        return text + (f" →{job.target_slots}" if job.target_slots is not None else "")
+    text = f"{counts.now} [{counts.min}-{counts.max}]"
+    if counts.target is not None:
+        text += f" →{counts.target}"
+    if counts.slots_per_worker > 1:
+        text += f" ×{counts.slots_per_worker}"
+    return text
+
+
+def target_text(job: JobView) -> str:
+    """What a resize verb asked for, for people: ``target 2 worker(s)``, and the slots
+    they hold when a worker holds several (``target 2 worker(s) (4 slots)``)."""
+    counts = job.worker_counts
+    if counts is None:  # a server that does not count workers: one worker a slot
+        return f"target {job.target_slots} worker(s)"
+    text = f"target {counts.target} worker(s)"
+    if counts.slots_per_worker > 1 and job.target_slots is not None:
+        text += f" ({job.target_slots} slots)"
+    return text
+
+
+def jobs_table(jobs: Iterable[JobView], width: int | None = None) -> RenderableType:
+    """One row per job: its state, workers (and target), batch, priority, restarts, age
+    and reason; narrower than :data:`WIDE` columns (``width``), each reason on a line of
+    its own under the table, after the job's id."""
+    jobs = list(jobs)
+    inline = width is None or width >= WIDE
     table = Table(box=None, header_style="bold")
-    for column in ("ID", "STATE", "WORKERS", "BATCH", "PRIORITY", "RESTARTS", "AGE", "REASON"):
+    columns = ("ID", "STATE", "WORKERS", "BATCH", "PRIORITY", "RESTARTS", "AGE")
+    for column in (*columns, "REASON") if inline else columns:
         table.add_column(column, no_wrap=column != "REASON")
     for j in jobs:
-        size = f"{j.workers} [{j.min_slots}-{j.max_slots}]"
-        if j.target_slots is not None:
-            size += f" →{j.target_slots}"
         table.add_row(
             j.id,
             _state(j.state),
-            size,
+            size_text(j),
             _adaptive(j),
             str(j.priority),
             str(j.restarts),
             _age(j.submitted_at),
-            j.reason,
+            *([j.reason] if inline else []),
         )
-    return table
+    notes = [] if inline else [Text(f"{j.id}: {j.reason}") for j in jobs if j.reason]
+    return Group(table, *notes) if notes else table
 
 
 def _role_commands(spec: dict[str, Any] | None) -> list[tuple[str, list[str]]]:
@@ -147,10 +182,17 @@ def cluster_table(view: ClusterView) -> Table:
 def print_job_detail(console: Console, detail: JobDetail, events: Sequence[EventView]) -> None:
     """Print one job for ``tidal get``: its row, commands and launcher, roles and
     conditions (a job of several roles), workers, and ``events``."""
-    console.print(jobs_table([detail]))
+    console.print(jobs_table([detail], width=0))
     size = size_line(detail)
     if size is not None:
         console.print(size, markup=False)
+    counts = detail.worker_counts
+    if counts is not None and counts.slots_per_worker > 1:
+        console.print(
+            f"slots: {len(detail.slots)} held, {counts.slots_per_worker} per worker "
+            f"(min {detail.min_slots}, max {detail.max_slots})",
+            markup=False,
+        )
     for role, command in _role_commands(detail.spec):
         # Quoted as a shell would take it: an argument with a blank shows as one.
         console.print(f"{role}: {shlex.join(command)}", markup=False)

@@ -51,6 +51,14 @@ def _checked(action: Callable[[], Any]) -> Any:
     return call(guarded, "")
 
 
+def _gib_or_size(memory: str | None) -> float | str | None:
+    """``--memory 0.5`` is GiB, as the SDK's number is; ``--memory 512Mi`` has its unit."""
+    try:
+        return float(memory) if memory is not None else None
+    except ValueError:
+        return memory
+
+
 @workers_app.command("launch")
 @with_client_options()
 def launch(
@@ -62,8 +70,11 @@ def launch(
     script: Annotated[
         str | None, typer.Option(help="Or: a Python script each worker runs.")
     ] = None,
+    code: Annotated[str | None, typer.Option(help="Or: Python code each worker runs.")] = None,
     cpus: Annotated[float, typer.Option(help="CPUs per worker.")] = 1.0,
-    memory: Annotated[str | None, typer.Option(help="Memory per worker, e.g. 2Gi.")] = None,
+    memory: Annotated[
+        str | None, typer.Option(help="Memory per worker, e.g. 2Gi (a bare number: GiB).")
+    ] = None,
     gpus: Annotated[int, typer.Option(help="GPUs per worker.")] = 0,
     env: Annotated[
         list[str] | None, typer.Option(help="KEY=VALUE in each worker's environment, repeatable.")
@@ -78,9 +89,10 @@ def launch(
         lambda: client.launch_workers(
             n,
             cpu=cpus,
-            memory=memory,
+            memory=_gib_or_size(memory),
             gpus=gpus,
-            script=script,
+            script=script or "",
+            code=code or "",
             command=command,
             env=variables,
             role=role,

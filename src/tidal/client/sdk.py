@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import os
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -53,7 +54,7 @@ class Client(WorkerVerbs):
     ``url`` and ``token`` default to ``$TIDAL_URL`` / ``$TIDAL_TOKEN``, then to what the
     server wrote into ``data_dir`` (default ``$TIDAL_DATA_DIR`` or ``~/.tidal``). The
     worker verbs (``launch_workers``, ``await_workers``, ``stop_workers``,
-    ``run_cluster``) are :class:`~tidal.client.worker_verbs.WorkerVerbs`.
+    ``list_workers``, ``run_cluster``) are :class:`~tidal.client.worker_verbs.WorkerVerbs`.
     """
 
     def __init__(
@@ -75,6 +76,9 @@ class Client(WorkerVerbs):
         token = token or os.environ.get("TIDAL_TOKEN") or read_token(folder)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = url.rstrip("/")
+        #: Names this client's launches: ``list_workers`` and a bare ``stop_workers()``
+        #: read this session's workers, and workers see it as ``CDSW_MASTER_ID``.
+        self.session = f"session-{uuid.uuid4().hex[:12]}"
         self._timeout = timeout
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import builtins
 import math
+import os
+import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -17,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 from tidal.client.errors import InvalidRequest, NotFound
 from tidal.client.workers import (
     ENDED_STATES,
+    PYTHON_KERNELS,
     WorkerArgumentError,
     WorkerRef,
     argument_problems,
     launch_spec,
+    launched,
     parse_worker_ids,
     summarise,
     unknown_worker,
@@ -32,25 +36,60 @@ if TYPE_CHECKING:
     from tidal.ps.config import Mode
     from tidal.wire.schema import JobDetail, JobView, Submitted
 
-__all__ = ["WorkerVerbs"]
+__all__ = ["ENV_MASTER_ID", "ENV_MASTER_IP", "SESSION_LABEL", "WorkerVerbs", "caller_address"]
 
+#: The label naming the client session that launched a workers job: ``list_workers`` and a
+#: bare ``stop_workers()`` read the jobs of their own session, as Cloudera ML's do.
+SESSION_LABEL = "tidal.workers/session"
+#: Cloudera ML's variables for the launching session's id and address (both names: CML
+#: writes ``CML_``, the Data Science Workbench it grew from ``CDSW_``).
+ENV_MASTER_ID = ("CDSW_MASTER_ID", "CML_MASTER_ID")
+ENV_MASTER_IP = ("CDSW_MASTER_IP", "CML_MASTER_IP")
+
+#: Job states after which nothing of a job runs.
+_OVER = frozenset({"succeeded", "failed", "cancelled"})
 #: The first and the longest pause between two looks at the workers' jobs.
 _FIRST_PAUSE = 0.05
 _LONGEST_PAUSE = 1.0
 
 
 def _seconds(value: Any, argument: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         raise WorkerArgumentError(f"{argument}: expected seconds >= 0, got {value!r}")
     if value < 0:
         raise WorkerArgumentError(f"{argument}: expected seconds >= 0, got {value}")
     return float(value)
 
 
+def caller_address(url: str) -> str:
+    """This machine's address as ``url``'s server sees it: the local end of a route to it
+    (nothing is sent), so a worker on another machine can reach the launching session."""
+    import httpx
+
+    target = httpx.URL(url)
+    host = target.host or "127.0.0.1"
+    port = target.port or (443 if target.scheme == "https" else 80)
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+def _kernel(kernel: Any) -> None:
+    if kernel not in PYTHON_KERNELS:
+        raise WorkerArgumentError(f"kernel: tidal runs Python workers ('python3'), got {kernel!r}")
+
+
 class WorkerVerbs:
-    """``launch_workers``, ``await_workers``, ``stop_workers`` and ``run_cluster``."""
+    """``launch_workers``, ``await_workers``, ``stop_workers``, ``list_workers`` and
+    ``run_cluster``, with Cloudera ML's signatures (and tidal's own keywords)."""
 
     if TYPE_CHECKING:
+        url: str
+        session: str
 
         def get(self, job: str) -> JobDetail: ...
         def cancel(self, job: str) -> JobView: ...
@@ -69,36 +108,67 @@ class WorkerVerbs:
     def launch_workers(
         self,
         n: int,
-        *,
         cpu: float = 1.0,
-        memory: int | str | None = None,
-        gpus: int = 0,
-        script: str | None = None,
-        command: str | Sequence[str] | None = None,
+        memory: float | str | None = None,
+        nvidia_gpu: int = 0,
+        kernel: str = "python3",
+        script: str = "",
+        code: str = "",
         env: Mapping[str, str] | None = None,
+        *,
+        gpus: int | None = None,
+        command: str | Sequence[str] | None = None,
         role: str = "worker",
         name: str = "workers",
+        working_dir: str | None = None,
     ) -> builtins.list[str]:
         """Start ``n`` workers and return their ids (``"<job id>/<index>"``).
 
-        They are one job of ``n`` fixed replicas, each holding one slot of the pool, each
-        running ``command`` (a string is split like a shell would) or ``python script``
-        (the server's interpreter) with ``env`` added to its environment; ``cpu`` and
-        ``memory`` (bytes, or ``"4Gi"``) per worker. A worker that fails is not restarted:
-        it is reported by :meth:`await_workers`, and its job fails (the others stop).
-        A bad argument raises :class:`~tidal.client.workers.WorkerArgumentError` naming it, and
+        Cloudera ML's call: ``launch_workers(n, cpu, memory, nvidia_gpu=0,
+        kernel="python3", script="", code="", env={})``, ``memory`` in GiB (a string
+        like ``"512Mi"`` has its own unit), ``script`` a Python file or ``code`` Python
+        text to run (``script`` wins when both are given); ``gpus`` is tidal's name for
+        ``nvidia_gpu`` and ``command`` runs anything else (a string is split like a shell
+        would). Relative paths are read from ``working_dir``, by default this process's
+        folder (``os.getcwd()``), as ``tidal submit`` does.
+
+        They are one job of ``n`` fixed replicas, each holding ``gpus`` slots of the pool
+        (one when 0), each with ``env`` added to its environment and the launching
+        session's id and address (``CDSW_MASTER_ID``, ``CDSW_MASTER_IP``; the launch
+        layer adds each worker's own ``CDSW_ENGINE_ID`` and ``CDSW_IP_ADDRESS``, and its
+        peers' ``TIDAL_PEER_ADDRESSES``). A worker that fails is not restarted: it is
+        reported by :meth:`await_workers`, and its job fails (the others stop). A bad
+        argument raises :class:`~tidal.client.workers.WorkerArgumentError` naming it, and
         nothing is submitted.
         """
+        _kernel(kernel)
+        if gpus is not None and nvidia_gpu not in (0, gpus):
+            raise WorkerArgumentError(
+                f"gpus/nvidia_gpu: two names for one count, got {gpus} and {nvidia_gpu}"
+            )
+        folder = os.path.abspath(working_dir if working_dir is not None else os.getcwd())
+        # A bad ``env`` goes on as given: launch_spec names it.
+        variables = {} if env is None else dict(env) if isinstance(env, Mapping) else env
+        if isinstance(variables, dict):
+            master_ip = caller_address(self.url)
+            for key in ENV_MASTER_ID:
+                variables.setdefault(key, self.session)
+            for key in ENV_MASTER_IP:
+                variables.setdefault(key, master_ip)
         spec = launch_spec(
             n,
             cpu=cpu,
             memory=memory,
-            gpus=gpus,
-            script=script,
+            gpus=nvidia_gpu if gpus is None else gpus,
+            # Cloudera ML's defaults are empty strings: "not given".
+            script=script or None,
             command=command,
-            env=env,
+            code=code or None,
+            env=variables,
             role=role,
             name=name,
+            working_dir=folder,
+            labels={SESSION_LABEL: self.session},
         )
         job = self._submit_spec(spec)
         return [str(WorkerRef(job.id, i)) for i in range(n)]
@@ -121,12 +191,14 @@ class WorkerVerbs:
 
     def await_workers(
         self,
-        ids: str | Iterable[str],
+        ids: str | Iterable[str | Mapping[str, Any]] | Mapping[str, Any],
         wait_for_completion: bool = False,
         timeout_seconds: float = 60.0,
     ) -> dict[str, Any]:
         """Wait until every worker of ``ids`` runs (or, with ``wait_for_completion``, has
-        exited), for at most ``timeout_seconds``.
+        exited), for at most ``timeout_seconds``. ``ids`` are ids, or the worker dicts
+        :meth:`list_workers` and a wait return (Cloudera ML's form: see
+        :mod:`tidal.client.cml` for its defaults and its answer).
 
         Returns ``{"workers": [{"id", "ip_address", "host", "slot", "status",
         "exit_code"}], "failures": [ids]}``: the failures are the workers that failed,
@@ -153,9 +225,13 @@ class WorkerVerbs:
             "failures": [r.id for r in reports if r.failed or not r.settled],
         }
 
-    def stop_workers(self, ids: str | Iterable[str]) -> builtins.list[str]:
-        """Stop the workers ``ids`` name; returns the ids of the jobs asked to stop some
-        or all of their workers.
+    def stop_workers(
+        self, *worker_id: str | Iterable[str] | Mapping[str, Any]
+    ) -> builtins.list[str]:
+        """Stop the workers named (Cloudera ML's ``stop_workers(*worker_id)``: ids, worker
+        dicts, or lists of them); with none named, every worker this client launched that
+        has not ended. Returns the ids of the jobs asked to stop some or all of their
+        workers.
 
         A job whose every worker is named ends ``cancelled``. A job of which only some are
         named goes on without them: a fixed-size job (:meth:`launch_workers`) runs that
@@ -165,8 +241,36 @@ class WorkerVerbs:
         ``released``). Refused (:class:`~tidal.client.Conflict`, naming the id) for a
         worker that is not running, a replica of a multi-role job's fixed role (a
         parameter server, a chief) and an elastic job that would go below its minimum:
-        nothing of that job is stopped (jobs named before it in ``ids`` may be).
+        nothing of that job is stopped (jobs named before it may be).
         """
+        if not worker_id:
+            return [job.id for job in self._session_jobs() if job.state not in _OVER]
+        return self._stop(worker_id)
+
+    def list_workers(self) -> builtins.list[dict[str, Any]]:
+        """Every worker this client launched, as Cloudera ML's ``list_workers()``: one
+        dict each as :meth:`await_workers` reports it (``id``, ``ip_address``, ``host``,
+        ``slot``, ``status``, ``exit_code``), in launch order."""
+        workers: builtins.list[dict[str, Any]] = []
+        for job in self._session_jobs(cancel=False):
+            known = {w.worker_id for w in job.worker_list}
+            refs = {WorkerRef(job.id, i) for i in known | set(range(launched(job.spec)))}
+            for report in summarise(sorted(refs), {job.id: job}, completion=False):
+                workers.append(report.as_dict())
+        return workers
+
+    def _session_jobs(self, cancel: bool = True) -> builtins.list[JobDetail]:
+        """The jobs :meth:`launch_workers` of this client submitted, oldest first; with
+        ``cancel``, those still going are asked to stop."""
+        views = self.list(labels={SESSION_LABEL: self.session})  # type: ignore[attr-defined]
+        jobs = [self.get(v.id) for v in views]
+        if cancel:
+            for job in jobs:
+                if job.state not in _OVER:
+                    self.cancel(job.id)
+        return jobs
+
+    def _stop(self, ids: Any) -> builtins.list[str]:
         from tidal.wire.schema import JobView
 
         refs = parse_worker_ids(ids)
@@ -174,7 +278,7 @@ class WorkerVerbs:
         whole: builtins.list[str] = []
         some: dict[str, builtins.list[int]] = {}
         for job_id, job in jobs.items():
-            if job.state in ("succeeded", "failed", "cancelled"):
+            if job.state in _OVER:
                 continue  # nothing of it runs any more
             named = {r.index for r in refs if r.job == job_id}
             ended = {w.worker_id for w in job.worker_list if w.state in ENDED_STATES}

@@ -27,6 +27,8 @@ __all__ = [
     "argument_problems",
     "command_of",
     "launch_spec",
+    "launched",
+    "memory_of",
     "parse_worker_ids",
     "summarise",
     "unknown_worker",
@@ -38,6 +40,10 @@ STARTED_STATES = frozenset({"running", "exited"})
 ENDED_STATES = frozenset({"exited", "failed", "released"})
 _JOB_ENDED = frozenset({"succeeded", "failed", "cancelled", "unreadable"})
 _ID_RE = re.compile(r"([^/\s]+)/([0-9]{1,9})")
+#: A memory given as a number is in GiB, as Cloudera ML's ``memory=0.5`` is.
+_GIB = 2**30
+#: The kernels a worker may be asked for: tidal runs Python workers only.
+PYTHON_KERNELS = frozenset({"python3", "python"})
 
 
 class WorkerArgumentError(ValueError):
@@ -55,15 +61,28 @@ class WorkerRef:
         return f"{self.job}/{self.index}"
 
 
-def parse_worker_ids(ids: str | Iterable[str], argument: str = "ids") -> list[WorkerRef]:
-    """The workers ``ids`` name (``"<job>/<index>"`` each), in order, without repeats;
-    :class:`WorkerArgumentError` naming ``argument`` (and the position) for a bad one."""
-    items = [ids] if isinstance(ids, str) else list(ids)
+def _flat(ids: Any) -> list[Any]:
+    """``ids`` as a flat list: one id, a dict with an ``"id"``, or any nesting of lists."""
+    if isinstance(ids, str | Mapping):
+        return [ids]
+    if isinstance(ids, Iterable):
+        return [item for part in ids for item in _flat(part)]
+    return [ids]
+
+
+def parse_worker_ids(ids: Any, argument: str = "ids") -> list[WorkerRef]:
+    """The workers ``ids`` name, in order, without repeats: each a ``"<job>/<index>"``
+    string or a dict with an ``"id"`` as :meth:`~tidal.client.Client.launch_workers`,
+    ``await_workers`` and ``list_workers`` return them (Cloudera ML's worker dicts), in a
+    list or not; :class:`WorkerArgumentError` naming ``argument`` (and the position) for a
+    bad one."""
+    items = _flat(ids)
     if not items:
         raise WorkerArgumentError(f"{argument}: expected at least one worker id, got none")
     found: list[WorkerRef] = []
     for i, item in enumerate(items):
-        match = _ID_RE.fullmatch(item) if isinstance(item, str) else None
+        text = item.get("id") if isinstance(item, Mapping) else item
+        match = _ID_RE.fullmatch(text) if isinstance(text, str) else None
         if match is None:
             raise WorkerArgumentError(
                 f"{argument}[{i}]: expected a worker id JOB/INDEX as launch_workers "
@@ -75,18 +94,28 @@ def parse_worker_ids(ids: str | Iterable[str], argument: str = "ids") -> list[Wo
     return found
 
 
-def command_of(script: str | None, command: str | Sequence[str] | None) -> list[str] | str:
-    """What the workers run: ``command`` as given, or ``python <script>`` (the server's
-    interpreter, the one tidal runs in). Exactly one of the two must be given."""
-    if (script is None) == (command is None):
-        given = "both" if script is not None else "neither"
-        raise WorkerArgumentError(f"script/command: give exactly one of them, got {given}")
+def command_of(
+    script: str | None, command: str | Sequence[str] | None, code: str | None = None
+) -> list[str] | str:
+    """What the workers run: ``command`` as given, ``python <script>`` (the server's
+    interpreter, the one tidal runs in), or ``python -c <code>``. ``script`` and ``code``
+    together run the script (Cloudera ML ignores the code then); ``command`` goes with
+    neither."""
+    given = [name for name, v in (("script", script), ("code", code)) if v is not None]
+    if command is not None and given:
+        raise WorkerArgumentError(f"{given[0]}/command: give one of them, got both")
     if script is not None:
         if not isinstance(script, str) or not script.strip():
             raise WorkerArgumentError(
                 f"script: expected a path to a Python file, got {shown(script)}"
             )
         return ["python", script]
+    if code is not None:
+        if not isinstance(code, str) or not code.strip():
+            raise WorkerArgumentError(f"code: expected Python code to run, got {shown(code)}")
+        return ["python", "-c", code]
+    if command is None:
+        raise WorkerArgumentError("script/command: give a script, code or a command, got none")
     if isinstance(command, str):
         if not command.strip():
             raise WorkerArgumentError("command: expected a command to run, got an empty string")
@@ -97,6 +126,23 @@ def command_of(script: str | None, command: str | Sequence[str] | None) -> list[
             f"command: expected a string or a non-empty list of strings, got {shown(command)}"
         )
     return parts
+
+
+def memory_of(memory: Any) -> int:
+    """Bytes from a worker's ``memory``: a number is GiB (``0.5`` → 512 MiB, as Cloudera
+    ML counts it), a string has its unit (``"512Mi"``, ``"4Gi"``)."""
+    if isinstance(memory, bool) or not isinstance(memory, int | float | str):
+        raise WorkerArgumentError(
+            f"memory: expected GiB (a number) or a size like 4Gi, got {shown(memory)}"
+        )
+    if isinstance(memory, int | float):
+        if not math.isfinite(memory) or memory <= 0:
+            raise WorkerArgumentError(f"memory: expected GiB > 0, got {memory}")
+        memory = int(memory * _GIB)
+    try:
+        return parse_memory(memory)
+    except ValueError as exc:
+        raise WorkerArgumentError(f"memory: {exc}") from None
 
 
 def _count(value: Any, argument: str, least: int, most: int) -> int:
@@ -114,10 +160,7 @@ def _resources(cpu: Any, memory: Any, gpus: Any) -> dict[str, Any]:
         raise WorkerArgumentError(f"cpu: expected a number of CPUs in (0, {MAX_CPUS:g}], got {cpu}")
     out: dict[str, Any] = {"cpus": float(cpu), "gpus": _count(gpus, "gpus", 0, 64)}
     if memory is not None:
-        try:
-            out["memory"] = parse_memory(memory)
-        except ValueError as exc:
-            raise WorkerArgumentError(f"memory: {exc}") from None
+        out["memory"] = memory_of(memory)
     return out
 
 
@@ -146,23 +189,29 @@ def launch_spec(
     n: int,
     *,
     cpu: float = 1.0,
-    memory: int | str | None = None,
+    memory: float | str | None = None,
     gpus: int = 0,
     script: str | None = None,
     command: str | Sequence[str] | None = None,
+    code: str | None = None,
     env: Mapping[str, str] | None = None,
     role: str = "worker",
     name: str = "workers",
+    working_dir: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The job spec of ``n`` fixed replicas of one role running ``command`` (or ``python
-    script``); a failed replica is not restarted (it is reported, not replaced)."""
+    script``, or ``python -c code``) in ``working_dir``; a failed replica is not restarted
+    (it is reported, not replaced)."""
     replicas = _count(n, "n", 1, MAX_WORKERS)
-    run = command_of(script, command)
+    run = command_of(script, command, code)
     resources = _resources(cpu, memory, gpus)
     variables = _env(env)
     job_name = _name(name, "name")
     role_name = _name(role, "role")
     restart = {"max_restarts": 0}
+    where = {} if working_dir is None else {"working_dir": working_dir}
+    tags = {} if not labels else {"labels": dict(labels)}
     if role_name == "worker":
         return {
             "name": job_name,
@@ -171,10 +220,13 @@ def launch_spec(
             "resources": resources,
             "env": variables,
             "restart": restart,
+            **where,
+            **tags,
         }
     return {
         "name": job_name,
         "restart": restart,
+        **tags,
         "roles": [
             {
                 "name": role_name,
@@ -182,9 +234,21 @@ def launch_spec(
                 "replicas": replicas,
                 "resources": resources,
                 "env": variables,
+                **where,
             }
         ],
     }
+
+
+def launched(spec: Mapping[str, Any] | None) -> int:
+    """How many workers :func:`launch_spec` asked for in ``spec`` (0 if it did not)."""
+    if not spec:
+        return 0
+    count = spec.get("workers")
+    roles = spec.get("roles")
+    if count is None and isinstance(roles, list) and len(roles) == 1:
+        count = roles[0].get("replicas") if isinstance(roles[0], Mapping) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
 #: Spec fields and the launch_workers argument that sets each.
@@ -197,6 +261,7 @@ _ARGUMENTS = (
     ("resources", "cpu/memory/gpus"),
     ("command", "command"),
     ("env", "env"),
+    ("working_dir", "working_dir"),
     ("launcher", "launcher"),
     ("name", "name"),
 )

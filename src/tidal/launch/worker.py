@@ -39,6 +39,9 @@ from tidal.runtime.env import (
 )
 
 __all__ = [
+    "ENV_ENGINE_ID",
+    "ENV_IP_ADDRESS",
+    "ENV_PEER_ADDRESSES",
     "Worker",
     "WorkerIds",
     "WorkerPhase",
@@ -211,12 +214,35 @@ def worker_number(worker_id: str) -> int:
     return int(worker_id.lstrip("w"))
 
 
-def worker_env(spec: WorkerSpec, *, worker_id: str, slot: str, store: str) -> dict[str, str]:
+#: Where a worker is reached and who its peers are, under Cloudera ML's names (a worker
+#: launched from a notebook finds the notebook through ``CDSW_MASTER_IP``, which the
+#: launching client sets) and tidal's.
+ENV_ENGINE_ID = "CDSW_ENGINE_ID"
+ENV_IP_ADDRESS = "CDSW_IP_ADDRESS"
+ENV_PEER_ADDRESSES = "TIDAL_PEER_ADDRESSES"
+
+
+def worker_env(
+    spec: WorkerSpec,
+    *,
+    worker_id: str,
+    slot: str,
+    store: str,
+    peers: Sequence[str] = (),
+) -> dict[str, str]:
     """What a worker needs on top of the environment where it runs: the job's own
-    variables and the runtime's ``TIDAL_*`` ones (the spawner adds that environment)."""
+    variables, the runtime's ``TIDAL_*`` ones (the spawner adds that environment), its id
+    as ``await_workers`` names it (``CDSW_ENGINE_ID``, ``<job>/<number>``), its host's
+    address (``CDSW_IP_ADDRESS``: where the job's store listens, on the worker's machine)
+    and the addresses of the group's slots (``peers``, comma-separated in
+    ``TIDAL_PEER_ADDRESSES``, one per worker, in slot order)."""
+    address = store.rsplit(":", 1)[0]
     env = dict(spec.env)
     env.update(
         {
+            ENV_ENGINE_ID: f"{spec.job_id}/{worker_number(worker_id)}",
+            ENV_IP_ADDRESS: address,
+            ENV_PEER_ADDRESSES: ",".join(peers),
             ENV_STORE: store,
             ENV_WORKER_ID: worker_id,
             ENV_RUN_ID: spec.job_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -44,6 +45,9 @@ def create_app(controller: Controller, token: str) -> FastAPI:
     app.state.controller = controller
     #: Each listed job's JSON, kept until the job changes (``GET /jobs``).
     app.state.job_views = ChangeCache[bytes]()
+    #: Set when the server begins to shut down: open log streams end then, instead of
+    #: holding the shutdown until they are cut.
+    app.state.stopping = threading.Event()
     auth = BearerAuth(token)
     for router in PUBLIC_ROUTERS:
         app.include_router(router)

@@ -81,6 +81,20 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn telling the app when its shutdown begins (``app.state.stopping``)."""
+
+    def __init__(self, config: uvicorn.Config, stopping: threading.Event | None) -> None:
+        super().__init__(config)
+        self._stopping = stopping
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Tell the app first: its open streams end, so the connections close now."""
+        if self._stopping is not None:
+            self._stopping.set()
+        await super().shutdown(sockets)
+
+
 class ApiServer:
     """uvicorn on a socket bound up front, so port 0 yields a real port to report."""
 
@@ -106,7 +120,7 @@ class ApiServer:
             access_log=False,
             proxy_headers=False,
         )
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config, getattr(app.state, "stopping", None))
         self._thread: threading.Thread | None = None
 
     def serve(self) -> None:

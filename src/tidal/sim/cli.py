@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -25,6 +27,7 @@ from tidal.sim.workload import WorkloadJob, load_workload
 
 log = logging.getLogger(__name__)
 console = Console()
+T = TypeVar("T")
 
 sim_app = typer.Typer(
     help="Replay cluster workloads through tidal's scheduling policies.", no_args_is_help=True
@@ -47,6 +50,18 @@ def _check_policy(name: str) -> str:
     if name not in SIMULATED:
         raise typer.BadParameter(f"unknown policy {name!r}; choose from {', '.join(SIMULATED)}")
     return name
+
+
+def _read(flag: str, path: Path, reader: Callable[[], T]) -> T:
+    """``reader()``, with a missing or unreadable file of ``flag`` told as a usage error
+    naming the flag and the path (one line, no traceback)."""
+    if not path.exists():
+        raise typer.BadParameter(f"{path} does not exist", param_hint=flag)
+    try:
+        return reader()
+    except (OSError, ValueError, KeyError) as exc:
+        what = f"missing column {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise typer.BadParameter(f"cannot read {path}: {what}", param_hint=flag) from None
 
 
 def _summary_table(summaries: list[Summary], title: str) -> Table:
@@ -121,13 +136,17 @@ def run(
     config = SimConfig(
         nodes=nodes, gpus_per_node=gpus_per_node, interval=interval, reallocation_cost=realloc_cost
     )
-    model_profiles = load_profiles(profiles)
+    model_profiles = _read("--profiles", profiles, lambda: load_profiles(profiles))
     trace: list[WorkloadJob]
     if workload is not None:
-        trace = load_workload(workload)
+        trace = _read("--workload", workload, lambda: load_workload(workload))
         source = workload.name
     else:
-        trace = synthetic_workload(philly, model_profiles, jobs, load, config, seed)
+        trace = _read(
+            "--philly",
+            philly,
+            lambda: synthetic_workload(philly, model_profiles, jobs, load, config, seed),
+        )
         source = f"{jobs} jobs sampled from {philly.name} (load {load}, seed {seed})"
     result = simulate(policy, trace, model_profiles, config)
     console.print(_summary_table([summarise(result)], f"{source} on {nodes}x{gpus_per_node} GPUs"))
@@ -163,16 +182,18 @@ def compare(
     from tidal.sim.plots import plot_gpus_per_job, plot_jct_cdf
 
     names = [_check_policy(p.strip()) for p in policies.split(",") if p.strip()]
+    if not workloads.is_dir():
+        raise typer.BadParameter(f"{workloads} is not a folder", param_hint="--workloads")
     files = sorted(workloads.glob("workload-*.csv"), key=lambda p: (len(p.name), p.name))
     if not files:
-        raise typer.BadParameter(f"no workload-*.csv in {workloads}")
+        raise typer.BadParameter(f"no workload-*.csv in {workloads}", param_hint="--workloads")
     config = SimConfig(
         nodes=nodes, gpus_per_node=gpus_per_node, interval=interval, reallocation_cost=realloc_cost
     )
-    model_profiles = load_profiles(profiles)
+    model_profiles = _read("--profiles", profiles, lambda: load_profiles(profiles))
+    traces = {path: _read("--workloads", path, partial(load_workload, path)) for path in files}
     results: dict[str, list[SimResult]] = {name: [] for name in names}
-    for path in files:
-        trace = load_workload(path)
+    for path, trace in traces.items():
         for name in names:
             log.info("simulating %s with %s", path.name, name)
             results[name].append(simulate(name, trace, model_profiles, config))
@@ -180,38 +201,39 @@ def compare(
     markdown = comparison_markdown([p.stem for p in files], results)
     (output_dir / "comparison.md").write_text(markdown)
     plot_jct_cdf(results, output_dir / "jct_cdf.png", f"{len(files)} workloads")
-    first = {name: runs[0] for name, runs in results.items()}
-    plot_gpus_per_job(first, output_dir / "gpus_per_job.png", files[0].stem)
-    pooled = [summarise(runs[0]) for runs in results.values()]
-    console.print(_summary_table(pooled, f"{files[0].stem} (first workload)"))
+    stems = [p.stem for p in files]
+    plot_gpus_per_job(results, output_dir / "gpus_per_job.png", workloads=stems)
+    for i, stem in enumerate(stems):
+        console.print(_summary_table([summarise(runs[i]) for runs in results.values()], stem))
     console.print(markdown)
     console.print(f"written: {output_dir}/comparison.md, jct_cdf.png, gpus_per_job.png")
 
 
 def comparison_markdown(workloads: list[str], results: dict[str, list[SimResult]]) -> str:
-    """Average JCT (s) per workload and policy, their mean, and other metrics' means."""
+    """Average job completion time per workload and policy, their mean, and other metrics'
+    means, each in the unit the terminal's tables use (JCT in seconds, makespan in hours,
+    utilisation in percent), named in its row."""
     names = list(results)
     summaries = {name: [summarise(run) for run in runs] for name, runs in results.items()}
-    lines = ["| workload | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines = [
+        "| average JCT (s), by workload | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
     for i, workload in enumerate(workloads):
         lines.append(
-            f"| {workload} | " + " | ".join(f"{summaries[n][i].avg_jct:.0f}" for n in names) + " |"
+            f"| {workload} | " + " | ".join(f"{summaries[n][i].avg_jct:,.0f}" for n in names) + " |"
         )
-    for label, field in (
-        ("**mean avg JCT**", "avg_jct"),
-        ("mean median JCT", "median_jct"),
-        ("mean p99 JCT", "p99_jct"),
-        ("mean makespan", "makespan"),
-        ("mean GPU utilisation", "gpu_utilisation"),
-        ("reallocations per job", "reallocations_per_job"),
-        ("mean finish-time fairness", "ftf_mean"),
-        ("worst finish-time fairness", "ftf_max"),
-    ):
+    rows: list[tuple[str, str, Callable[[float], str]]] = [
+        ("**mean average JCT (s)**", "avg_jct", lambda v: f"{v:,.0f}"),
+        ("mean median JCT (s)", "median_jct", lambda v: f"{v:,.0f}"),
+        ("mean p99 JCT (s)", "p99_jct", lambda v: f"{v:,.0f}"),
+        ("mean makespan (h)", "makespan", lambda v: f"{v / 3600:.1f}"),
+        ("mean GPU utilisation (%)", "gpu_utilisation", lambda v: f"{v:.0%}".rstrip("%")),
+        ("reallocations per job", "reallocations_per_job", lambda v: f"{v:.2f}"),
+        ("mean finish-time fairness (ratio)", "ftf_mean", lambda v: f"{v:.2f}"),
+        ("worst finish-time fairness (ratio)", "ftf_max", lambda v: f"{v:.2f}"),
+    ]
+    for label, field, shown in rows:
         values = [sum(getattr(s, field) for s in summaries[n]) / len(summaries[n]) for n in names]
-        fmt = (
-            "{:.2f}"
-            if field in ("gpu_utilisation", "reallocations_per_job", "ftf_mean", "ftf_max")
-            else "{:.0f}"
-        )
-        lines.append(f"| {label} | " + " | ".join(fmt.format(v) for v in values) + " |")
+        lines.append(f"| {label} | " + " | ".join(shown(v) for v in values) + " |")
     return "\n".join(lines) + "\n"

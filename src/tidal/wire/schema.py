@@ -30,6 +30,7 @@ __all__ = [
     "StopWorkersRequest",
     "Submitted",
     "UtilisationPoint",
+    "WorkerCountView",
     "WorkerView",
 ]
 
@@ -141,6 +142,19 @@ class ConditionView(BaseModel):
     last_transition_time: float
 
 
+class WorkerCountView(BaseModel):
+    """A job's size counted in workers (processes), as users count them. The job's
+    ``*_slots`` fields count slots: a worker given 2 GPUs holds 2 (``slots_per_worker``).
+    A job of several roles counts every fixed replica plus its elastic role's workers."""
+
+    now: int
+    min: int
+    max: int
+    target: int | None
+    #: Slots each worker of the job's scaling role holds (its GPUs; 1 without GPUs).
+    slots_per_worker: int = 1
+
+
 class RequestView(BaseModel):
     """A request made of a job (``priority``, ``resize``, ``cancel``) that the controller
     has not applied yet; it does on its next tick."""
@@ -203,6 +217,8 @@ class JobView(BaseModel):
     batch_size: int | None = None
     efficiency: float | None = None
     speedup: float | None = None
+    #: The size in workers (``None`` from a server that does not tell it).
+    worker_counts: WorkerCountView | None = None
 
     @computed_field(description="Deprecated: min_slots.", json_schema_extra=_DEPRECATED)  # type: ignore[prop-decorator]
     @property

@@ -88,13 +88,15 @@ def _scale_role(store: JobStore, job: JobRecord, role_name: str, replicas: int) 
     if not low <= replicas <= high:
         raise invalid("workers", f"must be within [{low}, {high}] for role {role_name}")
     target = model.slots_for(replicas)
+    workers = model.workers_of(target)
+    held = "" if workers == target else f", {target} slots"
     return ask(
         store,
         job,
         Resize(target, "scale"),
         Event(
             "scale",
-            f"target {replicas} replica(s) of {role_name} ({target} worker(s) in all)",
+            f"target {replicas} replica(s) of {role_name} ({workers} worker(s) in all{held})",
             {"to": target, "role": role_name, "replicas": replicas},
         ),
     )

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
@@ -28,6 +28,7 @@ _FOLLOW_POLL_S = 0.25
 )
 async def logs(
     ref: str,
+    request: Request,
     controller: ControllerDep,
     tail: Annotated[int, Query(ge=0, le=100_000)] = 100,
     worker: int | None = None,
@@ -35,7 +36,8 @@ async def logs(
 ) -> Response:
     """The last ``tail`` lines of each worker's log (from at most its last MiB; a line
     over 256 KiB cut and marked ``[…cut]``), each line prefixed ``[worker]``; ``follow``
-    keeps streaming new lines until the job ends, across the logs' rotations."""
+    keeps streaming new lines until the job ends (or the server stops), across the logs'
+    rotations."""
     store = controller.store
     job = await run_in_threadpool(job_or_404, store, ref)
 
@@ -62,6 +64,8 @@ async def logs(
     def step(follower: LogFollower) -> list[tuple[int, str]]:
         return follower.read(paths())
 
+    stopping = getattr(request.app.state, "stopping", None)
+
     async def stream() -> AsyncIterator[str]:
         follower = await run_in_threadpool(LogFollower, initial)
         try:
@@ -72,7 +76,7 @@ async def logs(
                 done = current is None or current.state.terminal
                 for wid, line in await run_in_threadpool(step, follower):
                     yield f"[{wid}] {line}\n"
-                if done:
+                if done or (stopping is not None and stopping.is_set()):
                     return
                 await asyncio.sleep(_FOLLOW_POLL_S)
         finally:

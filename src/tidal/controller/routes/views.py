@@ -14,6 +14,7 @@ from tidal.wire.schema import (
     JobView,
     RequestView,
     UtilisationPoint,
+    WorkerCountView,
 )
 
 __all__ = [
@@ -34,6 +35,37 @@ def _number(report: Mapping[str, Any] | None, key: str) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def worker_counts(
+    job: JobRecord, min_slots: int, max_slots: int, target_slots: int | None
+) -> WorkerCountView | None:
+    """The job's size in workers: its slots now, its bounds and its target, each as the
+    workers that many slots run (a one-role job's from its spec alone, without building
+    its model: listing jobs stays cheap); ``None`` for a spec this release cannot read."""
+    spec = job.spec_data
+    if "roles" not in spec:
+        resources = spec.get("resources")
+        gpus = resources.get("gpus", 0) if isinstance(resources, Mapping) else 0
+        per = max(1, gpus) if isinstance(gpus, int) else 1
+
+        def count(slots: int) -> int:
+            return slots // per
+
+    else:
+        try:
+            model = job.job
+        except ValueError:  # a stored spec this release cannot read: no roles to count by
+            return None
+        per = model.role.resources.slots
+        count = model.workers_of
+    return WorkerCountView(
+        now=count(len(job.slots)),
+        min=count(min_slots),
+        max=count(max_slots),
+        target=None if target_slots is None else count(target_slots),
+        slots_per_worker=per,
+    )
+
+
 def job_view(
     job: JobRecord,
     goodput: GoodputRecord | None = None,
@@ -47,6 +79,9 @@ def job_view(
     batch = _number(report, "batch_size")
     # Without requests nothing changes, and working that out needs the job's model.
     asked = apply_requests(job, pending).changes if pending else {}
+    min_slots = asked.get("min_slots", job.min_slots)
+    max_slots = asked.get("max_slots", job.max_slots)
+    target_slots = asked.get("target_slots", job.target_slots)
     # model_construct: the store's data is already valid, and validating every field of
     # every job again made listing jobs the API's slowest call.
     return JobView.model_construct(
@@ -58,9 +93,9 @@ def job_view(
         reason=job.reason,
         priority=asked.get("priority", job.priority),
         workers=len(job.slots),
-        min_slots=asked.get("min_slots", job.min_slots),
-        max_slots=asked.get("max_slots", job.max_slots),
-        target_slots=asked.get("target_slots", job.target_slots),
+        min_slots=min_slots,
+        max_slots=max_slots,
+        target_slots=target_slots,
         slots=list(job.slots),
         restarts=job.restarts,
         reallocations=job.reallocations,
@@ -78,6 +113,7 @@ def job_view(
         batch_size=int(batch) if batch is not None else None,
         efficiency=_number(report, "efficiency"),
         speedup=_number(report, "speedup"),
+        worker_counts=worker_counts(job, min_slots, max_slots, target_slots),
     )
 
 
@@ -113,6 +149,7 @@ def unreadable_view(job: UnreadableJob) -> JobView:
         batch_size=None,
         efficiency=None,
         speedup=None,
+        worker_counts=None,
     )
 
 

@@ -270,7 +270,11 @@ class WorkerGroup(GroupBase):
 
     def _spawn(self, slot: str) -> Worker:
         worker_id = self.ids.take()
-        env = worker_env(self.spec, worker_id=worker_id, slot=slot, store=self.host.address)
+        # The group's slots are on the store's machine: each peer is reached there.
+        peers = [self.store_host] * len(self.desired)
+        env = worker_env(
+            self.spec, worker_id=worker_id, slot=slot, store=self.host.address, peers=peers
+        )
         return self._spawn_worker(slot, env, worker_id=worker_id, phase=WorkerPhase.STARTING)
 
     def _kill(self, worker: Worker, *, failed: bool = False) -> None:

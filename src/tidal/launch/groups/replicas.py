@@ -176,7 +176,8 @@ class ReplicaSet:
     def _spawn(self, slot: str) -> Worker:
         worker_id = self.ids.take()
         index = self.indices[slot]
-        env = worker_env(self.spec, worker_id=worker_id, slot=slot, store=self._store)
+        peers = [self._store.rsplit(":", 1)[0]] * len(self.desired)
+        env = worker_env(self.spec, worker_id=worker_id, slot=slot, store=self._store, peers=peers)
         if self._env_for is not None:
             env.update(self._env_for(slot, index))
         process = spawn_logged(

@@ -71,3 +71,12 @@ export function jobColour(id) {
 export function jobLink(id, text = id) {
   return h("a", { href: `#/jobs/${encodeURIComponent(id)}` }, text);
 }
+
+// A job's size in workers (processes): the server's count, or one worker a slot from a
+// server that does not send it.
+export function workerCounts(job) {
+  return job.worker_counts ?? {
+    now: job.workers, min: job.min_slots, max: job.max_slots, target: job.target_slots,
+    slots_per_worker: 1,
+  };
+}

@@ -3,7 +3,7 @@
 // logs are loaded once, or streamed while "follow" is ticked.
 import * as api from "./api.js";
 import { Chart, stepColumns } from "./charts.js";
-import { badge, clock, duration, fill, h, jobColour, timeCell } from "./dom.js";
+import { badge, clock, duration, fill, h, jobColour, timeCell, workerCounts } from "./dom.js";
 import { every, POLL_MS } from "./poll.js";
 
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
@@ -166,10 +166,15 @@ export function render(view, id) {
     el.reason.textContent = job.cancel_requested && !TERMINAL.has(job.state)
       ? `cancelling… ${job.reason}` : job.reason;
     const ran = job.started_at ? (job.finished_at ?? Date.now() / 1000) - job.started_at : null;
+    // Workers as users count them; the slots they hold only where a worker holds several.
+    const counts = workerCounts(job);
     fill(el.facts,
-      fact("Workers", h("span", { id: "workers-now", class: "big-num" }, job.workers),
-        h("span", { class: "muted" }, ` now · min ${job.min_slots} · max ${job.max_slots}`),
-        job.target_slots !== null ? h("div", { class: "muted small" }, `target ${job.target_slots}`) : null),
+      fact("Workers", h("span", { id: "workers-now", class: "big-num" }, counts.now),
+        h("span", { class: "muted" }, ` now · min ${counts.min} · max ${counts.max}`),
+        counts.target !== null ? h("div", { class: "muted small" }, `target ${counts.target}`) : null,
+        counts.slots_per_worker > 1
+          ? h("div", { class: "muted small" },
+            `${job.workers} slots held · ${counts.slots_per_worker} per worker`) : null),
       fact("Priority", h("span", { id: "priority-now", class: "big-num" }, job.priority)),
       fact("Reallocations", job.reallocations, h("div", { class: "muted small" }, `${job.restarts} restart(s)`)),
       fact("Submitted", clock(job.submitted_at)),

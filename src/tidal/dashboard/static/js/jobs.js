@@ -1,7 +1,7 @@
 // Jobs: every job with its state, priority, workers, progress and times; filtered here in
 // the browser, refreshed every POLL_MS.
 import * as api from "./api.js";
-import { badge, clock, duration, fill, h, jobColour, jobLink, timeCell } from "./dom.js";
+import { badge, clock, duration, fill, h, jobColour, jobLink, timeCell, workerCounts } from "./dom.js";
 import { every, POLL_MS } from "./poll.js";
 
 const STATES = ["queued", "running", "rescaling", "succeeded", "failed", "cancelled"];
@@ -28,11 +28,15 @@ function workersCell(job) {
       class: "bar-fill",
       style: `width:${(100 * job.workers) / job.max_slots}%;background:${jobColour(job.id)}`,
     }));
-  const target = job.target_slots !== null && job.target_slots !== job.workers
-    ? h("span", { class: "muted", title: "target" }, ` → ${job.target_slots}`) : null;
+  const counts = workerCounts(job);
+  const target = counts.target !== null && counts.target !== counts.now
+    ? h("span", { class: "muted", title: "target" }, ` → ${counts.target}`) : null;
+  const wide = counts.slots_per_worker > 1
+    ? h("span", { class: "muted", title: "slots (GPUs) per worker" }, ` ×${counts.slots_per_worker}`)
+    : null;
   return h("td", { class: "workers" },
-    h("span", { class: "num" }, `${job.workers}`), target,
-    h("span", { class: "muted" }, ` / ${job.min_slots}–${job.max_slots}`), bar);
+    h("span", { class: "num" }, `${counts.now}`), target,
+    h("span", { class: "muted" }, ` / ${counts.min}–${counts.max}`), wide, bar);
 }
 
 function progressCell(job, latest) {
