@@ -89,13 +89,15 @@ def test_unknown_policy_is_refused(tmp_path: Path) -> None:
     ],
 )
 def test_a_missing_path_is_a_usage_error_naming_its_flag(
-    traces: Path, tmp_path: Path, argv: list[str], flag: str
+    traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], flag: str
 ) -> None:
     (tmp_path / "workload-1.csv").write_text(WORKLOAD)
+    # Short relative paths: the error box wraps at 80 columns, a long path across lines.
+    monkeypatch.chdir(tmp_path)
     places = {
-        "missing": str(tmp_path / "nowhere"),
+        "missing": "nowhere",
         "profiles": str(traces / "pollux" / "profiles"),
-        "empty": str(tmp_path),
+        "empty": ".",
     }
     result = CliRunner().invoke(sim_app, [a.format(**places) for a in argv])
     assert result.exit_code == 2, result.output
