@@ -55,7 +55,11 @@ for i in range(torch.cuda.device_count()):
     p = torch.cuda.get_device_properties(i)
     print(f"  cuda:{i} {p.name}, {p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs")
 if torch.cuda.is_available():
-    print("NCCL", ".".join(map(str, torch.cuda.nccl.version())))
+    try:
+        version = torch.cuda.nccl.version()
+        print("NCCL", ".".join(map(str, version)) if isinstance(version, tuple) else version)
+    except Exception as exc:
+        print(f"NCCL: unknown ({exc})")
     print(f"cuDNN {torch.backends.cudnn.version()}")
 # What `tidal run`, its workers and the gpu tests import beyond torch.
 needed = {
@@ -87,7 +91,9 @@ EOF
     echo "pytest exit status: $tests"
 
     local left=$((TOTAL - SECONDS - 15))
-    local budget=$((left - 100))
+    [ "$left" -lt 90 ] && left=90
+    # The budget leaves room for one model's runs (about 30 s on a GPU) to finish.
+    local budget=$((left - 45))
     [ "$budget" -lt 60 ] && budget=60
     local quick=()
     [ "$DEVICE" = cpu ] && quick=(--quick)

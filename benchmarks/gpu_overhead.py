@@ -21,8 +21,10 @@ everything measured.
     PYTHONPATH=src:. python benchmarks/gpu_overhead.py --json gpu.json
     PYTHONPATH=src:. python benchmarks/gpu_overhead.py --device cpu --quick   # smoke run
 
-``--budget S`` starts no new trial (after the first) that the time spent so far says would
-end past ``S`` seconds, so a scripted check (``benchmarks/gpu_check.sh``) ends in time.
+``--budget S``: after the first trial, a model's runs of a trial are not started when the
+time spent so far plus what they took in the last trial would pass ``S`` seconds (the
+later trials may then cover only the first models), so that a scripted check
+(``benchmarks/gpu_check.sh``) ends in time.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ from common import PYTHON, ROOT, Proc, cleanup, env, median
 from gpu_models import MODELS, workload
 
 WORKER = str(ROOT / "benchmarks" / "gpu_worker.py")
+
+
+class Done(Exception):
+    """The time budget is spent: no more runs."""
 
 
 def systems(sync_every: str) -> list[str]:
@@ -196,9 +202,7 @@ def summarise(
     return out
 
 
-def table(
-    summary: dict[str, Any], names: list[str], info: dict[str, Any], trials: int, counted: int
-) -> str:
+def table(summary: dict[str, Any], names: list[str], info: dict[str, Any], counted: int) -> str:
     """The results at 80 columns (``counted``: the steps whose host syncs were counted)."""
     lines = []
     what = info.get("gpu") or f"CPU ({info.get('threads', '?')} torch threads per process)"
@@ -206,7 +210,10 @@ def table(
     if info.get("cuda"):
         versions += f", CUDA {info['cuda']}, NCCL {info.get('nccl', '?')}"
     lines.append(f"{what}; {versions}")
-    lines.append(f"median ms/step over {trials} trial(s); ratios are throughput (>1: tidal faster)")
+    # Trials that timed tidal, per model (a budget may leave the last trial short).
+    counts = sorted({len(e["ms_per_step"].get(names[2], [])) for e in summary.values()}) or [0]
+    over = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    lines.append(f"median ms/step over {over} trial(s); ratios are throughput (>1: tidal faster)")
     head = (
         f"{'model':<18}{'batch':>6}{'params':>8}{'plain':>8}{'DDP':>8}{'tidal':>8}"
         f"{'t/DDP':>7}{'t/plain':>8}{'syncs':>7}"
@@ -286,7 +293,7 @@ def main() -> None:
         elapsed = time.monotonic() - started
         if final:
             print()
-            print(table(summary, names, info, done, args.sync_steps))
+            print(table(summary, names, info, args.sync_steps))
             print(f"\n{done} trial(s) in {elapsed:.0f}s; {failures} failed run(s); logs in {out}")
         if args.json:
             document = {
@@ -314,14 +321,20 @@ def main() -> None:
     # A SIGTERM (a time limit) ends the run as Ctrl-C does: the job running now is
     # stopped with its whole process group, and what was measured is still reported.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # Seconds one model's runs of a trial took, to see whether the next fit the budget.
+    cost: dict[str, float] = {}
     try:
         for trial in range(trials):
-            elapsed = time.monotonic() - started
-            if args.budget and done and elapsed + elapsed / done > args.budget:
-                stopped = f"budget: {elapsed:.0f}s spent, a trial takes ~{elapsed / done:.0f}s"
-                print(f"stopping after {done} trial(s) ({stopped})", flush=True)
-                break
             for model in models:
+                elapsed = time.monotonic() - started
+                guess = cost.get(model, max(cost.values(), default=0.0))
+                if args.budget and trial and elapsed + guess > args.budget:
+                    stopped = (
+                        f"budget: {elapsed:.0f}s of {args.budget:.0f}s spent, {model}'s runs "
+                        f"take ~{guess:.0f}s"
+                    )
+                    raise Done
+                group = time.monotonic()
                 shift = trial % len(names)
                 for system in names[shift:] + names[:shift]:
                     result = run_one(system, model, args, out / f"t{trial}-{model}-{system}")
@@ -336,8 +349,11 @@ def main() -> None:
                             + f"  ({result['wall_s']:.0f}s)",
                             flush=True,
                         )
+                cost[model] = time.monotonic() - group
+                report(final=False)  # what a hard stop would otherwise lose
             done += 1
-            report(final=False)
+    except Done:
+        print(f"stopping in trial {done} ({stopped})", flush=True)
     except KeyboardInterrupt:
         stopped = f"interrupted in trial {done}"
         print(f"\n{stopped}; reporting the {done} complete trial(s) and the runs so far")

@@ -165,7 +165,8 @@ def environment(device: torch.device) -> dict[str, Any]:
         info["cuda"] = torch.version.cuda
         info["gpu"] = torch.cuda.get_device_name(device)
         try:
-            info["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+            version = torch.cuda.nccl.version()  # a tuple; an int in older torch
+            info["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else version
         except Exception as exc:  # a build without NCCL
             info["nccl"] = f"unknown ({exc})"
         info["peak_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20

@@ -83,31 +83,36 @@ def _assert_on_gpus(records: list[dict[str, object]]) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Final parameters of an uninterrupted world-1 run on NCCL, which must train every
-    step and every sample once and finish without a restart."""
-    tmp = tmp_path_factory.mktemp("reference")
+def world_1(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """An uninterrupted world-1 run on NCCL: its output folder and what it printed."""
+    tmp = tmp_path_factory.mktemp("world-1")
     started: list[Launch] = []
     try:
         launch, out = _run(started, tmp, "fixed", "1")
         assert launch.finish(timeout=240) == 0, launch.output()
-        output = launch.output()
+        return out, launch.output()
     finally:
         for item in started:
             item.close()
+
+
+@pytest.fixture(scope="module")
+def reference(world_1: tuple[Path, str]) -> Path:
+    """Final parameters of the world-1 run."""
+    return world_1[0] / "final.pt"
+
+
+def test_a_world_1_job_trains_on_nccl_and_finishes(world_1: tuple[Path, str]) -> None:
+    out, output = world_1
     assert "restarts: 0" in output, output
+    assert f"finished at step {STEPS}" in output, output
     records = steps(out)
     _assert_on_gpus(records)
     history = final_history(records)
     assert sorted(history) == list(range(1, STEPS + 1))
     assert {r["world"] for g in history.values() for r in g} == {1}
     assert_each_sample_once(history, DIGITS)
-    assert f"finished at step {STEPS}" in output, output
-    return out / "final.pt"
-
-
-def test_a_world_1_job_trains_on_nccl_and_finishes(reference: Path) -> None:
-    assert reference.exists()
+    assert (out / "final.pt").exists()
 
 
 def test_sigkill_resumes_from_the_checkpoint_on_the_gpu(
