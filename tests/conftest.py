@@ -29,3 +29,32 @@ def _root_logging_restored() -> Iterator[None]:
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+def _gpu_problem(needed: int) -> str | None:
+    """Why ``needed`` CUDA GPUs cannot be used here, or ``None`` if they can."""
+    import torch
+
+    if torch.version.cuda is None:
+        return f"needs CUDA: torch {torch.__version__} is a build without CUDA"
+    if not torch.cuda.is_available():
+        return f"needs CUDA: torch {torch.__version__} sees no GPU (torch.cuda.is_available())"
+    found = torch.cuda.device_count()
+    if found < needed:
+        return f"needs {needed} CUDA GPUs, {found} visible"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the tests marked ``gpu`` (``gpu(N)``: N GPUs, default 1) where CUDA or enough
+    GPUs are absent, saying which; torch loads only when such a test was collected."""
+    problems: dict[int, str | None] = {}
+    for item in items:
+        marker = item.get_closest_marker("gpu")
+        if marker is None:
+            continue
+        needed = int(marker.args[0]) if marker.args else 1
+        if needed not in problems:
+            problems[needed] = _gpu_problem(needed)
+        if problems[needed] is not None:
+            item.add_marker(pytest.mark.skip(reason=problems[needed]))

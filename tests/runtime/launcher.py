@@ -160,7 +160,7 @@ def assert_ranks_agree(history: dict[int, list[dict[str, Any]]]) -> None:
 
 def max_relative_difference(a: Path, b: Path) -> float:
     """Largest ``|x - y| / max(|y|)`` over the tensors of two saved state dicts."""
-    left, right = torch.load(a), torch.load(b)
+    left, right = torch.load(a, map_location="cpu"), torch.load(b, map_location="cpu")
     worst = 0.0
     for name, ref in right.items():
         diff = (left[name] - ref).abs().max().item() / max(ref.abs().max().item(), 1e-12)

@@ -166,6 +166,8 @@ def main() -> None:
                         "stepped": stepped,
                         "checksum": [flat.sum().item(), flat.abs().sum().item()],
                         "stall": state.last_rescale_stall,
+                        "backend": ctx.backend,
+                        "device": str(flat.device),
                         "time": time.time(),
                         "started": STARTED,
                     }
