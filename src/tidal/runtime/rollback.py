@@ -54,7 +54,9 @@ def copy_state(value: Any) -> Any:
 def scaler_state(scaler: torch.amp.GradScaler) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The scaler's scale and growth tracker, cloned where they are (on the device): no
     host synchronisation. ``None`` for what it has not created yet (before its first
-    ``scale()``)."""
+    ``scale()``, or ever when it is disabled)."""
+    if not scaler.is_enabled():
+        return None, None
     scale, tracker = scaler._scale, scaler._growth_tracker
     return (
         scale.detach().clone() if scale is not None else None,
@@ -67,6 +69,8 @@ def restore_scaler(
 ) -> None:
     """Put back what :func:`scaler_state` cloned (in place: a compiled step may hold the
     tensors). A scaler that had no scale yet gets none again, and creates it anew."""
+    if not scaler.is_enabled():
+        return
     scale, tracker = saved
     if scale is None or scaler._scale is None:
         scaler._scale = None if scale is None else scale.clone()
