@@ -41,7 +41,12 @@ from tidal.policy.goodput_model import model_to_dict, statistical_gain
 from tidal.runtime import batch_choice
 from tidal.runtime.batch_choice import BatchLimits, Configuration, Profile
 from tidal.runtime.context import WorkerContext
-from tidal.runtime.gradient_noise import GradientRecorder, NoiseScaleEstimator, adascale_gain
+from tidal.runtime.gradient_noise import (
+    GradientRecorder,
+    HostReading,
+    NoiseScaleEstimator,
+    adascale_gain,
+)
 from tidal.runtime.report import reporter
 
 log = logging.getLogger("tidal.runtime")
@@ -54,6 +59,8 @@ MIN_TIMING_SAMPLES = 3
 TIMING_WINDOW = 16
 #: Seconds between goodput reports to the launcher (rank 0).
 REPORT_INTERVAL = 2.0
+#: Steps' gradient norms kept while they travel from the device (older ones are dropped).
+_MAX_READINGS = 4
 
 
 class AdaptiveBatch:
@@ -103,6 +110,9 @@ class AdaptiveBatch:
         # norms are in the agreement in flight.
         self._step_stats: tuple[float, float, int, int] | None = None
         self._sent: tuple[float, float, int, int] | None = None
+        # Gradient norms on their way from the device, with (local batch, global batch,
+        # world, paired) of their step, oldest first.
+        self._readings: list[tuple[HostReading, int, int, int, bool]] = []
         if gradient_accumulation:
             loader.micro_batch_size = hi
 
@@ -124,17 +134,13 @@ class AdaptiveBatch:
         self._step_stats = None
         if self._global > 0:
             self.progress += self.gain()
-            local_sqr, global_sqr, cross = recorder.totals()
-            if world > 1 and global_sqr > 0 and self._local < self._global:
-                # Completed when the agreement brings every rank's local norm (absorb()).
-                self._step_stats = (local_sqr, global_sqr, self._global, world)
-            elif world == 1 and recorder.paired and recorder.previous_sqr > 0:
-                # Two successive steps of the same batch as two "workers".
-                small = (recorder.previous_sqr + local_sqr) / 2
-                big = (recorder.previous_sqr + local_sqr + 2 * cross) / 4
-                self.noise.update(small, self._global, big, 2 * self._global)
-            if world == 1:
-                recorder.previous_sqr = local_sqr
+            reading = recorder.totals_async()
+            self._readings.append((reading, self._local, self._global, world, recorder.paired))
+            # On a GPU the norms arrive a step or so later; never wait for them (a host
+            # synchronisation per step). On a CPU they are there at once.
+            while self._readings and self._readings[0][0].ready():
+                self._take(*self._readings.pop(0))
+            del self._readings[:-_MAX_READINGS]
             if self._last_end is not None:
                 key = self._config(world, self.loader.batch_size)
                 times = self.profile.setdefault(key, [])
@@ -148,6 +154,23 @@ class AdaptiveBatch:
         ):
             self._last_report = now
             self._report()
+
+    def _take(
+        self, reading: HostReading, local: int, global_: int, world: int, paired: bool
+    ) -> None:
+        """Use one step's gradient norms, now in host memory."""
+        recorder = self.recorder
+        local_sqr, global_sqr, cross = reading.values()
+        if world > 1 and global_sqr > 0 and local < global_:
+            # Completed when the agreement brings every rank's local norm (absorb()).
+            self._step_stats = (local_sqr, global_sqr, global_, world)
+        elif world == 1 and paired and recorder.previous_sqr > 0:
+            # Two successive steps of the same batch as two "workers".
+            small = (recorder.previous_sqr + local_sqr) / 2
+            big = (recorder.previous_sqr + local_sqr + 2 * cross) / 4
+            self.noise.update(small, global_, big, 2 * global_)
+        if world == 1:
+            recorder.previous_sqr = local_sqr
 
     def agreement_values(self) -> list[float]:
         """What this rank adds to the agreement all-reduce (a MAX): rank 0's batch decision
@@ -181,6 +204,7 @@ class AdaptiveBatch:
         self._pending = "world"
         self._last_end = None
         self._step_stats = self._sent = None
+        self._readings.clear()
         self.recorder.forget_previous()
 
     def on_epoch(self) -> None:
@@ -218,6 +242,7 @@ class AdaptiveBatch:
         self.loader.batch_size = int(batch)
         self._last_end = None
         self._gain_cache = None
+        self._readings.clear()
         self.recorder.forget_previous()
 
     # -- the model --------------------------------------------------------------------------

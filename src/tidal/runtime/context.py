@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from tidal.runtime.control import ControlChannel
 from tidal.runtime.env import ENV_STORE, ENV_WORKER_ID, RuntimeConfig
 from tidal.runtime.rendezvous import (
     Generation,
@@ -74,6 +75,9 @@ class WorkerContext:
         self.rank = 0
         self.world_size = 1
         self.group: dist.ProcessGroup | None = None
+        #: The generation's control channel (a CPU gloo group beside :attr:`group`): the
+        #: membership agreement and the failure check run there, never on the GPU stream.
+        self.control: ControlChannel | None = None
         #: The job's :class:`~tidal.runtime.parallel.ElasticDataParallel`, once built: the
         #: loader tells it each step's batch share (typed loosely: parallel imports us).
         self.parallel: Any = None
@@ -152,11 +156,21 @@ class WorkerContext:
             world_size=len(generation.members),
             timeout=timedelta(seconds=self.config.timeout),
         )
+        # Same store, a prefix of its own. If it cannot form, teardown() finds the main
+        # group initialised and leaves it.
+        control = ControlChannel(
+            self.rendezvous.store,
+            generation.number,
+            rank,
+            len(generation.members),
+            timeout=self.config.timeout,
+        )
         with self._lock:
             self.generation = generation
             self.rank = rank
             self.world_size = len(generation.members)
             self.group = dist.group.WORLD
+            self.control = control
             self.failed = False
             self.failure = None
             self._broken_gen = None
@@ -174,6 +188,15 @@ class WorkerContext:
         """Leave the current process group (if any). Safe to call twice."""
         with self._lock:
             group, self.group = self.group, None
+            control, self.control = self.control, None
+        if control is not None:
+            if self.failed:
+                # A control collective may be blocked on the dead peer: abort it, and let
+                # the group's threads go off this thread once they have given up.
+                control.abort()
+                drop_later(control, after=self.config.timeout + 1.0)
+            else:
+                control.close()
         if group is None and not dist.is_initialized():
             return
         try:

@@ -103,8 +103,9 @@ class GradientRecorder:
     ``before`` runs on the bucket as the hook receives it (this rank's gradient, before
     weighting and all-reduce); ``after`` on the reduced bucket, on the communication
     thread. Each adds one dot product per bucket, kept as a tensor: on a GPU, reading it
-    in the hook would stall the backward pass, so the sums are read once per step, in
-    :meth:`totals`, after the backward pass is over anyway.
+    in the hook would stall the backward pass. :meth:`totals_async` sums them on the device
+    and starts their copy to host memory, read once it has arrived (:class:`HostReading`):
+    the host never waits for the GPU.
     """
 
     def __init__(self, context: WorkerContext) -> None:
@@ -161,18 +162,47 @@ class GradientRecorder:
             self.last_done = time.perf_counter()
         return tensor
 
-    def totals(self) -> tuple[float, float, float]:
-        """This step's squared norms: local, global (reduced), and the cross term with the
-        previous step's gradient (alone)."""
-
-        def total(parts: list[torch.Tensor]) -> float:
-            return float(torch.stack(parts).sum()) if parts else 0.0
-
+    def totals_async(self) -> HostReading:
+        """This step's squared norms, on their way to host memory: local, global (reduced),
+        and the cross term with the previous step's gradient (alone)."""
         with self._lock:
-            return total(self._local), total(self._global), total(self._cross)
+            groups = (self._local, self._global, self._cross)
+            sums = [torch.stack(parts).sum() for parts in groups if parts]
+        if len(sums) < len(groups):
+            device = sums[0].device if sums else torch.device("cpu")
+            zero = torch.zeros((), dtype=torch.float32, device=device)
+            sums = [torch.stack(parts).sum() if parts else zero for parts in groups]
+        return HostReading(torch.stack([s.to(torch.float64) for s in sums]))
 
     @property
     def sync_time(self) -> float:
         """Communication not hidden behind the backward pass: from the last bucket being
         ready to the last all-reduce being done (when the host saw them)."""
         return max(0.0, self.last_done - self.last_hook) if self.last_done else 0.0
+
+
+class HostReading:
+    """Device values copied to host memory without blocking the host: the copy goes to
+    pinned memory behind the GPU's queued work, and :meth:`ready` says (without waiting)
+    whether it has landed. CPU tensors are ready at once."""
+
+    def __init__(self, values: torch.Tensor) -> None:
+        self._event: torch.cuda.Event | None = None
+        if values.device.type == "cuda":
+            host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            host.copy_(values, non_blocking=True)
+            self._event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            self._event.record()
+            values = host
+        self._host = values
+
+    def ready(self) -> bool:
+        """Whether :meth:`values` can be read without waiting for the device."""
+        return self._event is None or bool(self._event.query())  # type: ignore[no-untyped-call]
+
+    def values(self) -> tuple[float, float, float]:
+        """The three values (waits for the copy if it has not landed yet)."""
+        if self._event is not None:
+            self._event.synchronize()
+        local, global_, cross = self._host.tolist()
+        return float(local), float(global_), float(cross)

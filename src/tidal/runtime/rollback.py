@@ -10,7 +10,12 @@ it committed must be put back as it was at the last step boundary. Two kinds of 
   (``lr``, ``betas``, ``weight_decay`` ... that ``scheduler.step()`` or the adaptive learning
   rate write for the *next* step), the scheduler, the loader's position and adaptive batch
   state, torch's random number generators, :attr:`State.extras` and the extra stateful
-  objects. These are small, so a :class:`StepSnapshot` copies them at every step boundary.
+  objects. These are small, so a :class:`StepSnapshot` copies them at every step boundary,
+  with :func:`copy_state` (a structural copy that shares immutable values: several times
+  cheaper than ``copy.deepcopy``, which the boundary paid on every step);
+* **a mixed-precision ``GradScaler``**: its scale and growth tracker are device tensors,
+  cloned on the device (:func:`scaler_state`): ``GradScaler.state_dict()`` would read the
+  scale back to the host, a synchronisation with the GPU at every step.
 """
 
 from __future__ import annotations
@@ -24,6 +29,57 @@ from typing import Any
 import torch
 
 from tidal.runtime.context import WorkerContext
+
+_IMMUTABLE = (int, float, bool, str, bytes, complex, type(None))
+
+
+def copy_state(value: Any) -> Any:
+    """A copy of a ``state_dict``-like value that no later step can change: containers
+    rebuilt, tensors cloned, immutable values shared (what ``copy.deepcopy`` would give,
+    without its memo bookkeeping; other objects are deep-copied)."""
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
+    if kind is dict:
+        return {key: copy_state(item) for key, item in value.items()}
+    if kind is list:
+        return [copy_state(item) for item in value]
+    if kind is tuple:
+        return tuple(copy_state(item) for item in value)
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    return copy.deepcopy(value)
+
+
+def scaler_state(scaler: torch.amp.GradScaler) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The scaler's scale and growth tracker, cloned where they are (on the device): no
+    host synchronisation. ``None`` for what it has not created yet (before its first
+    ``scale()``, or ever when it is disabled)."""
+    if not scaler.is_enabled():
+        return None, None
+    scale, tracker = scaler._scale, scaler._growth_tracker
+    return (
+        scale.detach().clone() if scale is not None else None,
+        tracker.detach().clone() if tracker is not None else None,
+    )
+
+
+def restore_scaler(
+    scaler: torch.amp.GradScaler, saved: tuple[torch.Tensor | None, torch.Tensor | None]
+) -> None:
+    """Put back what :func:`scaler_state` cloned (in place: a compiled step may hold the
+    tensors). A scaler that had no scale yet gets none again, and creates it anew."""
+    if not scaler.is_enabled():
+        return
+    scale, tracker = saved
+    if scale is None or scaler._scale is None:
+        scaler._scale = None if scale is None else scale.clone()
+    else:
+        scaler._scale.copy_(scale)
+    if tracker is None or scaler._growth_tracker is None:
+        scaler._growth_tracker = None if tracker is None else tracker.clone()
+    else:
+        scaler._growth_tracker.copy_(tracker)
 
 
 def _copy_value(value: Any) -> Any:
@@ -85,6 +141,7 @@ class StepSnapshot:
     objects: dict[str, Any]
     extras: dict[str, Any]
     rng: dict[str, Any]
+    scaler: tuple[torch.Tensor | None, torch.Tensor | None] | None = None
 
 
 def skip_failed_steps(

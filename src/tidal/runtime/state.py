@@ -1,10 +1,8 @@
 """The training state and the step boundary, where membership changes happen.
 
-``State.step()`` commits the step, then takes part in the agreement collective: each rank
-contributes the newest generation number its watcher has seen and the ranks take the
-maximum, so they all learn of a change at the same step and switch there together. The
-collective is started asynchronously at one step and waited for at the next, so it overlaps
-with the step's compute instead of adding a round trip to it.
+``State.step()`` commits the step, then takes part in the membership agreement (see
+:mod:`tidal.runtime.agreement`), on the generation's control channel: the ranks all learn
+of a change at the same step and switch there together.
 
 Failure: when a gradient all-reduce breaks, the optimizer step is skipped (model and
 optimizer stay as committed), the small per-step state is rolled back, and the survivors
@@ -15,8 +13,6 @@ redone.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import logging
 import random
 import time
@@ -25,10 +21,10 @@ from typing import Any, NoReturn, Protocol
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from tidal.runtime import checkpoint, rollback
 from tidal.runtime.adaptive import AdaptiveBatch
+from tidal.runtime.agreement import Agreement
 from tidal.runtime.context import PeerLost, WorkerContext, current
 from tidal.runtime.data import ElasticDataLoader
 from tidal.runtime.leaving import exit_released
@@ -54,6 +50,11 @@ class State:
     Pass the model, optimizer, loader and LR scheduler you train with (and any other object
     with ``state_dict``/``load_state_dict`` as a keyword); put plain values you want kept in
     :attr:`extras`. Call :meth:`step` once per optimizer step, after ``optimizer.step()``.
+
+    With mixed precision, pass the ``torch.amp.GradScaler`` as ``scaler``: its scale
+    travels with the state (to newcomers and into checkpoints) and is put back with a
+    failed step. A step whose gradients the scaler found inf/NaN (it skips
+    ``optimizer.step()``) is a step like any other, with no update.
     """
 
     def __init__(
@@ -63,6 +64,7 @@ class State:
         loader: ElasticDataLoader | None = None,
         scheduler: Stateful | None = None,
         *,
+        scaler: torch.amp.GradScaler | None = None,
         checkpoint_dir: str | None = None,
         checkpoint_every_steps: int | None = None,
         checkpoint_every_seconds: float | None = None,
@@ -75,6 +77,7 @@ class State:
         self.optimizer = optimizer
         self.loader = loader
         self.scheduler = scheduler
+        self.scaler = scaler
         self.objects = dict(objects)
         #: Plain values kept with the state (must be picklable).
         self.extras: dict[str, Any] = {}
@@ -95,7 +98,7 @@ class State:
         self._epoch = 0
         self._has_state = False
         self._commit: StepSnapshot | None = None
-        self._flag: tuple[torch.futures.Future[Any], torch.Tensor] | None = None
+        self._agreement = Agreement(self.context)
         self._last_checkpoint_time = time.monotonic()
         self._last_checkpoint_step = 0
         #: Seconds from the end of the last step at the old size to the first at the new.
@@ -132,13 +135,7 @@ class State:
     def finish(self) -> None:
         """Complete the agreement collective still in flight (every rank started it), so
         the process can leave its group cleanly. :meth:`epochs` calls it at the end."""
-        if self._flag is None:
-            return
-        future, _ = self._flag
-        self._flag = None
-        # Training is over: a peer that already left changes nothing.
-        with contextlib.suppress(PeerLost):
-            self.context.wait(future)
+        self._agreement.finish()
 
     def start(self) -> None:
         """Join the job (waiting to be admitted if it already runs) and adopt its state."""
@@ -184,33 +181,7 @@ class State:
     # -- agreement ----------------------------------------------------------------------
 
     def _agree(self) -> int | None:
-        context = self.context
-        assert context.generation is not None
-        decided: int | None = None
-        adaptive = self._adaptive
-        if self._flag is not None:
-            future, seen = self._flag
-            self._flag = None
-            context.wait(future)
-            if int(seen[0].item()) > context.generation.number:
-                decided = int(seen[0].item())
-            if adaptive is not None:
-                # Rank 0's batch decision and every rank's gradient norm: the same on all
-                # ranks, applied at the same step everywhere.
-                adaptive.absorb(seen[1:].tolist())
-        if decided is None and self.global_step % context.config.sync_every == 0:
-            if adaptive is None:
-                seen = torch.tensor([context.latest_seen], dtype=torch.long, device=context.device)
-            else:
-                # float64 holds generation numbers and batch sizes exactly.
-                values = [float(context.latest_seen), *adaptive.agreement_values()]
-                seen = torch.tensor(values, dtype=torch.float64, device=context.device)
-            work = dist.all_reduce(seen, op=dist.ReduceOp.MAX, async_op=True)
-            assert work is not None
-            # Guarded from the start, so close() knows it is in flight: a process that
-            # exits with a collective pending aborts (SIGABRT) instead of exiting cleanly.
-            self._flag = (context.guard(work.get_future(), lambda: None), seen)
-        return decided
+        return self._agreement.exchange(self.global_step, self._adaptive)
 
     def _switch(self, number: int) -> None:
         context = self.context
@@ -236,7 +207,7 @@ class State:
         exit_released()
 
     def _detach(self) -> None:
-        self._flag = None
+        self._agreement.drop()
         if isinstance(self.model, ElasticDataParallel):
             self.model.release()
         self.context.teardown()
@@ -274,33 +245,8 @@ class State:
         return 0 if set(generation.members) - set(previous.members) else None
 
     def _newest_state(self) -> int | None:
-        """After a failure: the rank holding the newest committed state (the lowest such
-        rank), or ``None`` when every member already holds the same one (all at the same
-        step, no newcomer), so that nothing needs to be sent.
-
-        Survivors differ by at most the broken step: with a ring all-reduce one rank can
-        complete the step's gradient sync (and commit the step on the full gradient) while
-        another's fails. The step's update is then the same wherever it was committed, so
-        the others adopt it: taking rank 0's older state instead would make the ranks that
-        committed the step train it a second time."""
-        world, rank = self.context.world_size, self.context.rank
-        step = self.global_step if self._has_state else -1
-        # One all-reduce (max) answers both: the newest step with, among its holders, the
-        # lowest rank (the key's low digits), and the oldest step (negated).
-        key = (step + 1) * world + (world - 1 - rank)
-        values = torch.tensor(
-            [key, -step, 0 if self._has_state else 1], dtype=torch.long, device=self.context.device
-        )
-        work = dist.all_reduce(values, op=dist.ReduceOp.MAX, async_op=True)
-        assert work is not None
-        self.context.wait(work.get_future())
-        newest_key, lowest, missing = (int(v) for v in values.tolist())
-        newest = newest_key // world - 1
-        if newest == -lowest and missing == 0:
-            return None
-        if newest < 0:
-            return 0  # nobody holds a state: rank 0 resumes from the checkpoint
-        return world - 1 - newest_key % world
+        """After a failure: the rank whose committed state is newest (``None``: all equal)."""
+        return self._agreement.newest_state(self.global_step, self._has_state)
 
     def _sync(self, source: int) -> None:
         context = self.context
@@ -343,11 +289,12 @@ class State:
             global_step=self.global_step,
             epoch=self._epoch,
             loader=self.loader.state_dict() if self.loader is not None else None,
-            scheduler=copy.deepcopy(self.scheduler.state_dict()) if self.scheduler else None,
+            scheduler=rollback.copy_state(self.scheduler.state_dict()) if self.scheduler else None,
             hyperparameters=rollback.hyperparameters(self.optimizer) if self.optimizer else None,
-            objects={name: copy.deepcopy(o.state_dict()) for name, o in self.objects.items()},
-            extras=copy.deepcopy(self.extras),
+            objects={name: rollback.copy_state(o.state_dict()) for name, o in self.objects.items()},
+            extras=rollback.copy_state(self.extras),
             rng=rollback.rng_state(),
+            scaler=rollback.scaler_state(self.scaler) if self.scaler is not None else None,
         )
 
     def _restore_snapshot(self) -> None:
@@ -359,14 +306,16 @@ class State:
         if self.loader is not None and commit.loader is not None:
             self.loader.load_state_dict(commit.loader)
         if self.scheduler is not None and commit.scheduler is not None:
-            self.scheduler.load_state_dict(copy.deepcopy(commit.scheduler))
+            self.scheduler.load_state_dict(rollback.copy_state(commit.scheduler))
         if self.optimizer is not None and commit.hyperparameters is not None:
             # scheduler.step() already wrote the next step's lr, betas ... into the groups;
             # the scheduler's own state does not hold them.
             rollback.restore_hyperparameters(self.optimizer, commit.hyperparameters)
         for name, obj in self.objects.items():
-            obj.load_state_dict(copy.deepcopy(commit.objects[name]))
-        self.extras = copy.deepcopy(commit.extras)
+            obj.load_state_dict(rollback.copy_state(commit.objects[name]))
+        self.extras = rollback.copy_state(commit.extras)
+        if self.scaler is not None and commit.scaler is not None:
+            rollback.restore_scaler(self.scaler, commit.scaler)
         rollback.restore_rng(commit.rng)
 
     # -- state and checkpoints ----------------------------------------------------------
@@ -379,6 +328,8 @@ class State:
             "model": self.model.state_dict() if self.model is not None else None,
             "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            # Reads the scale from the device: at a rescale or a checkpoint, not per step.
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "loader": self.loader.state_dict() if self.loader is not None else None,
             "objects": {name: obj.state_dict() for name, obj in self.objects.items()},
             "extras": self.extras,
@@ -400,6 +351,8 @@ class State:
             self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state["scheduler"] is not None:
             self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         if self.loader is not None and state["loader"] is not None:
             self.loader.load_state_dict(state["loader"])
         for name, obj in self.objects.items():
