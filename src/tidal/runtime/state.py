@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import logging
 import random
 import time
@@ -429,8 +430,18 @@ class State:
         due_time = (
             every_seconds > 0 and time.monotonic() - self._last_checkpoint_time >= every_seconds
         )
-        if due_steps or due_time:
+        if not (due_steps or due_time):
+            return
+        try:
             self.save_checkpoint()
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # A full disk costs this checkpoint, not the training: the next one is tried
+            # when it is due again, and the latest complete one stays.
+            log.warning("checkpoint at step %d skipped: %s", self.global_step, exc)
+            self._last_checkpoint_time = time.monotonic()
+            self._last_checkpoint_step = self.global_step
 
     def _resume_from_checkpoint(self) -> None:
         if self.checkpoint_dir is None:
