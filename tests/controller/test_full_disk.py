@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.controller.fakes import FakeBackend, GreedyPolicy
-from tests.controller.tmpfs import fill, mounted_tmpfs
+from tests.tmpfs import fill, mounted_tmpfs
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop.controller import Controller
 from tidal.controller.routes.auth import ensure_token

@@ -434,8 +434,8 @@ class State:
             return
         try:
             self.save_checkpoint()
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        except Exception as exc:
+            if not _disk_full(exc):
                 raise
             # A full disk costs this checkpoint, not the training: the next one is tried
             # when it is due again, and the latest complete one stays.
@@ -450,3 +450,16 @@ class State:
         if state is not None:
             self.load_state_dict(state)
             self._last_checkpoint_step = self.global_step
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether ``error`` or one it was raised from is a full disk (torch's writer reports
+    one as a ``RuntimeError`` raised from the ``OSError``)."""
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
