@@ -132,7 +132,7 @@ class Controller:
                 error = exc
                 self.metrics.tick_failures.inc()
             outcome = after_tick(failing, self._cause(error), began, interval)
-            self._report(outcome.report, error, failing, outcome.failing, began)
+            self._report(outcome.report, error, failing, began)
             failing = outcome.failing
             took = time.monotonic() - began
             if outcome.wait is not None:
@@ -147,20 +147,21 @@ class Controller:
                 self._stop.wait(gap - (time.monotonic() - began - took))
 
     def _cause(self, error: Exception | None) -> str | None:
-        """Why a tick failed, in a line: the outage it reports, else the error."""
+        """What a tick failed of, for telling one failure from another: the outage's kind
+        and place (its wording varies: a database refusing, then gone), else the error's
+        type."""
         if error is None:
             return None
         outage = outage_of(error)
         if outage is not None:
-            return outage.describe(self.store.location)
-        return f"{type(error).__name__}: {error}"
+            return f"{outage.kind.value}: {outage.path or self.store.location}"
+        return type(error).__name__
 
-    @staticmethod
     def _report(
+        self,
         report: Report,
         error: Exception | None,
         before: Failing | None,
-        after: Failing | None,
         now: float,
     ) -> None:
         """Log what :func:`~tidal.controller.loop.backoff.after_tick` says is news: a
@@ -171,13 +172,18 @@ class Controller:
                 before.count,
                 now - before.since,
             )
-        elif report in (Report.STARTED, Report.CHANGED) and after is not None:
-            bug = error is not None and outage_of(error) is None
+        elif report in (Report.STARTED, Report.CHANGED) and error is not None:
+            outage = outage_of(error)
+            cause = (
+                outage.describe(self.store.location)
+                if outage is not None
+                else f"{type(error).__name__}: {error}"
+            )
             log.warning(
                 "controller ticks fail (%s); retrying with backoff, requests are applied "
                 "once a tick succeeds",
-                after.cause,
-                exc_info=error if bug else None,
+                cause,
+                exc_info=error if outage is None else None,
             )
 
     def _next_wait(self, interval: float) -> float:

@@ -168,8 +168,7 @@ class ErrorResponses:
     def _outage_response(self, outage: Outage) -> Response:
         advice = "free space there" if outage.kind is OutageKind.DISK_FULL else "wait"
         message = (
-            f"{outage.describe(self.store_location)}; nothing was recorded: {advice} and "
-            "try again"
+            f"{outage.describe(self.store_location)}; nothing was recorded: {advice} and try again"
         )
         now = time.monotonic()
         with self._log_lock:
