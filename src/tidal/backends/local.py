@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from tidal.launch.agent import (
     ENV_AGENT_TREE,
+    KEY_BYE,
     KEY_REPORTS,
     KEY_STATUS,
     KEY_STOP,
@@ -288,10 +289,14 @@ class LocalBackend:
             if agent.died is not None:
                 statuses[job_id] = agent.died
                 continue
+            alive = _pid_alive(agent)
+            if not alive:
+                # Nothing serves its store any more: a call would only fail (and torch
+                # logs each such failure as a warning of many lines).
+                agent.store, agent.reports = None, None
             # Reports first: reading the final status lets go of the agent's store.
             reports[job_id] = self._reports(agent)
             status = self._read(agent)
-            alive = _pid_alive(agent)
             if status is not None:
                 agent.last = status
             if agent.last is None:
@@ -375,8 +380,7 @@ class LocalBackend:
     def _read(self, agent: _Agent) -> AgentStatus | None:
         final = final_path(self.state_dir, agent.job_id)
         if final.exists():
-            # The agent is done with its store; reading a closed store only adds noise.
-            agent.store = None
+            self._let_go(agent)
             return AgentStatus.from_json(final.read_text())
         if agent.store is None:
             return None
@@ -386,6 +390,16 @@ class LocalBackend:
         except Exception:  # the agent (and its store) is gone
             agent.store = None
         return None
+
+    @staticmethod
+    def _let_go(agent: _Agent) -> None:
+        """The agent ended: drop its store, then tell it so (:data:`KEY_BYE`), in that
+        order, so no call reaches its store after it closed (each such call logs a
+        multi-line warning of torch's)."""
+        store, agent.store, agent.reports = agent.store, None, None
+        if store is not None:
+            with contextlib.suppress(Exception):  # gone already (its wait timed out)
+                store.set(KEY_BYE, "1")
 
     def log_paths(self, job_id: str) -> Mapping[int, Path]:
         """Each worker's log file by worker id."""
@@ -398,6 +412,8 @@ class LocalBackend:
         deadline = time.monotonic() + grace
         for agent in list(self._agents.values()):
             while _pid_alive(agent) and time.monotonic() < deadline:
+                if final_path(self.state_dir, agent.job_id).exists():
+                    self._let_go(agent)  # it waits for that before it exits
                 time.sleep(0.02)
             if _pid_alive(agent):
                 with contextlib.suppress(ProcessLookupError):

@@ -11,6 +11,9 @@ The agent and the backend talk through the job's store (keys under ``agent/``):
 ``agent/status``  JSON :class:`AgentStatus`, written by the agent when it changes
 ``agent/report/`` a :class:`~tidal.runtime.rendezvous.ReportQueue` of the workers' report
                   batches (metrics, goodput), passed on as they arrive
+``agent/bye``     written by the backend once it read the final status: the agent may
+                  close its store (a client still talking to a closed store logs a
+                  warning of many lines)
 
 The agent runs its group through :class:`~tidal.launch.driver.GroupDriver`, as the Ray
 backend does in a thread. It never replaces a failed worker by itself: the controller
@@ -52,6 +55,10 @@ ENV_AGENT_TREE = "TIDAL_AGENT_TREE"
 KEY_ASSIGN = "agent/assign"
 KEY_STOP = "agent/stop"
 KEY_STATUS = "agent/status"
+KEY_BYE = "agent/bye"
+#: How long an ended agent waits for the backend to let go of its store: a backend busy
+#: starting other jobs may not poll for a while, and none may watch at all.
+BYE_TIMEOUT_S = 30.0
 #: The agent's queue of report batches for the backend (the workers' own queue, which the
 #: agent drains, is :data:`tidal.runtime.report.REPORT_PREFIX`).
 KEY_REPORTS = "agent/report/"
@@ -260,9 +267,21 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
     text = json.dumps(asdict(AgentStatus.of(final, assign_seq=control.seq, ended=True)))
     _write_atomic(final_path(state_dir, config.job_id), text)
     record_path(state_dir, config.job_id).unlink(missing_ok=True)
-    # Give a backend polling right now the chance to read the final status from the store.
-    time.sleep(0.2)
+    _await_bye(control.store)
     return 0
+
+
+def _await_bye(store: dist.Store) -> None:
+    """Keep the store served until the backend has read the final status and let go of
+    it (:data:`KEY_BYE`), or :data:`BYE_TIMEOUT_S` passed (no backend watches)."""
+    deadline = time.monotonic() + BYE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            if store.check([KEY_BYE]):
+                return
+        except Exception:  # the store itself failed: nobody can be told anything
+            return
+        time.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> int:
