@@ -46,6 +46,7 @@ from tidal.launch.api import (
     read_reports,
     worker_logs,
 )
+from tidal.launch.file_modes import user_umask
 from tidal.launch.process import kill_marked
 from tidal.launch.slot_names import format_slot
 from tidal.policy.api import Slot
@@ -183,6 +184,7 @@ class LocalBackend:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # outlives the controller
                 env={**os.environ, ENV_AGENT_TREE: tree},
+                umask=user_umask(),  # the agent makes its own files private itself
             )
         agent = _Agent(config.job_id, process.pid, None, log_dir, process=process, tree=tree)
         self._agents[config.job_id] = agent

@@ -41,6 +41,7 @@ import torch.distributed as dist
 from tidal.launch.agent_config import AgentConfig
 from tidal.launch.api import JobStatus, WorkerState, WorkerStatus
 from tidal.launch.driver import GroupDriver
+from tidal.launch.file_modes import private_files
 from tidal.launch.slot_names import format_slots, status_slots
 from tidal.launch.warm import WarmSpawner, script_imports, warm_pool_size
 from tidal.launch.worker import worker_spec
@@ -292,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = AgentConfig.from_json(args.config.read_text())
-    return serve(config, args.state_dir)
+    # Its records and the workers' logs are private; the workers get the user's umask.
+    with private_files():
+        return serve(config, args.state_dir)
 
 
 if __name__ == "__main__":
