@@ -91,6 +91,10 @@ def test_a_full_disk_is_a_507_and_everything_resumes_after(
             f"disk full: no space left on the disk holding {data / 'tidal.db'} "
         ), body
         assert "nothing was recorded" in body["detail"]
+    # One line in the server's log for the three, not a traceback each.
+    api = [r for r in caplog.records if r.name == "tidal.controller.routes.limits"]
+    assert len(api) == 1 and api[0].exc_info is None, [r.getMessage() for r in api]
+    assert api[0].getMessage().startswith("a request could not be recorded: disk full: ")
     # Reads go on.
     assert http.get("/health").status_code == 200
     assert [j["id"] for j in http.get("/jobs").json()] == [job]

@@ -170,12 +170,15 @@ class ErrorResponses:
         message = (
             f"{outage.describe(self.store_location)}; nothing was recorded: {advice} and try again"
         )
+        # One outage is one line, however its wording varies (a database refusing, then
+        # its socket gone): told apart by kind and place.
+        key = f"{outage.kind.value}: {outage.path or self.store_location}"
         now = time.monotonic()
         with self._log_lock:
             last = self._logged
-            fresh = last is None or last[0] != message or now - last[1] > _OUTAGE_LOG_EVERY_S
+            fresh = last is None or last[0] != key or now - last[1] > _OUTAGE_LOG_EVERY_S
             if fresh:
-                self._logged = (message, now)
+                self._logged = (key, now)
         if fresh:
             log.warning("a request could not be recorded: %s", message)
         if outage.kind is OutageKind.DISK_FULL:
