@@ -27,6 +27,7 @@ import torch.distributed as dist
 from tidal.launch.agent import (
     ENV_AGENT_TREE,
     KEY_BYE,
+    KEY_FINAL,
     KEY_REPORTS,
     KEY_STATUS,
     KEY_STOP,
@@ -388,7 +389,13 @@ class LocalBackend:
             return None
         try:
             if agent.store.check([KEY_STATUS]):
-                return AgentStatus.from_json(agent.store.get(KEY_STATUS))
+                status = AgentStatus.from_json(agent.store.get(KEY_STATUS))
+                if status.outcome is not None and agent.store.check([KEY_FINAL]):
+                    # Over, and its final file not written (a full disk): the same
+                    # status from the store; the agent waits to be let go of.
+                    status = AgentStatus.from_json(agent.store.get(KEY_FINAL))
+                    self._let_go(agent)
+                return status
         except Exception:  # the agent (and its store) is gone
             agent.store = None
         return None

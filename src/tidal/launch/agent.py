@@ -11,6 +11,7 @@ The agent and the backend talk through the job's store (keys under ``agent/``):
 ``agent/status``  JSON :class:`AgentStatus`, written by the agent when it changes
 ``agent/report/`` a :class:`~tidal.runtime.rendezvous.ReportQueue` of the workers' report
                   batches (metrics, goodput), passed on as they arrive
+``agent/final``   the final status, written once the group ended (as ``<job>.final.json``)
 ``agent/bye``     written by the backend once it read the final status: the agent may
                   close its store (a client still talking to a closed store logs a
                   warning of many lines)
@@ -56,6 +57,7 @@ ENV_AGENT_TREE = "TIDAL_AGENT_TREE"
 KEY_ASSIGN = "agent/assign"
 KEY_STOP = "agent/stop"
 KEY_STATUS = "agent/status"
+KEY_FINAL = "agent/final"
 KEY_BYE = "agent/bye"
 #: How long an ended agent waits for the backend to let go of its store: a backend busy
 #: starting other jobs may not poll for a while, and none may watch at all.
@@ -182,7 +184,11 @@ def final_path(state_dir: Path, job_id: str) -> Path:
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(text)
+    try:
+        tmp.write_text(text)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 
@@ -266,7 +272,13 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
     if spawner is not None:
         spawner.close()
     text = json.dumps(asdict(AgentStatus.of(final, assign_seq=control.seq, ended=True)))
-    _write_atomic(final_path(state_dir, config.job_id), text)
+    # In the store too, where the backend finds it should the file not be written.
+    control.store.set(KEY_FINAL, text)
+    try:
+        _write_atomic(final_path(state_dir, config.job_id), text)
+    except OSError as exc:
+        # A full disk: the backend reads the same final status from the store.
+        log.warning("job=%s: final status not written (%s)", config.job_id, exc)
     record_path(state_dir, config.job_id).unlink(missing_ok=True)
     _await_bye(control.store)
     return 0
