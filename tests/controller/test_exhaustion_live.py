@@ -117,9 +117,10 @@ def test_a_full_data_dir_costs_writes_only_and_everything_resumes(tmp_path: Path
             stop_server(server)
         assert server.returncode == 0
         log = _server_log(tmp_path)
-        # The loop said it once when it began failing, once when it recovered.
-        assert log.count("controller ticks fail (disk full: ") == 1, log
-        assert log.count("controller ticks succeed again") == 1, log
+        # The loop said it when it began failing and when it recovered, not a tick: a
+        # few times at most (a checkpoint that gave its space back may let a tick pass).
+        failed = log.count("controller ticks fail (disk full: ")
+        assert 1 <= failed == log.count("controller ticks succeed again") <= 3, log
         assert "Traceback" not in log, log
 
 
@@ -140,13 +141,13 @@ def test_postgresql_stopped_under_a_running_job(tmp_path: Path) -> None:
                     assert refused.json()["cause"] == "unavailable"
                     assert refused.json()["detail"].startswith("store unavailable: postgresql")
                     assert http.get("/health").status_code == 200
-                    # Long enough for the loop's wait to reach its cap (0.5+1+2+4+5 s).
+                    # Down for tens of seconds: the loop's wait reaches its cap (0.5+1+2+4+5 s).
                     until(
                         lambda: _server_log(tmp_path).count("controller ticks fail") == 1,
                         60,
                         "the loop to notice",
                     )
-                    _advances(steps, 150, "steps while the database is down")
+                    _advances(steps, 400, "steps while the database is down")
                 finally:
                     postgres.start()
                 # The pool's connections are tested before use: the next request works.
