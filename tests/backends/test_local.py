@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.backends.conformance import BackendConformance, Harness
+from tests.tmpfs import fill, mounted_tmpfs
 from tidal.backends.local import LocalBackend
 from tidal.launch.api import JobLaunch, WorkerState
 
@@ -213,4 +214,30 @@ def test_a_new_backend_numbers_its_orders_past_one_the_agent_took_but_had_not_re
     finally:
         backends[-1].stop("plain")
         for backend in reversed(backends):
+            backend.close()
+
+
+def test_a_job_that_ends_on_a_full_disk_is_reported_ended(tmp_path: Path) -> None:
+    """The agent cannot write its final status file (the data dir's disk is full): the
+    backend reads the same status from the agent's store, so the job is recorded as it
+    ended, not taken for lost and run again."""
+    go = tmp_path / "go"  # outside the data dir
+    code = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)"
+    with mounted_tmpfs(tmp_path / "data") as data:
+        backend = LocalBackend(data)
+        try:
+            backend.start(_plain("full", code, tmp_path), [("local", 0)])
+            filler = fill(data)
+            go.touch()
+            deadline = time.monotonic() + 120
+            while (status := backend.poll().get("full")) is None or not (
+                status.finished or status.failed
+            ):
+                assert time.monotonic() < deadline, f"the job's end was not seen: {status}"
+                time.sleep(0.05)
+            assert status.finished and not status.failed, status
+            assert not (data / "agents" / "full.final.json").exists()
+            assert not list((data / "agents").glob("*.tmp"))
+            filler.unlink()
+        finally:
             backend.close()

@@ -34,6 +34,33 @@ class Postgres:
     socket_dir: Path
     port: int
     user: str
+    #: Its cluster's folder, and how to run its programs (``pg_ctl``): to stop and start it.
+    data_dir: Path | None = None
+    bin_dir: Path | None = None
+    prefix: tuple[str, ...] = ()
+
+    def stop(self) -> None:
+        """Stop the server (fast: open sessions are ended), its cluster kept."""
+        self._ctl("stop", "-m", "fast")
+
+    def start(self) -> None:
+        """Start the stopped server again on the same port and socket."""
+        self._ctl("start", "-l", str(self._log()), "-o", self._options())
+
+    def _log(self) -> Path:
+        assert self.data_dir is not None
+        return self.data_dir.parent / "server.log"
+
+    def _options(self) -> str:
+        return f"-p {self.port} -k {self.socket_dir} -c listen_addresses='' -c fsync=off"
+
+    def _ctl(self, *args: str) -> None:
+        assert self.data_dir is not None and self.bin_dir is not None, "not a private cluster"
+        subprocess.run(
+            [*self.prefix, str(self.bin_dir / "pg_ctl"), *args, "-w", "-t", "60",
+             "-D", str(self.data_dir)],
+            check=True, capture_output=True, timeout=90,
+        )  # fmt: skip
 
     def url(self, database: str = "postgres") -> str:
         """The SQLAlchemy URL of ``database`` over the unix socket."""
@@ -117,6 +144,7 @@ def running_postgres() -> Iterator[Postgres]:
     os.chown(sockets, owner.pw_uid, owner.pw_gid)
     port = _free_port()
     pid: int | None = None
+    pid_file = data / "postmaster.pid"
     try:
         subprocess.run(
             [*prefix, str(bin_dir / "initdb"), "-D", str(data), "-U", user,
@@ -129,14 +157,16 @@ def running_postgres() -> Iterator[Postgres]:
              "-o", f"-p {port} -k {sockets} -c listen_addresses='' -c fsync=off"],
             capture_output=True, text=True, timeout=90,
         )  # fmt: skip
-        pid_file = data / "postmaster.pid"
         if pid_file.exists():
             pid = int(pid_file.read_text().split()[0])
         if started.returncode != 0:
             log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
             _unavailable(f"pg_ctl start failed: {started.stderr.strip()} {log[-500:]}")
-        yield Postgres(sockets, port, user)
+        yield Postgres(sockets, port, user, data, bin_dir, tuple(prefix))
     finally:
+        if pid_file.exists():  # started again by a test: another pid
+            with contextlib.suppress(ValueError, OSError):
+                pid = int(pid_file.read_text().split()[0])
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 # "Immediate" shutdown: no final checkpoint, the cluster is deleted anyway.

@@ -9,10 +9,12 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.tmpfs import fill, mounted_tmpfs
 from tidal.launch import log_sink
 from tidal.launch.log_sink import MAX_LINE_CHARS, RotatingLog, pump_lines
 
@@ -90,6 +92,31 @@ def test_a_sink_that_fails_drops_lines_and_resumes(
         "[tidal: 1001 lines dropped: the log was not writable]",
         "after",
     ]
+
+
+def test_a_line_a_full_disk_cut_is_ended_before_the_notice(tmp_path: Path) -> None:
+    """On a real full disk a write may stop part way through a line: the notice of the
+    dropped lines still starts a line of its own, and writing resumes once space is freed."""
+    with mounted_tmpfs(tmp_path / "small", size_mb=1) as folder:
+        sink = RotatingLog(folder / "worker-0.log")
+        sink.write("before\n")
+        filler = fill(folder)
+        line = "x" * 10_000 + "\n"  # more than the file's last page holds
+        for _ in range(10):
+            sink.write(line)
+        assert sink.dropped >= 1
+        dropped = sink.dropped
+        filler.unlink()
+        until = time.monotonic() + 60
+        while sink.dropped == dropped or "after" not in (folder / "worker-0.log").read_text():
+            assert time.monotonic() < until, "writing did not resume"
+            sink.write("after\n")  # dropped within the retry time, then written
+            time.sleep(0.05)
+        sink.close()
+        lines = (folder / "worker-0.log").read_text().splitlines()
+    notices = [n for n, text in enumerate(lines) if "lines dropped" in text]
+    assert len(notices) == 1 and lines[notices[0]].startswith("[tidal: "), lines[-3:]
+    assert lines[0] == "before" and lines[-1] == "after"
 
 
 @pytest.mark.slow

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.tmpfs import mounted_tmpfs
 from tidal.runtime.checkpoint import list_checkpoints, load_latest, save_atomic
 
 WRITER = """
@@ -61,3 +64,26 @@ def test_no_checkpoint_is_half_written_when_the_writer_is_killed(tmp_path: Path)
             state = torch.load(path, weights_only=True)
             assert torch.equal(state["weights"], torch.arange(2_000_000) + state["step"])
         assert all(p.suffix in (".pt", ".tmp") for p in folder.iterdir())
+
+
+def test_checkpoints_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o022)
+    try:
+        path = save_atomic({"x": 1}, tmp_path / "ckpt", step=3)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_a_checkpoint_that_finds_the_disk_full_leaves_nothing(tmp_path: Path) -> None:
+    with mounted_tmpfs(tmp_path / "small", size_mb=1) as folder:
+        big = {"w": torch.zeros(1 << 19)}  # 2 MiB: more than the disk holds
+        with pytest.raises(Exception) as raised:
+            save_atomic(big, folder, step=1)
+        # torch's writer raises a RuntimeError from the OSError.
+        error: BaseException | None = raised.value
+        while error is not None and not isinstance(error, OSError):
+            error = error.__cause__ or error.__context__
+        assert isinstance(error, OSError) and error.errno == errno.ENOSPC, raised.value
+        assert list(folder.iterdir()) == []

@@ -27,6 +27,8 @@ import torch.distributed as dist
 from tidal.backends.base import LOCAL
 from tidal.launch.agent import (
     ENV_AGENT_TREE,
+    KEY_BYE,
+    KEY_FINAL,
     KEY_REPORTS,
     KEY_STATUS,
     KEY_STOP,
@@ -46,6 +48,7 @@ from tidal.launch.api import (
     read_reports,
     worker_logs,
 )
+from tidal.launch.file_modes import user_umask
 from tidal.launch.process import kill_marked
 from tidal.launch.slot_names import format_slot
 from tidal.policy.api import Slot
@@ -187,6 +190,7 @@ class LocalBackend:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # outlives the controller
                 env={**os.environ, ENV_AGENT_TREE: tree},
+                umask=user_umask(),  # the agent makes its own files private itself
             )
         agent = _Agent(config.job_id, process.pid, None, log_dir, process=process, tree=tree)
         self._agents[config.job_id] = agent
@@ -293,10 +297,14 @@ class LocalBackend:
             if agent.died is not None:
                 statuses[job_id] = agent.died
                 continue
+            alive = _pid_alive(agent)
+            if not alive:
+                # Nothing serves its store any more: a call would only fail (and torch
+                # logs each such failure as a warning of many lines).
+                agent.store, agent.reports = None, None
             # Reports first: reading the final status lets go of the agent's store.
             reports[job_id] = self._reports(agent)
             status = self._read(agent)
-            alive = _pid_alive(agent)
             if status is not None:
                 agent.last = status
             if agent.last is None:
@@ -380,17 +388,32 @@ class LocalBackend:
     def _read(self, agent: _Agent) -> AgentStatus | None:
         final = final_path(self.state_dir, agent.job_id)
         if final.exists():
-            # The agent is done with its store; reading a closed store only adds noise.
-            agent.store = None
+            self._let_go(agent)
             return AgentStatus.from_json(final.read_text())
         if agent.store is None:
             return None
         try:
             if agent.store.check([KEY_STATUS]):
-                return AgentStatus.from_json(agent.store.get(KEY_STATUS))
+                status = AgentStatus.from_json(agent.store.get(KEY_STATUS))
+                if status.outcome is not None and agent.store.check([KEY_FINAL]):
+                    # Over, and its final file not written (a full disk): the same
+                    # status from the store; the agent waits to be let go of.
+                    status = AgentStatus.from_json(agent.store.get(KEY_FINAL))
+                    self._let_go(agent)
+                return status
         except Exception:  # the agent (and its store) is gone
             agent.store = None
         return None
+
+    @staticmethod
+    def _let_go(agent: _Agent) -> None:
+        """The agent ended: drop its store, then tell it so (:data:`KEY_BYE`), in that
+        order, so no call reaches its store after it closed (each such call logs a
+        multi-line warning of torch's)."""
+        store, agent.store, agent.reports = agent.store, None, None
+        if store is not None:
+            with contextlib.suppress(Exception):  # gone already (its wait timed out)
+                store.set(KEY_BYE, "1")
 
     def log_paths(self, job_id: str) -> Mapping[int, Path]:
         """Each worker's log file by worker id."""
@@ -403,6 +426,8 @@ class LocalBackend:
         deadline = time.monotonic() + grace
         for agent in list(self._agents.values()):
             while _pid_alive(agent) and time.monotonic() < deadline:
+                if final_path(self.state_dir, agent.job_id).exists():
+                    self._let_go(agent)  # it waits for that before it exits
                 time.sleep(0.02)
             if _pid_alive(agent):
                 with contextlib.suppress(ProcessLookupError):

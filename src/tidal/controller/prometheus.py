@@ -47,6 +47,11 @@ class ControllerMetrics:
         self.ticks = Counter(
             "tidal_controller_ticks", "Controller loop ticks.", registry=self.registry
         )
+        self.tick_failures = Counter(
+            "tidal_controller_tick_failures",
+            "Controller loop ticks that failed (a full disk, the database down, an error).",
+            registry=self.registry,
+        )
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""

@@ -11,6 +11,10 @@ The agent and the backend talk through the job's store (keys under ``agent/``):
 ``agent/status``  JSON :class:`AgentStatus`, written by the agent when it changes
 ``agent/report/`` a :class:`~tidal.runtime.rendezvous.ReportQueue` of the workers' report
                   batches (metrics, goodput), passed on as they arrive
+``agent/final``   the final status, written once the group ended (as ``<job>.final.json``)
+``agent/bye``     written by the backend once it read the final status: the agent may
+                  close its store (a client still talking to a closed store logs a
+                  warning of many lines)
 
 The agent runs its group through :class:`~tidal.launch.driver.GroupDriver`, as the Ray
 backend does in a thread. It never replaces a failed worker by itself: the controller
@@ -38,6 +42,7 @@ import torch.distributed as dist
 from tidal.launch.agent_config import AgentConfig
 from tidal.launch.api import JobLaunch, JobStatus, WorkerState, WorkerStatus
 from tidal.launch.driver import GroupDriver
+from tidal.launch.file_modes import private_files
 from tidal.launch.slot_names import format_slots, status_slots
 from tidal.launch.warm import WarmSpawner, script_imports
 from tidal.launch.warm_plan import available_memory, plan_warm_pool, requested_pool
@@ -53,6 +58,11 @@ ENV_AGENT_TREE = "TIDAL_AGENT_TREE"
 KEY_ASSIGN = "agent/assign"
 KEY_STOP = "agent/stop"
 KEY_STATUS = "agent/status"
+KEY_FINAL = "agent/final"
+KEY_BYE = "agent/bye"
+#: How long an ended agent waits for the backend to let go of its store: a backend busy
+#: starting other jobs may not poll for a while, and none may watch at all.
+BYE_TIMEOUT_S = 30.0
 #: The agent's queue of report batches for the backend (the workers' own queue, which the
 #: agent drains, is :data:`tidal.runtime.report.REPORT_PREFIX`).
 KEY_REPORTS = "agent/report/"
@@ -175,7 +185,11 @@ def final_path(state_dir: Path, job_id: str) -> Path:
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(text)
+    try:
+        tmp.write_text(text)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 
@@ -280,11 +294,29 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
     if spawner is not None:
         spawner.close()
     text = json.dumps(asdict(AgentStatus.of(final, assign_seq=control.seq, ended=True)))
-    _write_atomic(final_path(state_dir, config.job_id), text)
+    # In the store too, where the backend finds it should the file not be written.
+    control.store.set(KEY_FINAL, text)
+    try:
+        _write_atomic(final_path(state_dir, config.job_id), text)
+    except OSError as exc:
+        # A full disk: the backend reads the same final status from the store.
+        log.warning("job=%s: final status not written (%s)", config.job_id, exc)
     record_path(state_dir, config.job_id).unlink(missing_ok=True)
-    # Give a backend polling right now the chance to read the final status from the store.
-    time.sleep(0.2)
+    _await_bye(control.store)
     return 0
+
+
+def _await_bye(store: dist.Store) -> None:
+    """Keep the store served until the backend has read the final status and let go of
+    it (:data:`KEY_BYE`), or :data:`BYE_TIMEOUT_S` passed (no backend watches)."""
+    deadline = time.monotonic() + BYE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            if store.check([KEY_BYE]):
+                return
+        except Exception:  # the store itself failed: nobody can be told anything
+            return
+        time.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = AgentConfig.from_json(args.config.read_text())
-    return serve(config, args.state_dir)
+    # Its records and the workers' logs are private; the workers get the user's umask.
+    with private_files():
+        return serve(config, args.state_dir)
 
 
 if __name__ == "__main__":

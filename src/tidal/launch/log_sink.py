@@ -90,6 +90,8 @@ class RotatingLog:
         self._fd: int | None = None
         self._size = 0
         self._retry_at = 0.0
+        #: The file ends in the middle of a line (a write stopped part way).
+        self._cut = False
         self._closed = False
         self._lock = threading.Lock()
         self._attempt(self._open)
@@ -121,7 +123,11 @@ class RotatingLog:
             self._rotate()
         if self._dropped_since_ok:
             lost = self._dropped_since_ok
-            self._write_all(f"[tidal: {lost} lines dropped: the log was not writable]\n".encode())
+            # A line the disk took only part of is ended first: the notice is a line.
+            lead = "\n" if self._cut else ""
+            notice = f"{lead}[tidal: {lost} lines dropped: the log was not writable]\n"
+            self._write_all(notice.encode())
+            self._cut = False
             log.warning(
                 "%s: writing resumed after %d lines were dropped",
                 self.path,
@@ -134,7 +140,11 @@ class RotatingLog:
         assert self._fd is not None
         view = memoryview(data)
         while view:
-            written = os.write(self._fd, view)
+            try:
+                written = os.write(self._fd, view)
+            except OSError:
+                self._cut = self._cut or len(view) < len(data)
+                raise
             self._size += written
             view = view[written:]
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from tidal.launch.file_modes import user_umask
 from tidal.launch.log_sink import start_pump
 
 __all__ = [
@@ -214,6 +215,7 @@ class LocalSpawner:
             errors="replace",  # bytes that are not UTF-8 must not end the reader
             bufsize=1,
             start_new_session=True,
+            umask=user_umask(),  # the user's files are made as the user expects
         )
         assert process.stdout is not None
         reader = start_pump(process.stdout, on_line, worker_id)

@@ -43,6 +43,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tidal.launch.file_modes import user_umask
 from tidal.launch.log_sink import start_pump
 from tidal.launch.process import LocalProcess, LocalSpawner, resolve_python
 from tidal.launch.warm_plan import ENV_WARM_POOL, requested_pool
@@ -153,6 +154,7 @@ class WarmSpawner:
             errors="replace",  # bytes that are not UTF-8 must not end the reader
             bufsize=1,
             start_new_session=True,
+            umask=user_umask(),  # what it forks runs the user's code
         )
 
     def _fits(self, argv: Sequence[str], env: Mapping[str, str]) -> bool:

@@ -27,13 +27,18 @@ def checkpoint_path(directory: str | Path, step: int) -> Path:
 def save_atomic(state: dict[str, Any], directory: str | Path, step: int, *, keep: int = 2) -> Path:
     """Write ``state`` as the checkpoint of ``step``; keep the newest ``keep`` checkpoints."""
     folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
+    # The owner's only, whatever the worker's umask: a checkpoint holds the whole model.
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     final = checkpoint_path(folder, step)
     tmp = folder / f".{final.name}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk must not keep what it could not finish
+        raise
     os.replace(tmp, final)
     dir_fd = os.open(folder, os.O_RDONLY)
     try:

@@ -13,6 +13,7 @@ redone.
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import time
@@ -382,8 +383,18 @@ class State:
         due_time = (
             every_seconds > 0 and time.monotonic() - self._last_checkpoint_time >= every_seconds
         )
-        if due_steps or due_time:
+        if not (due_steps or due_time):
+            return
+        try:
             self.save_checkpoint()
+        except Exception as exc:
+            if not _disk_full(exc):
+                raise
+            # A full disk costs this checkpoint, not the training: the next one is tried
+            # when it is due again, and the latest complete one stays.
+            log.warning("checkpoint at step %d skipped: %s", self.global_step, exc)
+            self._last_checkpoint_time = time.monotonic()
+            self._last_checkpoint_step = self.global_step
 
     def _resume_from_checkpoint(self) -> None:
         if self.checkpoint_dir is None:
@@ -392,3 +403,16 @@ class State:
         if state is not None:
             self.load_state_dict(state)
             self._last_checkpoint_step = self.global_step
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether ``error`` or one it was raised from is a full disk (torch's writer reports
+    one as a ``RuntimeError`` raised from the ``OSError``)."""
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -55,5 +55,5 @@ def create_app(controller: Controller, token: str) -> FastAPI:
         app.include_router(router, dependencies=[Depends(auth)])
     mount_dashboard(app, auth)
     app.add_exception_handler(UnreadableJobError, unreadable_job_response)
-    install_request_guards(app)
+    install_request_guards(app, store_location=controller.store.location)
     return app

@@ -26,6 +26,7 @@ from tidal.controller.plugins import load_backend, load_policy
 from tidal.controller.routes.auth import ensure_token
 from tidal.controller.store.jobs import JobStore
 from tidal.controller.store.server_lock import StoreLock, hold_store
+from tidal.launch.file_modes import private_files
 from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES
 from tidal.policy.api import Policy
 from tidal.server.app import create_app
@@ -157,7 +158,8 @@ def run_server(config: ServerConfig, on_ready: Callable[[str], None] | None = No
     SIGINT and SIGTERM both end it through ``KeyboardInterrupt`` (possibly raised before
     serving began), after the store, backend and server record are cleaned up.
     """
-    with _sigterm_as_interrupt():
+    # Everything the server writes into the data dir is its owner's only.
+    with _sigterm_as_interrupt(), private_files():
         _run_server(config, on_ready)
 
 

@@ -24,12 +24,14 @@ from tidal.backends.base import Backend, HostDiscovery
 from tidal.controller.cluster import ClusterModel, describe_change
 from tidal.controller.loop.allocation import allocation_problems, plan_changes, policy_request
 from tidal.controller.loop.apply import apply_slots
+from tidal.controller.loop.backoff import Failing, Report, after_tick
 from tidal.controller.loop.deadlines import check_deadline
 from tidal.controller.loop.effects import LoopEffects
 from tidal.controller.loop.launching import JobFiles, build_launch
 from tidal.controller.loop.observe import apply_pending, observe, throughput_models
 from tidal.controller.prometheus import ControllerMetrics
 from tidal.controller.store.jobs import Event, JobRecord, JobStore
+from tidal.controller.store.outage import outage_of
 from tidal.launch.api import JobLaunch, JobStatus
 from tidal.model import ACTIVE_STATES, Job, JobState
 from tidal.policy.api import Policy, Slot
@@ -116,22 +118,73 @@ class Controller:
             self._thread = None
 
     def _run(self, interval: float) -> None:
+        failing: Failing | None = None
         while not self._stop.is_set():
             # Cleared before the tick: a request recorded during it wakes the next one.
             self._wake.clear()
             began = time.monotonic()
+            error: Exception | None = None
             try:
                 self.tick()
-            except Exception:
-                # One bad tick (a database hiccup) must not end scheduling for everyone.
-                log.exception("controller tick failed")
+            except Exception as exc:
+                # A failed tick (a full disk, the database down, a bug) must not end
+                # scheduling for everyone: the loop backs off and tries again.
+                error = exc
+                self.metrics.tick_failures.inc()
+            outcome = after_tick(failing, self._cause(error), began, interval)
+            self._report(outcome.report, error, failing, began)
+            failing = outcome.failing
             took = time.monotonic() - began
+            if outcome.wait is not None:
+                # A request recorded meanwhile (the store took a write) tries again at once.
+                self._wake.wait(outcome.wait)
+                continue
             if self._wake.wait(self._next_wait(interval)):
                 # Woken by a request: requests arriving faster than ticks take are applied
                 # together, so the loop spends at most a third of its time ticking and the
                 # API (same process) keeps the rest; it waits two ticks' length at least.
                 gap = max(MIN_WAKE_GAP, 2 * took)
                 self._stop.wait(gap - (time.monotonic() - began - took))
+
+    def _cause(self, error: Exception | None) -> str | None:
+        """What a tick failed of, for telling one failure from another: the outage's kind
+        and place (its wording varies: a database refusing, then gone), else the error's
+        type."""
+        if error is None:
+            return None
+        outage = outage_of(error)
+        if outage is not None:
+            return f"{outage.kind.value}: {outage.path or self.store.location}"
+        return type(error).__name__
+
+    def _report(
+        self,
+        report: Report,
+        error: Exception | None,
+        before: Failing | None,
+        now: float,
+    ) -> None:
+        """Log what :func:`~tidal.controller.loop.backoff.after_tick` says is news: a
+        traceback only for an error that is not an outage (a bug), once."""
+        if report is Report.RECOVERED and before is not None:
+            log.warning(
+                "controller ticks succeed again after %d failed over %.1fs",
+                before.count,
+                now - before.since,
+            )
+        elif report in (Report.STARTED, Report.CHANGED) and error is not None:
+            outage = outage_of(error)
+            cause = (
+                outage.describe(self.store.location)
+                if outage is not None
+                else f"{type(error).__name__}: {error}"
+            )
+            log.warning(
+                "controller ticks fail (%s); retrying with backoff, requests are applied "
+                "once a tick succeeds",
+                cause,
+                exc_info=error if outage is None else None,
+            )
 
     def _next_wait(self, interval: float) -> float:
         since = self._handover_since

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection
 from tidal.backends.base import Backend
 from tidal.controller.prometheus import ControllerMetrics
 from tidal.controller.store.jobs import JobRecord, JobStore
+from tidal.controller.store.outage import outage_of
 from tidal.model import Job
 
 __all__ = ["LoopEffects"]
@@ -69,10 +70,14 @@ class LoopEffects:
 
     def call(self, job_id: str, what: str, action: Callable[[], None]) -> bool:
         """Run a backend call for ``job_id``; a failure becomes a ``backend_error`` event
-        and ``False``, never an exception that ends the tick."""
+        and ``False``, never an exception that ends the tick, except an outage (the data
+        dir's disk full: a launch file could not be written), which is no fault of the
+        job's: it ends the tick, and the call is made again once the loop recovers."""
         try:
             action()
         except Exception as exc:
+            if outage_of(exc) is not None:
+                raise
             log.exception("backend %s failed for %s", what, job_id)
             self.store.add_event(job_id, "backend_error", f"{what}: {type(exc).__name__}: {exc}")
             return False

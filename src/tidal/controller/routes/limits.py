@@ -11,15 +11,21 @@
 - **Errors that echo the input.** A request refused by validation is answered with its
   problems, which quote what was sent: they are written as ASCII JSON, so text that cannot
   be encoded as UTF-8 (a lone surrogate, sent as ``"\\ud800"``) is escaped, not a 500.
-- **Unhandled errors.** An exception no route handles is logged with its traceback and an
-  error id, and answered with a JSON 500 carrying that id. Nothing is re-raised to the
-  server, which would otherwise close the client's keep-alive connection.
+- **A store that cannot be written.** A full disk answers 507, a read-only or unreachable
+  store 503 (with ``Retry-After``), naming the cause and the file or database
+  (:mod:`~tidal.controller.store.outage`); nothing was recorded. Reads go on as before.
+  Logged as one line when the cause starts or changes, not a traceback a request.
+- **Unhandled errors.** Any other exception no route handles is logged with its traceback
+  and an error id, and answered with a JSON 500 carrying that id. Nothing is re-raised to
+  the server, which would otherwise close the client's keep-alive connection.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -32,6 +38,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tidal.controller.store.outage import Outage, OutageKind, outage_of
 from tidal.documents import SPEC_LIMITS
 
 __all__ = [
@@ -52,6 +59,14 @@ MAX_BODY_BYTES = SPEC_LIMITS.max_bytes
 PARSERS = 1
 
 _TOO_LARGE = 413
+#: A full disk: the request may succeed once space is freed (WebDAV's status, RFC 4918).
+INSUFFICIENT_STORAGE = 507
+#: A store that is read-only or unreachable: try again later.
+UNAVAILABLE = 503
+#: Seconds a client is told to wait before trying again after a 503.
+RETRY_AFTER_S = 5
+#: The same outage is logged again at most this often (seconds).
+_OUTAGE_LOG_EVERY_S = 60.0
 T = TypeVar("T")
 
 
@@ -110,10 +125,14 @@ class BodySizeLimit:
 
 
 class ErrorResponses:
-    """ASGI middleware: an unhandled exception becomes a logged, JSON 500 with an error id."""
+    """ASGI middleware: an unhandled exception becomes a JSON answer: 507 or 503 for an
+    outage of the store (``store_location`` names it), else a logged 500 with an error id."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, store_location: str = "the store") -> None:
         self.app = app
+        self.store_location = store_location
+        self._logged: tuple[str, float] | None = None
+        self._log_lock = threading.Lock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the app; on an exception before the response started, answer 500."""
@@ -129,7 +148,11 @@ class ErrorResponses:
 
         try:
             await self.app(scope, receive, tracked)
-        except Exception:
+        except Exception as exc:
+            outage = outage_of(exc)
+            if outage is not None and not started:
+                await self._outage_response(outage)(scope, receive, send)
+                return
             error_id = uuid.uuid4().hex[:12]
             log.exception(
                 "unhandled error %s in %s %s", error_id, scope.get("method"), scope.get("path")
@@ -142,14 +165,40 @@ class ErrorResponses:
             )
             await response(scope, receive, send)
 
+    def _outage_response(self, outage: Outage) -> Response:
+        advice = "free space there" if outage.kind is OutageKind.DISK_FULL else "wait"
+        message = (
+            f"{outage.describe(self.store_location)}; nothing was recorded: {advice} and try again"
+        )
+        # One outage is one line, however its wording varies (a database refusing, then
+        # its socket gone): told apart by kind and place.
+        key = f"{outage.kind.value}: {outage.path or self.store_location}"
+        now = time.monotonic()
+        with self._log_lock:
+            last = self._logged
+            fresh = last is None or last[0] != key or now - last[1] > _OUTAGE_LOG_EVERY_S
+            if fresh:
+                self._logged = (key, now)
+        if fresh:
+            log.warning("a request could not be recorded: %s", message)
+        if outage.kind is OutageKind.DISK_FULL:
+            status, headers = INSUFFICIENT_STORAGE, None
+        else:
+            status, headers = UNAVAILABLE, {"Retry-After": str(RETRY_AFTER_S)}
+        return JSONResponse(
+            {"detail": message, "cause": outage.kind.value}, status_code=status, headers=headers
+        )
 
-def install_request_guards(app: FastAPI, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+
+def install_request_guards(
+    app: FastAPI, max_body_bytes: int = MAX_BODY_BYTES, *, store_location: str = "the store"
+) -> None:
     """Add the body size limit, the parsing threads and the error responses to ``app``
-    (before it serves)."""
+    (before it serves); ``store_location`` is named when the store cannot be written."""
     app.add_exception_handler(RequestValidationError, _validation_problems)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     # Added last, so outermost: it also catches what the body limit raises.
-    app.add_middleware(ErrorResponses)
+    app.add_middleware(ErrorResponses, store_location=store_location)
     app.state.parsers = CapacityLimiter(PARSERS)
 
 

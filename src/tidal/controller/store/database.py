@@ -179,6 +179,15 @@ class Database:
             self.engine.dispose()
             raise
 
+    @property
+    def location(self) -> str:
+        """Where the store is, for messages: a SQLite file's path, else the database's URL
+        without its password."""
+        url = self.engine.url
+        if url.get_backend_name() == "sqlite":
+            return url.database or ":memory:"
+        return url.render_as_string(hide_password=True)
+
     def close(self) -> None:
         """Release database connections."""
         self.engine.dispose()
