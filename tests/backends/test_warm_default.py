@@ -36,8 +36,8 @@ def test_a_growable_job_starts_its_newcomer_from_the_pool(tmp_path: Path) -> Non
     backend = LocalBackend(tmp_path / "data")
     watch = Watch(backend, timeout=120)
     try:
-        # Room for two more workers and no TIDAL_WARM_POOL: the default pool.
-        backend.start(dataclasses.replace(launch(tmp_path), max_workers=3), [a])
+        # An elastic group and no TIDAL_WARM_POOL: the default pool.
+        backend.start(dataclasses.replace(launch(tmp_path), min_workers=1, max_workers=3), [a])
         watch.until(running_on(a), "1 running worker")
         record = tmp_path / "data" / "agents" / f"{JOB}.agent.json"
         agent = int(json.loads(record.read_text())["pid"])

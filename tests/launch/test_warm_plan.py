@@ -23,7 +23,7 @@ def plan(
     requested: int | None = None,
     launcher: str = "tidal",
     *,
-    now: int = 1,
+    least: int = 1,
     most: int = 4,
     free: int | None = PLENTY,
 ) -> int:
@@ -31,22 +31,22 @@ def plan(
         requested=requested,
         launcher=launcher,
         max_workers=most,
-        initial_workers=now,
+        min_workers=least,
         available_bytes=free,
     ).size
 
 
 def test_a_job_that_can_grow_keeps_a_pool_by_default() -> None:
-    assert plan(now=1, most=4) == DEFAULT_POOL
-    assert plan(now=3, most=4) == 1  # no more than the room to grow
-    assert plan(now=4, most=4) == 0
-    assert plan(now=1, most=0) == 0  # an earlier release's launch does not say
+    assert plan(least=1, most=4) == DEFAULT_POOL
+    assert plan(least=3, most=4) == 1  # no more than the room to grow
+    assert plan(least=4, most=4) == 0
+    assert plan(least=1, most=0) == 0  # an earlier release's launch does not say
     assert plan(launcher="torchrun") == 0  # torchrun starts the workers itself
 
 
 def test_the_environment_overrides_the_default() -> None:
     assert plan(requested=0) == 0
-    assert plan(requested=3, now=4, most=4) == 3
+    assert plan(requested=3, least=4, most=4) == 3
     assert requested_pool({}) is None
     assert requested_pool({ENV_WARM_POOL: " 2 "}) == 2
     with pytest.raises(ValueError, match=ENV_WARM_POOL):
@@ -59,7 +59,7 @@ def test_the_default_pool_leaves_the_host_memory() -> None:
     assert plan(free=1 << 20) == 0
     assert plan(free=None) == DEFAULT_POOL
     reason = plan_warm_pool(
-        requested=None, launcher="tidal", max_workers=4, initial_workers=1, available_bytes=0
+        requested=None, launcher="tidal", min_workers=1, max_workers=4, available_bytes=0
     ).reason
     assert "memory" in reason
 

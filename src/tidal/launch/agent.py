@@ -235,7 +235,7 @@ class StoreControl:
             self._published, self._published_at = text, now
 
 
-def _warm_spawner(launch: JobLaunch, *, initial_workers: int) -> WarmSpawner | None:
+def _warm_spawner(launch: JobLaunch) -> WarmSpawner | None:
     """The job's pool of warm interpreters (not started yet), or ``None`` for none."""
     try:
         requested = requested_pool(launch.env)
@@ -245,8 +245,8 @@ def _warm_spawner(launch: JobLaunch, *, initial_workers: int) -> WarmSpawner | N
     plan = plan_warm_pool(
         requested=requested,
         launcher=launch.launcher if not launch.roles else "its roles",
+        min_workers=launch.min_workers,
         max_workers=launch.max_workers,
-        initial_workers=initial_workers,
         available_bytes=available_memory(),
     )
     log.info("job=%s: warm pool of %d: %s", launch.job_id, plan.size, plan.reason)
@@ -259,7 +259,7 @@ def _warm_spawner(launch: JobLaunch, *, initial_workers: int) -> WarmSpawner | N
 def serve(config: AgentConfig, state_dir: Path) -> int:
     """Run the job until it ends or the backend stops it; returns the exit status."""
     launch = config.launch
-    spawner = _warm_spawner(launch, initial_workers=len(config.slots) // launch.replica_slots)
+    spawner = _warm_spawner(launch)
     driver = GroupDriver(
         launch.job_id,
         worker_spec(launch, timeout=config.timeout),

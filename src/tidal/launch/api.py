@@ -189,8 +189,9 @@ class JobLaunch:
     #: Slots one worker holds, all on one host (its GPUs): the slots a backend is given
     #: are this many to a worker.
     replica_slots: int = 1
-    #: The most workers the group may grow to (0: not said, as in an earlier release's
-    #: launch); the agent keeps warm interpreters for the room to grow.
+    #: The group's range of workers (``max_workers`` 0: not said, as in an earlier
+    #: release's launch); the agent of an elastic group keeps warm interpreters.
+    min_workers: int = 0
     max_workers: int = 0
     #: Every role of a multi-role job (or of a one-role job whose launcher is ``tf``,
     #: ``mpi`` or ``ps``); empty for a job run as one group (``argv`` ... ``role`` above).

@@ -4,7 +4,8 @@ A newcomer started cold pays for an interpreter and ``import torch`` (seconds; t
 seconds on a loaded host) before it can train; one taken from the pool pays nothing of
 that (``launch/warm.py``). So a job that can grow keeps a small pool by default, started
 once its first workers train (the pool's imports must not slow the job's own start), and
-sized by what the job can still receive, within the host's free memory. A job that cannot
+sized by the job's elastic range (a job that starts at its maximum may be shrunk and
+grown again), within the host's free memory. A job that cannot
 grow, or whose workers another launcher starts, keeps none. ``TIDAL_WARM_POOL=N`` in the
 job's environment overrides the default (``0``: none).
 """
@@ -66,22 +67,22 @@ def plan_warm_pool(
     *,
     requested: int | None,
     launcher: str,
+    min_workers: int,
     max_workers: int,
-    initial_workers: int,
     available_bytes: int | None,
 ) -> WarmPoolPlan:
-    """The pool for a job whose group runs ``initial_workers`` now and may grow to
-    ``max_workers`` (0: unknown, a launch of an earlier release); ``available_bytes``:
+    """The pool for a job whose group runs between ``min_workers`` and ``max_workers``
+    (``max_workers`` 0: unknown, a launch of an earlier release); ``available_bytes``:
     the host's free memory (``None``: unknown)."""
     if requested is not None:
         return WarmPoolPlan(requested, f"{ENV_WARM_POOL}={requested}")
     if launcher != "tidal":
         return WarmPoolPlan(0, f"its workers are started by {launcher}")
-    room = max_workers - initial_workers
+    room = max_workers - min_workers
     if room <= 0:
         return WarmPoolPlan(0, "the job cannot grow")
     size = min(DEFAULT_POOL, room)
-    reason = f"the job can grow by {room} worker(s)"
+    reason = f"the job runs {min_workers} to {max_workers} worker(s)"
     if available_bytes is not None:
         fits = max(0, (available_bytes - MEMORY_RESERVE) // INTERPRETER_BYTES)
         if fits < size:

@@ -110,5 +110,6 @@ def build_launch(job: Job, files: JobFiles, *, gpu: bool) -> JobLaunch:
         max_restarts=role.restart.max_restarts,
         roles=role_launches(job),
         replica_slots=role.resources.slots,
+        min_workers=role.replicas.min if runs_as_one_group(job) else 0,
         max_workers=role.replicas.max if runs_as_one_group(job) else 0,
     )
