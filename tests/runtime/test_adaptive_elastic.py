@@ -34,12 +34,27 @@ def launches() -> Iterator[list[Launch]]:
 
 
 def _run(
-    launches: list[Launch], tmp_path: Path, *extra: str, epochs: int = 4
+    launches: list[Launch],
+    tmp_path: Path,
+    *extra: str,
+    epochs: int = 4,
+    script_args: tuple[str, ...] = (),
 ) -> tuple[Launch, Path]:
     out = tmp_path / "out"
     out.mkdir()
     launch = Launch(
-        ["--timeout", "5", *extra, "--", str(SCRIPT), "--out", str(out), "--epochs", str(epochs)],
+        [
+            "--timeout",
+            "5",
+            *extra,
+            "--",
+            str(SCRIPT),
+            "--out",
+            str(out),
+            "--epochs",
+            str(epochs),
+            *script_args,
+        ],
         home=tmp_path / "home",
     )
     launches.append(launch)
@@ -85,7 +100,10 @@ def test_batch_decisions_agree_and_survive_rescale(launches: list[Launch], tmp_p
     assert "restarts: 0" in launch.output(), launch.output()
 
 
-def test_adaptive_state_survives_a_durable_restart(launches: list[Launch], tmp_path: Path) -> None:
+@pytest.mark.parametrize("loader_workers", [0, 2], ids=["", "loader-workers"])
+def test_adaptive_state_survives_a_durable_restart(
+    launches: list[Launch], tmp_path: Path, loader_workers: int
+) -> None:
     ckpt = tmp_path / "ckpt"
     launch, out = _run(
         launches,
@@ -97,6 +115,7 @@ def test_adaptive_state_survives_a_durable_restart(launches: list[Launch], tmp_p
         "--checkpoint-every",
         "5",
         epochs=3,
+        script_args=("--num-workers", str(loader_workers)),
     )
     launch.wait_for(lambda _: len(final_history(steps(out))) >= 45, timeout=180)
     before = final_history(steps(out))
@@ -120,3 +139,11 @@ def test_adaptive_state_survives_a_durable_restart(launches: list[Launch], tmp_p
     assert resumed["noise_samples"] >= checkpointed["noise_samples"] > 0, (resumed, checkpointed)
     assert resumed["batch"] == checkpointed["batch"]
     assert resumed["progress"] >= checkpointed["progress"] > 0
+    if loader_workers:
+        # Batches were fetched ahead while the batch size changed and across the crash:
+        # each rank trained exactly its share of each step's global batch.
+        batches = [g[0]["batch"] for g in history.values()]
+        assert len(set(batches)) > 1, "the batch was never re-chosen"
+        for step, group in history.items():
+            for record in group:
+                assert record["batch_ids"] == record["indices"], f"step {step}: {record}"

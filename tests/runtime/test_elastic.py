@@ -6,6 +6,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from tests.runtime.launcher import (
     max_relative_difference,
     steps,
 )
+from tidal.runtime.data import shard_bounds
 
 pytestmark = pytest.mark.slow
 
@@ -123,18 +125,64 @@ def test_micro_batches_match_fixed_run(
     assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
 
 
-@pytest.mark.parametrize("victim", ["w1", "w0"], ids=["other-rank", "rank-0"])
+def assert_batches_are_the_planned_shares(history: dict[int, list[dict[str, Any]]]) -> None:
+    """Every rank trained exactly its share of the step's global batch for the world it
+    trained in, and the batch it held was that share: never one fetched ahead for another
+    world, batch size or position."""
+    for step, group in history.items():
+        for record in group:
+            batch = record["global_indices"]
+            lo, hi = shard_bounds(len(batch), record["world"], record["rank"])
+            assert record["indices"] == batch[lo:hi], f"step {step}: {record}"
+            assert record["batch_ids"] == record["indices"], f"step {step}: {record}"
+
+
+def test_resized_run_with_loader_workers_matches_fixed_run(
+    launches: list[Launch], tmp_path: Path, reference: Path
+) -> None:
+    # Loader workers read ahead for the world they were planned in; each resize makes
+    # those batches stale. 2 -> 3 -> 1 workers, each with two loader worker processes.
+    launch, out = _run(
+        launches,
+        tmp_path,
+        "loader-workers",
+        "1:3",
+        "--initial",
+        "2",
+        "--resize-at",
+        "3:3,40:1",
+        script_args=("--num-workers", "2", "--step-delay", "0.02", "--hold-at", "3:3,40:1"),
+    )
+    assert launch.finish(timeout=240) == 0, launch.output()
+    history = final_history(steps(out))
+    assert sorted(history) == list(range(1, STEPS + 1))
+    worlds = [g[0]["world"] for g in history.values()]
+    visited = [w for i, w in enumerate(worlds) if i == 0 or worlds[i - 1] != w]
+    planned = iter(visited)
+    assert all(size in planned for size in (2, 3, 1)), visited
+    assert_ranks_agree(history)
+    assert_each_sample_once(history, DIGITS)
+    assert_batches_are_the_planned_shares(history)
+    assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
+    assert "restarts: 0" in launch.output(), launch.output()
+
+
+@pytest.mark.parametrize(
+    ("victim", "loader_workers"),
+    [("w1", 0), ("w0", 0), ("w1", 2)],
+    ids=["other-rank", "rank-0", "other-rank-loader-workers"],
+)
 def test_sigkill_one_worker_redoes_at_most_one_step(
-    launches: list[Launch], tmp_path: Path, reference: Path, victim: str
+    launches: list[Launch], tmp_path: Path, reference: Path, victim: str, loader_workers: int
 ) -> None:
     launch, out = _run(
         launches,
         tmp_path,
-        f"kill-{victim}",
+        f"kill-{victim}-{loader_workers}",
         "1:3",
         "--initial",
         "3",
-        script_args=("--step-delay", "0.03"),
+        script_args=("--step-delay", "0.03", "--num-workers", str(loader_workers)),
     )
     launch.wait_for(lambda _: len(final_history(steps(out))) >= 15, timeout=120)
     os.kill(launch.worker_pids[victim], signal.SIGKILL)
@@ -152,6 +200,9 @@ def test_sigkill_one_worker_redoes_at_most_one_step(
     assert all(v <= 1 for v in redone.values()), redone
     assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
     assert "failed" in launch.output()
+    if loader_workers:
+        # The survivors' batches prefetched for the world of three were dropped.
+        assert_batches_are_the_planned_shares(history)
 
 
 def test_peer_lost_after_the_optimizer_step_keeps_the_step(

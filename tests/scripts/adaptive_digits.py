@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import time
+from typing import Any
 
 import torch
 from sklearn.datasets import load_digits
@@ -30,17 +31,30 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=512)
     parser.add_argument("--sleep-fixed", type=float, default=0.02)
     parser.add_argument("--sleep-per-sample", type=float, default=0.0005)
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=0,
+        help="fetch batches ahead in this many persistent loader worker processes (each "
+        "batch then carries its sample indices, logged as batch_ids)",
+    )
     args = parser.parse_args()
 
     ctx = tidal.init()
     x, y = load_digits(return_X_y=True)
     x = (x - x.mean(0)) / (x.std(0) + 1e-6)
-    data = TensorDataset(torch.tensor(x, dtype=torch.float64), torch.tensor(y))
+    tensors = [torch.tensor(x, dtype=torch.float64), torch.tensor(y)]
+    if args.num_workers:
+        tensors.append(torch.arange(len(y)))
+    data = TensorDataset(*tensors)
     torch.manual_seed(0)
     model = tidal.ElasticDataParallel(
         nn.Sequential(nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 10)).double()
     )
-    loader = tidal.ElasticDataLoader(data, batch_size=args.batch_size, seed=1)
+    workers: dict[str, Any] = {}
+    if args.num_workers:
+        workers = {"num_workers": args.num_workers, "persistent_workers": True}
+    loader = tidal.ElasticDataLoader(data, batch_size=args.batch_size, seed=1, **workers)
     adaptive = loader.autoscale_batch_size(args.max_batch, local_bounds=(4, 128))
     optimizer = tidal.adaptive_lr(torch.optim.SGD(model.parameters(), lr=0.05), loader)
     state = tidal.State(model=model, optimizer=optimizer, loader=loader)
@@ -52,8 +66,9 @@ def main() -> None:
             assert ctx.generation is not None
             gen, world, rank = ctx.generation.number, ctx.world_size, ctx.rank
             size, indices = loader.batch_size, loader.last_indices
+            batch_ids = batch[2].tolist() if args.num_workers else None
             optimizer.zero_grad()
-            for xb, yb in loader.micro_batches(batch):
+            for xb, yb, *_ in loader.micro_batches(batch):
                 loss = loss_fn(model(xb), yb)
                 time.sleep(args.sleep_per_sample * len(xb))
                 loss.backward()
@@ -72,6 +87,7 @@ def main() -> None:
                         "batch": size,
                         "epoch": loader.epoch,
                         "indices": indices,
+                        "batch_ids": batch_ids,
                         "noise_samples": adaptive.noise.count,
                         "noise_scale": adaptive.noise.noise_scale,
                         "progress": adaptive.progress,

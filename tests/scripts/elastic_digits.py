@@ -12,11 +12,12 @@ import json
 import os
 import signal
 import time
+from typing import Any
 
 import torch
 from sklearn.datasets import load_digits
 from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 
 import tidal
 
@@ -36,6 +37,20 @@ def _process_start() -> float:
 
 #: Benchmarks read it beside each step's time: process start → first step is a cold start.
 STARTED = _process_start()
+
+
+class NumberedSamples(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
+    """The digits sample by sample, each with its index: what a batch holds can be checked
+    against what the loader says it consumed."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        return self.x[i], self.y[i], i
 
 
 def hold_for_size(ctx: tidal.WorkerContext, size: int, timeout: float = 120.0) -> None:
@@ -72,6 +87,13 @@ def main() -> None:
     parser.add_argument("--step-delay", type=float, default=0.0, help="sleep inside each step")
     parser.add_argument("--dtype", default="float64")
     parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=0,
+        help="read the samples one by one in this many persistent loader worker processes "
+        "(each batch then carries its sample indices, logged as batch_ids)",
+    )
+    parser.add_argument(
         "--rank1-dies-after-step",
         type=int,
         default=0,
@@ -107,7 +129,12 @@ def main() -> None:
     ctx = tidal.init()
     x, y = load_digits(return_X_y=True)
     x = (x - x.mean(0)) / (x.std(0) + 1e-6)
-    data = TensorDataset(torch.tensor(x, dtype=dtype), torch.tensor(y))
+    inputs, targets = torch.tensor(x, dtype=dtype), torch.tensor(y)
+    data: Dataset[Any] = TensorDataset(inputs, targets)
+    workers: dict[str, Any] = {}
+    if args.num_workers:
+        data = NumberedSamples(inputs, targets)
+        workers = {"num_workers": args.num_workers, "persistent_workers": True}
     torch.manual_seed(0)
     model = tidal.ElasticDataParallel(
         nn.Sequential(nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 10)).to(dtype)
@@ -115,7 +142,11 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=20, gamma=0.7)
     loader = tidal.ElasticDataLoader(
-        data, batch_size=args.batch_size, seed=1, micro_batch_size=args.micro_batch_size
+        data,
+        batch_size=args.batch_size,
+        seed=1,
+        micro_batch_size=args.micro_batch_size,
+        **workers,
     )
     state = tidal.State(model=model, optimizer=optimizer, loader=loader, scheduler=scheduler)
     loss_fn = nn.CrossEntropyLoss()
@@ -124,6 +155,10 @@ def main() -> None:
     for _epoch in state.epochs(args.epochs):
         for batch in loader:
             epoch, indices = loader.epoch, loader.last_indices
+            batch_ids = None
+            if args.num_workers:
+                batch_ids = batch[2].tolist()
+                batch = (batch[0], batch[1])
             everyone = loader.last_global_indices
             gen, world, rank = ctx.generation.number, ctx.world_size, ctx.rank
             if state.global_step + 1 == args.rank1_dies_before_step and gen == 0 and world > 1:
@@ -163,6 +198,7 @@ def main() -> None:
                         "rank": rank,
                         "indices": indices,
                         "global_indices": everyone,
+                        "batch_ids": batch_ids,
                         "stepped": stepped,
                         "checksum": [flat.sum().item(), flat.abs().sum().item()],
                         "stall": state.last_rescale_stall,

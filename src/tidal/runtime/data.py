@@ -5,18 +5,23 @@ the samples of the epoch already consumed by the whole job; each step takes the 
 ``batch_size`` of them and splits that global batch over the current ranks (contiguous
 slices, the first ``batch % world`` ranks one sample more). A membership change therefore
 re-shards exactly the samples the epoch has not used yet: none is skipped or repeated.
+
+With ``num_workers > 0`` worker processes fetch the next steps ahead
+(:mod:`tidal.runtime.prefetch`); the position still moves only when a batch is consumed, and
+a batch prefetched for a world, batch size or position that then changed is dropped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from torch.utils.data import Dataset, TensorDataset, default_collate
+from torch.utils.data import Dataset, IterableDataset, default_collate
 
 from tidal.runtime.adaptive import AdaptiveBatch
 from tidal.runtime.context import WorkerContext, current
+from tidal.runtime.prefetch import Planned, Prefetcher, PrefetchOptions, fetch_samples
 from tidal.runtime.sample_span import SampleSpan, new_span
 
 
@@ -47,6 +52,47 @@ def step_size(remaining: int, batch: int, world: int, drop_last: bool = False) -
     return remaining
 
 
+def epoch_order(length: int, seed: int, shuffle: bool, epoch: int) -> torch.Tensor:
+    """The sample order of ``epoch``: a permutation drawn from ``(seed, epoch)``."""
+    if not shuffle:
+        return torch.arange(length)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(length, generator=g)
+
+
+class _Step(NamedTuple):
+    """One step of this rank: the samples ``[start, start + size)`` of ``epoch``'s order
+    (of a dataset of ``length`` ordered by ``seed``, ``shuffle``), its ``rank``'s share."""
+
+    seed: int
+    shuffle: bool
+    length: int
+    epoch: int
+    start: int
+    size: int
+    world: int
+    rank: int
+
+
+def _plan(first: _Step, batch_size: int, drop_last: bool, next_epochs: bool) -> Iterator[Planned]:
+    """This rank's steps from ``first`` on, as the loader takes them if the world, the batch
+    size and the position do not change; with ``next_epochs``, on into the epochs after."""
+    seed, shuffle, n, epoch, position, _, world, rank = first
+    order = epoch_order(n, seed, shuffle, epoch)
+    while True:
+        size = step_size(n - position, batch_size, world, drop_last)
+        if size == 0:
+            if position == 0 or not next_epochs:
+                return  # an epoch without a step would repeat forever
+            epoch, position = epoch + 1, 0
+            order = epoch_order(n, seed, shuffle, epoch)
+            continue
+        lo, hi = shard_bounds(size, world, rank)
+        step = _Step(seed, shuffle, n, epoch, position, size, world, rank)
+        yield step, order[position + lo : position + hi].tolist()
+        position += size
+
+
 def split_micro_batches(size: int, limit: int) -> list[int]:
     """Sizes of the fewest micro-batches of at most ``limit`` covering ``size`` samples,
     as even as possible (they differ by at most one)."""
@@ -66,6 +112,12 @@ class ElasticDataLoader:
     Every rank needs a sample, so a step before the last may be a few samples short of
     ``batch_size`` to leave the final step one per rank (see :func:`step_size`).
     :meth:`autoscale_batch_size` lets the runtime choose the global batch instead.
+
+    ``num_workers``, ``prefetch_factor``, ``pin_memory``, ``persistent_workers``,
+    ``worker_init_fn`` and ``multiprocessing_context`` mean what they mean to
+    :class:`torch.utils.data.DataLoader`, whose workers fetch the batches ahead; memory is
+    pinned only when the worker trains on a CUDA device. ``dataset`` is map-style (an
+    :class:`~torch.utils.data.IterableDataset` has no positions to shard and resume from).
     """
 
     def __init__(
@@ -78,7 +130,19 @@ class ElasticDataLoader:
         drop_last: bool = False,
         micro_batch_size: int | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
+        num_workers: int = 0,
+        prefetch_factor: int | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
     ) -> None:
+        if isinstance(dataset, IterableDataset):
+            raise TypeError(
+                "dataset: expected a map-style dataset (__len__ and __getitem__), got an "
+                f"IterableDataset ({type(dataset).__name__}): its samples have no positions "
+                "to split over the ranks and to resume from"
+            )
         if batch_size < 1:
             raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
         if micro_batch_size is not None and micro_batch_size < 1:
@@ -98,9 +162,19 @@ class ElasticDataLoader:
         #: Dataset indices of this rank's last batch (for audits and tests).
         self.last_indices: list[int] = []
         self._context: WorkerContext = current()
+        self.prefetch_options = PrefetchOptions(
+            num_workers,
+            prefetch_factor,
+            pin_memory,
+            persistent_workers,
+            worker_init_fn,
+            multiprocessing_context,
+        )
+        self.prefetch_options.check()
+        self._prefetch: Prefetcher | None = None
         #: The adaptive batch size, once :meth:`autoscale_batch_size` switched it on.
         self.adaptive: AdaptiveBatch | None = None
-        self._order_epoch = -1
+        self._order_key: tuple[int, int, bool, int] | None = None
         self._order = torch.empty(0, dtype=torch.long)
         self._last_span: tuple[int, int, int] | None = None
 
@@ -141,14 +215,10 @@ class ElasticDataLoader:
 
     def order(self, epoch: int) -> torch.Tensor:
         """The epoch's sample order (the same on every rank)."""
-        if self._order_epoch != epoch:
-            n = len(self.dataset)  # type: ignore[arg-type]
-            if self.shuffle:
-                g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-                self._order = torch.randperm(n, generator=g)
-            else:
-                self._order = torch.arange(n)
-            self._order_epoch = epoch
+        key = (len(self.dataset), self.seed, self.shuffle, epoch)  # type: ignore[arg-type]
+        if self._order_key != key:
+            self._order = epoch_order(*key)
+            self._order_key = key
         return self._order
 
     def __iter__(self) -> Iterator[Any]:
@@ -159,12 +229,23 @@ class ElasticDataLoader:
         world, rank = self._context.world_size, self._context.rank
         size = step_size(n - self.position, self.batch_size, world, self.drop_last)
         if size == 0:
+            if self._prefetch is not None and not self.prefetch_options.persistent_workers:
+                self._prefetch.close()  # as a DataLoader's workers end with the epoch
             raise StopIteration
         lo, hi = shard_bounds(size, world, rank)
         start = self.position
+        if self.prefetch_options.num_workers > 0:
+            return self._take(
+                _Step(self.seed, self.shuffle, n, self.epoch, start, size, world, rank)
+            )
         indices = self.order(self.epoch)[start + lo : start + hi]
+        self._consume(start, size, lo, hi, indices.tolist())
+        return self._fetch(indices)
+
+    def _consume(self, start: int, size: int, lo: int, hi: int, indices: list[int]) -> None:
+        """Move the position past the step taken, and tell the runtime what it holds."""
         self.position += size
-        self.last_indices = indices.tolist()
+        self.last_indices = indices
         self._last_span = (self.epoch, start, start + size)
         # Where this rank's samples sit in the job's data: the key of per-sample dropout.
         self._context.sample_span = new_span(self.seed, self.epoch, start + lo, hi - lo)
@@ -172,17 +253,41 @@ class ElasticDataLoader:
             self._context.parallel.set_batch_share(hi - lo, size)
         if self.adaptive is not None:
             self.adaptive.note_batch(hi - lo, size)
-        return self._fetch(indices)
 
     def _fetch(self, indices: torch.Tensor) -> Any:
-        if isinstance(self.dataset, TensorDataset):
-            batch = tuple(t[indices] for t in self.dataset.tensors)
-        else:
-            batch = self.collate_fn([self.dataset[i] for i in indices.tolist()])
+        batch = fetch_samples(self.dataset, indices, self.collate_fn)
         device = self._context.device
         if device.type != "cpu":
             batch = _to_device(batch, device)
         return batch
+
+    def _take(self, step: _Step) -> Any:
+        """The step's batch from the workers; the position moves once it is in hand."""
+        if self._prefetch is None:
+            device = self._context.device
+            self._prefetch = Prefetcher(
+                self.dataset,
+                self.collate_fn,
+                self.prefetch_options,
+                pin_memory=self.prefetch_options.pin_memory and device.type == "cuda",
+                seed=self.seed,
+            )
+        persistent = self.prefetch_options.persistent_workers
+        batch, indices = self._prefetch.take(
+            step, lambda: _plan(step, self.batch_size, self.drop_last, persistent)
+        )
+        lo, hi = shard_bounds(step.size, step.world, step.rank)
+        self._consume(step.start, step.size, lo, hi, indices)
+        device = self._context.device
+        if device.type != "cpu":
+            batch = _to_device(batch, device)  # non-blocking: from pinned memory, async
+        return batch
+
+    def close(self) -> None:
+        """Stop the worker processes now (they start again if the loader is iterated);
+        they also stop when the loader is garbage-collected and when the process exits."""
+        if self._prefetch is not None:
+            self._prefetch.close()
 
     def micro_batches(self, batch: Any) -> Iterator[Any]:
         """Pieces of ``batch`` to run forward/backward on one after another; gradients are
