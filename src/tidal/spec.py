@@ -252,6 +252,36 @@ def _partial_check(
 
 
 _SECTIONS = ("workers", "resources", "target", "restart")
+#: The sections of each role.
+_ROLE_SECTIONS = ("replicas", "resources", "restart")
+
+
+def _given_values(data: Mapping[Any, Any], problems: list[tuple[str, str]]) -> None:
+    """A section written holds what it says: not empty (``workers: {}`` read as 1:1), and
+    no field of it null (``max: null`` read as ``min``); leaving either out says "the
+    defaults" without doubt. Each such problem, with its field, goes to ``problems``."""
+
+    def check(section: Any, path: str) -> None:
+        if not isinstance(section, Mapping):
+            return
+        if not section:
+            problems.append((path, "empty: give its fields, or leave it out for the defaults"))
+        for key, value in section.items():
+            if value is None and isinstance(key, str):
+                problems.append(
+                    (f"{path}.{key}", "null: give a value, or leave it out for the default")
+                )
+
+    for name in _SECTIONS:
+        if name in data:
+            check(data[name], name)
+    roles = data.get("roles")
+    if isinstance(roles, list):
+        for i, role in enumerate(roles):
+            if isinstance(role, Mapping):
+                for name in _ROLE_SECTIONS:
+                    if name in role:
+                        check(role[name], f"roles[{i}].{name}")
 
 
 def _readable_keys(
@@ -295,6 +325,7 @@ def parse_spec(data: Any, source: str | None = None) -> JobSpec:
     for section in _SECTIONS:
         if isinstance(data.get(section), Mapping):
             data[section] = _readable_keys(data[section], section, problems)
+    _given_values(data, problems)
     spec: JobSpec | None = None
     try:
         spec = JobSpec.model_validate(data)

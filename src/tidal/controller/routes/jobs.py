@@ -18,6 +18,7 @@ from pydantic import TypeAdapter
 
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.routes.deps import ControllerDep, JobStoreDep, invalid, job_or_404
+from tidal.controller.routes.errors import DocumentedRoute
 from tidal.controller.routes.job_status import RoleStatus, conditions, role_statuses
 from tidal.controller.routes.limits import off_loop
 from tidal.controller.routes.spec_body import (
@@ -53,7 +54,7 @@ from tidal.wire.schema import (
 
 __all__ = ["ask", "fresh", "router"]
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], route_class=DocumentedRoute)
 
 #: Jobs per listing page unless the client asks for another size, and the most it may.
 DEFAULT_PAGE = 100
@@ -137,15 +138,22 @@ async def submit(request: Request, store: JobStoreDep) -> Response:
 
 
 @router.post("/jobs/validate", response_model=SpecCheck, openapi_extra=SPEC_BODY)
-async def validate(request: Request) -> SpecCheck:
+async def validate(request: Request) -> SpecCheck | Response:
     """Check a spec without submitting it: every problem with its field path and, for
-    YAML, the line it names (what the dashboard's submit page shows next to the text)."""
+    YAML, the line it names (what the dashboard's submit page shows next to the text).
+
+    A request with no spec to check (an empty body, or a JSON body that is not an object)
+    is malformed: 422, as ``POST /jobs`` answers it."""
     text, is_yaml = await spec_text(request)
+    if not text.strip():
+        return spec_problem_response(SpecError([("", "required: a job spec, in JSON or YAML")]))
     try:
         _, warnings = await parse_spec_body(
             request, text, is_yaml, _can(request), _cluster(request)
         )
     except SpecError as exc:
+        if not is_yaml and all(path == "" for path, _ in exc.problems):
+            return spec_problem_response(exc)  # not a JSON object: no spec at all
         lines = None
         if is_yaml:
             lines = await off_loop(request, locate_problems, text, exc.problems)
