@@ -13,7 +13,6 @@ from tidal.controller.loop.controller import Controller
 from tidal.controller.routes import PROTECTED_ROUTERS, PUBLIC_ROUTERS
 from tidal.controller.routes.auth import BearerAuth
 from tidal.controller.routes.deps import unreadable_job_response
-from tidal.controller.routes.errors import AUTH_ERRORS
 from tidal.controller.routes.limits import install_request_guards
 from tidal.controller.store.change_cache import ChangeCache
 from tidal.controller.store.jobs import UnreadableJobError
@@ -49,7 +48,7 @@ def create_app(controller: Controller, token: str) -> FastAPI:
     for router in PUBLIC_ROUTERS:
         app.include_router(router)
     for router in PROTECTED_ROUTERS:
-        app.include_router(router, dependencies=[Depends(auth)], responses=AUTH_ERRORS)
+        app.include_router(router, dependencies=[Depends(auth)])
     mount_dashboard(app, auth)
     app.add_exception_handler(UnreadableJobError, unreadable_job_response)
     install_request_guards(app)

@@ -3,27 +3,33 @@
 Every refusal has the same body, :class:`ErrorBody` (``detail``: a message, or a list of
 problems each naming its field). :class:`DocumentedRoute`, the route class of every
 router, puts in a route's OpenAPI operation the statuses it can answer from what the route
-is: a path naming a job (404, 409), a body (400, 413, 422), parameters (422); the bearer
-token's (401, 403) are added where the protected routers are mounted
-(:data:`AUTH_ERRORS`). It also answers a method a path does not serve from every route of
-that path (``Allow`` lists them all, ``OPTIONS`` too), not from the first one found.
+is: a path naming a job (404, 409), a body (400, 413, 422), parameters (422); a
+:class:`ProtectedRoute` (the routers behind the bearer token) adds the token's (401,
+403). It also answers a method its path does not serve with every method the path
+serves (``Allow``; ``OPTIONS`` too), not only those of the first route found.
 """
 
 from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import params
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
-from starlette.routing import BaseRoute
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["AUTH_ERRORS", "DocumentedRoute", "ErrorBody", "Problem", "allowed_methods"]
+__all__ = [
+    "AUTH_ERRORS",
+    "DocumentedRoute",
+    "ErrorBody",
+    "Problem",
+    "ProtectedRoute",
+    "allowed_methods",
+]
 
 
 class Problem(BaseModel):
@@ -52,6 +58,16 @@ Responses = dict[int | str, dict[str, Any]]
 
 def _error(description: str) -> dict[str, Any]:
     return {"model": ErrorBody, "description": description}
+
+
+def _as_json(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` for a route whose own answer is not JSON (logs, metrics): its refusals
+    still are (FastAPI would give them the route's media type)."""
+    if "model" not in doc:
+        return dict(doc)
+    ref = {"$ref": f"#/components/schemas/{doc['model'].__name__}"}
+    rest = {k: v for k, v in doc.items() if k != "model"}
+    return {**rest, "content": {"application/json": {"schema": ref}}}
 
 
 #: Answered by every route behind the bearer token.
@@ -117,23 +133,32 @@ def route_errors(
     return found
 
 
-def allowed_methods(routes: Iterable[BaseRoute], path: str) -> set[str]:
-    """Every method some route of ``path`` (its template) serves."""
-    methods: set[str] = set()
-    for route in routes:
-        if isinstance(route, APIRoute) and route.path == path:
-            methods |= route.methods or set()
-    return methods
+def allowed_methods(schema: Mapping[str, Any], path: str) -> set[str]:
+    """Every method the OpenAPI ``schema`` lists for ``path`` (its template)."""
+    operations = schema.get("paths", {}).get(path, {})
+    return {method.upper() for method in operations if method != "parameters"}
 
 
 class DocumentedRoute(APIRoute):
     """A route whose operation lists the refusals it can answer (see the module
     docstring), and which answers an unserved method for its whole path."""
 
+    #: Whether the route is behind the bearer token (:class:`ProtectedRoute`).
+    protected = False
+
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         responses: Responses = dict(kwargs.pop("responses", None) or {})
+        if self.protected:
+            for code, doc in AUTH_ERRORS.items():
+                responses.setdefault(code, doc)
         for code, doc in route_errors(path, endpoint, kwargs.get("openapi_extra")).items():
             responses.setdefault(code, doc)
+        answer = kwargs.get("response_class")
+        if isinstance(answer, type) and not issubclass(answer, JSONResponse):
+            responses = {
+                code: _as_json(doc) if str(code).startswith(("4", "5")) else doc
+                for code, doc in responses.items()
+            }
         super().__init__(path, endpoint, responses=responses, **kwargs)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -141,8 +166,9 @@ class DocumentedRoute(APIRoute):
         method it does (Starlette names those of the first route that matched only)."""
         if self.methods and scope["method"] not in self.methods:
             app = scope.get("app")
-            routes = app.router.routes if app is not None else [self]
-            allow = ", ".join(sorted(allowed_methods(routes, self.path) | {"OPTIONS"}))
+            # The schema's operations, what a client reads: routes are nested per router.
+            methods = allowed_methods(app.openapi(), self.path_format) if app else set()
+            allow = ", ".join(sorted((methods or self.methods or set()) | {"OPTIONS"}))
             response: Response
             if scope["method"] == "OPTIONS":
                 response = Response(status_code=204, headers={"Allow": allow})
@@ -153,3 +179,10 @@ class DocumentedRoute(APIRoute):
             await response(scope, receive, send)
             return
         await super().handle(scope, receive, send)
+
+
+class ProtectedRoute(DocumentedRoute):
+    """A :class:`DocumentedRoute` behind the bearer token: it answers 401 and 403 too
+    (the routers of :data:`tidal.controller.routes.PROTECTED_ROUTERS`)."""
+
+    protected = True

@@ -14,11 +14,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
-from pydantic import TypeAdapter
+from pydantic import Field, TypeAdapter
 
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.routes.deps import ControllerDep, JobStoreDep, invalid, job_or_404
-from tidal.controller.routes.errors import DocumentedRoute
+from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.job_status import RoleStatus, conditions, role_statuses
 from tidal.controller.routes.limits import off_loop
 from tidal.controller.routes.spec_body import (
@@ -54,13 +54,15 @@ from tidal.wire.schema import (
 
 __all__ = ["ask", "fresh", "router"]
 
-router = APIRouter(tags=["jobs"], route_class=DocumentedRoute)
+router = APIRouter(tags=["jobs"], route_class=ProtectedRoute)
 
 #: Jobs per listing page unless the client asks for another size, and the most it may.
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 
 ListView = Literal["summary", "full"]
+#: A label filter, ``KEY=VALUE`` (the schema says so: a value without ``=`` is a 422).
+_Label = Annotated[str, Field(pattern=r"^[^=]+=")]
 _JOB = TypeAdapter(JobView)
 
 
@@ -184,7 +186,7 @@ def list_jobs(
     store: JobStoreDep,
     state: Annotated[list[JobState] | None, Query()] = None,
     name: str | None = None,
-    label: Annotated[list[str] | None, Query(description="KEY=VALUE, repeatable")] = None,
+    label: Annotated[list[_Label] | None, Query(description="KEY=VALUE, repeatable")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
     after: Annotated[
         str | None, Query(max_length=1000, description="the previous page's next cursor")
