@@ -5,8 +5,9 @@ A real ``tidal server`` (local backend: an agent process per job) on 127.0.0.1 w
 server launches them, ``--rate`` requests a second are sent: a cancel of most queued jobs
 (newest first), and a few priority changes and scale requests (jobs of ``1:2`` workers
 scaled to 2). A watcher polls ``GET /jobs?since=`` (only the jobs that changed) and takes
-a request as applied when a poll begun after the call returned shows it carried out: no
-longer pending, and, for a cancel, the job ``cancelled``. Printed: p50/p99/max of that
+a request as applied when a poll answered after the call returned shows it carried out:
+no longer pending, and the job showing what was asked (``cancelled``, the priority, the
+target). A cancel of a job that ended first is never applied ("lost"). Printed: p50/p99/max of that
 latency, requests never applied, and the launch rate (``started`` events a second while
 the burst launches).
 
@@ -81,12 +82,14 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
 
 @dataclass(frozen=True)
 class Asked:
-    """A request whose call returned at ``at`` (perf counter)."""
+    """A request whose call returned at ``at`` (perf counter); ``field`` of the job's
+    view is ``value`` once it is carried out (no view before the request shows it)."""
 
     job_id: str
-    kind: str
     request_id: int
     at: float
+    field: str
+    value: Any
 
 
 @dataclass
@@ -111,13 +114,16 @@ class Watcher:
             time.sleep(0.01)
 
     def applied_at(self, asked: Asked) -> float | None:
-        """When a poll begun after the call first showed the request carried out."""
-        for began, done, view in self.seen:
-            if began < asked.at or view["id"] != asked.job_id:
+        """When a poll answered after the call first showed the request carried out:
+        the job showing the requested value with the request no longer pending. (A poll
+        begun before the call may show it: the cursor it returns hides that change from
+        the polls after it.)"""
+        for _, done, view in self.seen:
+            if done < asked.at or view["id"] != asked.job_id:
                 continue
             if any(p["id"] == asked.request_id for p in view["pending_requests"]):
                 continue
-            if asked.kind == "cancel" and view["state"] != "cancelled":
+            if view[asked.field] != asked.value:
                 continue
             return done
         return None
@@ -182,18 +188,23 @@ def _measure(data: Path, name: str, jobs: int, slots: int, rate: float, idle: bo
     for n, (kind, i) in enumerate(plan):
         time.sleep(max(0.0, began + n / rate - time.perf_counter()))
         job = ids[i]
+        field: str
+        value: Any
         if kind == "cancel":
             answer = http.post(f"/jobs/{job}/cancel")
+            field, value = "state", "cancelled"
         elif kind == "priority":
-            answer = http.put(f"/jobs/{job}/priority", json={"priority": 5})
+            field, value = "priority", 5  # jobs are submitted at the default, 5000
+            answer = http.put(f"/jobs/{job}/priority", json={"priority": value})
         else:
-            answer = http.post(f"/jobs/{job}/scale", json={"workers": (wide if idle else 1) + 1})
+            field, value = "target_slots", (wide if idle else 1) + 1
+            answer = http.post(f"/jobs/{job}/scale", json={"workers": value})
         at = time.perf_counter()
         if answer.status_code >= 400:
             refused += 1  # e.g. the job ended first: nothing to apply
             continue
         pending = answer.json()["pending_requests"]
-        asked.append(Asked(job, kind, max(p["id"] for p in pending), at))
+        asked.append(Asked(job, max(p["id"] for p in pending), at, field, value))
     # Every request gets 120 s to be applied (those that never are, are counted).
     deadline = time.perf_counter() + 120
     while time.perf_counter() < deadline:

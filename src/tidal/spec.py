@@ -252,36 +252,32 @@ def _partial_check(
 
 
 _SECTIONS = ("workers", "resources", "target", "restart")
-#: The sections of each role.
-_ROLE_SECTIONS = ("replicas", "resources", "restart")
 
 
 def _given_values(data: Mapping[Any, Any], problems: list[tuple[str, str]]) -> None:
-    """A section written holds what it says: not empty (``workers: {}`` read as 1:1), and
-    no field of it null (``max: null`` read as ``min``); leaving either out says "the
-    defaults" without doubt. Each such problem, with its field, goes to ``problems``."""
+    """A size written says it: ``workers`` (a role's ``replicas``) is not an empty mapping
+    (read as 1:1) and none of its fields null (``max: null`` read as ``min``); leaving
+    the section or a field out is how to ask for the defaults. Each such problem, with its
+    field, goes to ``problems``."""
 
     def check(section: Any, path: str) -> None:
         if not isinstance(section, Mapping):
             return
         if not section:
-            problems.append((path, "empty: give its fields, or leave it out for the defaults"))
+            problems.append((path, "empty: give min (and max), or leave it out for 1"))
         for key, value in section.items():
             if value is None and isinstance(key, str):
                 problems.append(
-                    (f"{path}.{key}", "null: give a value, or leave it out for the default")
+                    (f"{path}.{key}", "null: give a count, or leave it out for the default")
                 )
 
-    for name in _SECTIONS:
-        if name in data:
-            check(data[name], name)
+    if "workers" in data:
+        check(data["workers"], "workers")
     roles = data.get("roles")
     if isinstance(roles, list):
         for i, role in enumerate(roles):
-            if isinstance(role, Mapping):
-                for name in _ROLE_SECTIONS:
-                    if name in role:
-                        check(role[name], f"roles[{i}].{name}")
+            if isinstance(role, Mapping) and "replicas" in role:
+                check(role["replicas"], f"roles[{i}].replicas")
 
 
 def _readable_keys(
