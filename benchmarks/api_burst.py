@@ -203,8 +203,9 @@ def _measure(data: Path, name: str, jobs: int, slots: int, rate: float, idle: bo
         if answer.status_code >= 400:
             refused += 1  # e.g. the job ended first: nothing to apply
             continue
-        pending = answer.json()["pending_requests"]
-        asked.append(Asked(job, max(p["id"] for p in pending), at, field, value))
+        # None pending: the loop applied it before the answer was made (an idle server).
+        pending = [p["id"] for p in answer.json()["pending_requests"]]
+        asked.append(Asked(job, max(pending, default=-1), at, field, value))
     # Every request gets 120 s to be applied (those that never are, are counted).
     deadline = time.perf_counter() + 120
     while time.perf_counter() < deadline:
