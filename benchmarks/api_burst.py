@@ -183,7 +183,7 @@ def _measure(data: Path, name: str, jobs: int, slots: int, rate: float, idle: bo
         else:
             plan.append(("cancel", i))
     asked: list[Asked] = []
-    refused = 0
+    refused = applied_first = 0
     began = time.perf_counter()
     for n, (kind, i) in enumerate(plan):
         time.sleep(max(0.0, began + n / rate - time.perf_counter()))
@@ -203,8 +203,13 @@ def _measure(data: Path, name: str, jobs: int, slots: int, rate: float, idle: bo
         if answer.status_code >= 400:
             refused += 1  # e.g. the job ended first: nothing to apply
             continue
-        # None pending: the loop applied it before the answer was made (an idle server).
-        pending = [p["id"] for p in answer.json()["pending_requests"]]
+        view = answer.json()
+        pending = [p["id"] for p in view["pending_requests"]]
+        if not pending and view[field] == value:
+            # Applied before the answer was made (an idle server): no poll after the call
+            # would show the job again, and it waited for nothing.
+            applied_first += 1
+            continue
         asked.append(Asked(job, max(pending, default=-1), at, field, value))
     # Every request gets 120 s to be applied (those that never are, are counted).
     deadline = time.perf_counter() + 120
@@ -214,7 +219,7 @@ def _measure(data: Path, name: str, jobs: int, slots: int, rate: float, idle: bo
         time.sleep(0.5)
     watcher.stop.set()
     thread.join(timeout=30)
-    latencies = []
+    latencies = [0.0] * applied_first
     for a in asked:
         done = watcher.applied_at(a)
         if done is not None:
@@ -227,7 +232,7 @@ def _measure(data: Path, name: str, jobs: int, slots: int, rate: float, idle: bo
     return Trial(
         name=name,
         latencies=latencies,
-        unapplied=len(asked) - len(latencies),
+        unapplied=len(asked) + applied_first - len(latencies),
         refused=refused,
         launched=len(starts),
         launch_rate=(len(starts) - 1) / span if span > 0 else 0.0,
