@@ -5,8 +5,8 @@ A real ``tidal server`` (local backend: an agent process per job) on 127.0.0.1 w
 server launches them, ``--rate`` requests a second are sent: a cancel of most queued jobs
 (newest first), and a few priority changes and scale requests (jobs of ``1:2`` workers
 scaled to 2). A watcher polls ``GET /jobs?since=`` (only the jobs that changed) and takes
-a request as applied when a poll answered after the call returned shows it carried out:
-no longer pending, and the job showing what was asked (``cancelled``, the priority, the
+a request as applied when a poll shows it carried out (at the call's return at the
+earliest): no longer pending, and the job showing what was asked (``cancelled``, the priority, the
 target). A cancel of a job that ended first is never applied ("lost"). Printed: p50/p99/max of that
 latency, requests never applied, and the launch rate (``started`` events a second while
 the burst launches).
@@ -114,18 +114,19 @@ class Watcher:
             time.sleep(0.01)
 
     def applied_at(self, asked: Asked) -> float | None:
-        """When a poll answered after the call first showed the request carried out:
-        the job showing the requested value with the request no longer pending. (A poll
-        begun before the call may show it: the cursor it returns hides that change from
-        the polls after it.)"""
+        """When a poll first showed the request carried out: the job showing the
+        requested value (no view before the request does) with the request no longer
+        pending; the call's return if that poll answered earlier (a poll may answer
+        between the server's answer and the client's reading it, and its cursor hides
+        the change from the polls after it)."""
         for _, done, view in self.seen:
-            if done < asked.at or view["id"] != asked.job_id:
+            if view["id"] != asked.job_id:
                 continue
             if any(p["id"] == asked.request_id for p in view["pending_requests"]):
                 continue
             if view[asked.field] != asked.value:
                 continue
-            return done
+            return max(done, asked.at)
         return None
 
 
