@@ -280,6 +280,32 @@ def _partial_check(
 _SECTIONS = ("workers", "resources", "target", "restart")
 
 
+def _given_values(data: Mapping[Any, Any], problems: list[tuple[str, str]]) -> None:
+    """A size written says it: ``workers`` (a role's ``replicas``) is not an empty mapping
+    (read as 1:1) and none of its fields null (``max: null`` read as ``min``); leaving
+    the section or a field out is how to ask for the defaults. Each such problem, with its
+    field, goes to ``problems``."""
+
+    def check(section: Any, path: str) -> None:
+        if not isinstance(section, Mapping):
+            return
+        if not section:
+            problems.append((path, "empty: give min (and max), or leave it out for 1"))
+        for key, value in section.items():
+            if value is None and isinstance(key, str):
+                problems.append(
+                    (f"{path}.{key}", "null: give a count, or leave it out for the default")
+                )
+
+    if "workers" in data:
+        check(data["workers"], "workers")
+    roles = data.get("roles")
+    if isinstance(roles, list):
+        for i, role in enumerate(roles):
+            if isinstance(role, Mapping) and "replicas" in role:
+                check(role["replicas"], f"roles[{i}].replicas")
+
+
 def _readable_keys(
     data: Mapping[Any, Any], path: str, problems: list[tuple[str, str]]
 ) -> dict[Any, Any]:
@@ -321,6 +347,7 @@ def parse_spec(data: Any, source: str | None = None) -> JobSpec:
     for section in _SECTIONS:
         if isinstance(data.get(section), Mapping):
             data[section] = _readable_keys(data[section], section, problems)
+    _given_values(data, problems)
     spec: JobSpec | None = None
     try:
         spec = JobSpec.model_validate(data)

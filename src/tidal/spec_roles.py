@@ -25,8 +25,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     Strict,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -146,10 +148,19 @@ Env = Annotated[dict[str, EnvValue], Field(max_length=MAX_ENV), AfterValidator(_
 
 
 class SpecSection(BaseModel):
-    """A part of a spec: frozen, and unknown keys refused."""
+    """A part of a spec: frozen, and unknown keys refused. Written out (stored, sent,
+    shown), a field left unset is left out rather than written null: a spec is read
+    back as it was written, and new input refuses nulls (:func:`tidal.spec.parse_spec`)."""
 
     # Unknown keys are typos far more often than intent: refuse them.
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_serializer(mode="wrap")
+    def _without_nulls(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
 
 
 class WorkersSpec(SpecSection):

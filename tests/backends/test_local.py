@@ -52,6 +52,15 @@ def _plain(job_id: str, code: str, tmp_path: Path) -> JobLaunch:
     )
 
 
+def _serving(backend: LocalBackend, job_id: str) -> None:
+    """Poll until the job's agent serves its store (``start`` does not wait for it)."""
+    deadline = time.monotonic() + 120
+    while (agent := backend._agents[job_id]).boot is not None or agent.store is None:
+        assert time.monotonic() < deadline, f"the agent of {job_id} did not serve"
+        backend.poll()
+        time.sleep(0.05)
+
+
 def test_a_job_that_ended_while_no_controller_watched_is_reported_ended(
     tmp_path: Path,
 ) -> None:
@@ -93,6 +102,7 @@ def test_an_agent_killed_mid_job_is_replaced_at_once(tmp_path: Path) -> None:
             _plain("killed", SLEEP, tmp_path),
             [("local", 0)],
         )
+        _serving(backend, "killed")
         dead_pid = int(json.loads(record.read_text())["pid"])
         os.kill(dead_pid, signal.SIGKILL)
         deadline = time.monotonic() + 60
@@ -102,6 +112,7 @@ def test_an_agent_killed_mid_job_is_replaced_at_once(tmp_path: Path) -> None:
         started = time.monotonic()
         backend.assign("killed", [("local", 0)])
         assert time.monotonic() - started < 9, "the restart waited on the dead agent's store"
+        _serving(backend, "killed")
         assert int(json.loads(record.read_text())["pid"]) != dead_pid
         deadline = time.monotonic() + 60
         live = (WorkerState.STARTING, WorkerState.RUNNING)
@@ -124,22 +135,70 @@ def test_an_agent_whose_job_ended_before_it_was_looked_at_is_not_a_failed_start(
     import subprocess
     from dataclasses import asdict
 
-    from tidal.backends.local import _Agent
+    from tidal.backends.local import _Agent, _Boot
     from tidal.launch.agent import AgentStatus, final_path
+    from tidal.launch.agent_config import AgentConfig
 
     backend = LocalBackend(tmp_path)
-    finished = subprocess.Popen([sys.executable, "-c", "pass"])
-    assert finished.wait(timeout=60) == 0
-    agent = _Agent("quick", finished.pid, None, None, process=finished)
+    config = AgentConfig(launch=_plain("quick", "pass", tmp_path), slots=["local:0"])
+
+    def exited_agent() -> _Agent:
+        finished = subprocess.Popen([sys.executable, "-c", "pass"])
+        assert finished.wait(timeout=60) == 0
+        boot = _Boot(config, time.monotonic() + 60, retries=0, first=True)
+        agent = _Agent("quick", finished.pid, None, None, process=finished, boot=boot)
+        backend._agents["quick"] = agent
+        return agent
+
+    exited_agent()
     final = final_path(backend.state_dir, "quick")
     final.write_text(json.dumps(asdict(AgentStatus("quick", 1, outcome="succeeded"))))
-    backend._connect(agent, deadline=time.monotonic() + 5)  # returns: the job is over
-    backend._agents["quick"] = agent
     status = backend.poll()["quick"]
     assert status.finished and not status.failed
     final.unlink()
-    with pytest.raises(RuntimeError, match="agent exited with status 0"):
-        backend._connect(agent, deadline=time.monotonic() + 5)  # no final status: failed
+    exited_agent()  # no final status: a failed start
+    status = backend.poll()["quick"]
+    assert status.failed and "agent exited with status 0 before it started" in status.reason
+
+
+def test_a_start_returns_at_once_and_what_was_asked_meanwhile_is_carried_out(
+    tmp_path: Path,
+) -> None:
+    """``start`` spawns the agent and returns: the slots are reported held while it
+    starts, and a stop or new slots given before it serves are carried out once it does
+    (the stopped job leaves no worker; the other grows onto its second slot)."""
+    data = tmp_path / "data"
+    backend = LocalBackend(data)
+    a, b, c = ("local", 0), ("local", 1), ("local", 2)
+    try:
+        backend.start(_plain("stopped", SLEEP, tmp_path / "s"), [a])
+        backend.start(_plain("grown", SLEEP, tmp_path / "g"), [b])
+        assert not (data / "agents" / "stopped.agent.json").exists(), "start waited for it"
+        first = backend.poll()
+        assert first["stopped"].alive_slots() == {a}, first
+        assert first["grown"].alive_slots() == {b}, first
+        backend.stop("stopped")
+        backend.assign("grown", [b, c])
+        deadline = time.monotonic() + 120
+        while True:
+            polled = backend.poll()
+            grown = polled.get("grown")
+            running = {
+                s
+                for w in (grown.workers if grown else ())
+                if w.state is WorkerState.RUNNING or w.pid is not None
+                for s in w.held
+            }
+            if "stopped" not in polled and running == {b, c}:
+                assert backend._agents["grown"].boot is None
+                break
+            assert time.monotonic() < deadline, f"not carried out: {polled}"
+            time.sleep(0.05)
+        final = json.loads((data / "agents" / "stopped.final.json").read_text())
+        assert final["outcome"] == "stopped"
+        assert all(w["state"] != "running" for w in final["workers"])
+    finally:
+        backend.close()
 
 
 def test_an_agent_record_whose_store_answers_nothing_is_a_lost_job_not_a_crash(

@@ -11,8 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def start_server(tmp_path: Path, *args: str, slots: int = 4) -> subprocess.Popen[str]:
-    """Start ``tidal server`` on ``tmp_path/data`` and wait until it serves."""
+def start_server(
+    tmp_path: Path, *args: str, slots: int = 4, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Start ``tidal server`` on ``tmp_path/data`` and wait until it serves; ``env``
+    adds to its environment (and its agents')."""
     data = tmp_path / "data"
     (data / "server.json").unlink(missing_ok=True)
     process = subprocess.Popen(
@@ -32,7 +35,7 @@ def start_server(tmp_path: Path, *args: str, slots: int = 4) -> subprocess.Popen
         stdin=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
-        env=dict(os.environ, TIDAL_HOME=str(tmp_path / "home")),
+        env=dict(os.environ, TIDAL_HOME=str(tmp_path / "home"), **(env or {})),
     )
     deadline = time.monotonic() + 60
     while not (data / "server.json").exists():

@@ -305,3 +305,44 @@ def test_scale_by_role_counts_that_roles_replicas(served: Served) -> None:
         ((path, message),) = info.value.problems
         assert problem in message and path == ("workers" if role == "worker" else "role")
     assert c.get(job.id).target_slots == 3  # nothing refused was recorded
+
+
+def test_options_and_405_list_every_method_of_the_path(served: Served) -> None:
+    """``OPTIONS /jobs`` listed POST only (the first route Starlette found for the path)."""
+    with httpx.Client(base_url=served.url, timeout=30) as client:
+        options = client.options("/jobs")
+        refused = client.delete("/jobs")
+        one = client.options("/jobs/some-job/scale")
+    assert options.status_code == 204
+    assert options.headers["allow"] == "GET, OPTIONS, POST"
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, OPTIONS, POST"
+    assert one.headers["allow"] == "OPTIONS, POST"
+
+
+def test_validate_without_a_spec_is_a_422(served: Served) -> None:
+    headers = {"Authorization": f"Bearer {served.token}", "Content-Type": "application/json"}
+    with httpx.Client(base_url=served.url, headers=headers, timeout=30) as client:
+        empty = client.post("/jobs/validate")
+        not_an_object = client.post("/jobs/validate", content=b"[1, 2]")
+        checked = client.post("/jobs/validate", json={"name": "a", "command": []})
+    assert empty.status_code == 422 and empty.json()["detail"][0]["loc"] == ["body"]
+    assert not_an_object.status_code == 422
+    assert checked.status_code == 200 and checked.json()["valid"] is False
+
+
+def test_every_refusal_a_route_can_answer_is_in_the_schema(served: Served) -> None:
+    schema = httpx.get(f"{served.url}/openapi.json", timeout=30).json()
+    paths = schema["paths"]
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            codes = set(operation["responses"])
+            if path != "/health":
+                assert {"401", "403"} <= codes, (method, path)
+            if "{ref}" in path:
+                assert {"404", "409"} <= codes, (method, path)
+            if "requestBody" in operation:
+                assert {"400", "413", "422"} <= codes, (method, path)
+            for code in codes - {"200", "201", "202", "204", "304"}:
+                content = operation["responses"][code]["content"]
+                ref = content["application/json"]["schema"]["$ref"]
+                assert ref == "#/components/schemas/ErrorBody", (method, path, code)

@@ -103,3 +103,39 @@ def test_an_unknown_launcher_is_refused_by_name() -> None:
     found = problems({"name": "a", "command": "x", "launcher": "mpirun"})
     assert list(found) == ["launcher"]
     assert "'tidal' or 'torchrun'" in found["launcher"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "path"),
+    [
+        ({"workers": {}}, "workers"),
+        ({"workers": {"min": 5, "max": None, "initial": 5}}, "workers.max"),
+        ({"workers": {"min": 2, "initial": None}}, "workers.initial"),
+        ({"workers": {"max": None}}, "workers.max"),
+    ],
+)
+def test_a_size_written_empty_or_with_a_null_is_refused_naming_it(
+    extra: dict[str, object], path: str
+) -> None:
+    """``workers: {}`` was read as 1:1 and ``max: null`` as ``min``: a size written says
+    what it is; leaving it (or a field) out is how to ask for the defaults."""
+    with pytest.raises(SpecError) as err:
+        parse_spec({"name": "a", "command": ["x"], **extra})
+    assert [p for p, _ in err.value.problems] == [path]
+
+
+def test_a_role_size_written_empty_or_with_a_null_is_refused_naming_it() -> None:
+    roles = [
+        {"name": "w", "command": ["x"], "replicas": {"max": None}},
+        {"name": "ps", "command": ["y"], "replicas": {}},
+    ]
+    with pytest.raises(SpecError) as err:
+        parse_spec({"name": "a", "roles": roles})
+    assert [p for p, _ in err.value.problems] == ["roles[0].replicas.max", "roles[1].replicas"]
+
+
+def test_a_spec_is_written_out_without_nulls_and_read_back_as_it_was() -> None:
+    spec = parse_spec({"name": "a", "command": ["x"], "workers": {"min": 2, "initial": 2}})
+    written = spec.model_dump(mode="json")
+    assert written["workers"] == {"min": 2, "initial": 2}
+    assert parse_spec(written) == spec

@@ -149,9 +149,15 @@ def check_outcome(parse: Any, *args: Any, text_level: bool = False) -> JobSpec |
 @example({"name": "a\n", "command": ["x"], "env": {"K\n": "v"}})
 @example({"name": "a", "command": ["x"], "workers": 2**63, "\u00b2": 1})
 @example({"name": "a", "command": ["x"], "priority": "7", "checkpoint_every_seconds": math.nan})
+@example({"name": "a", "command": ["x"], "workers": {}})
+@example({"name": "a", "command": ["x"], "workers": {"min": 5, "max": None, "initial": 5}})
 @given(SPECS)
 def test_generated_specs_are_accepted_whole_or_refused_by_field(data: dict[str, Any]) -> None:
     spec = check_outcome(parse_spec, data)
+    workers = data.get("workers")
+    if spec is not None and isinstance(workers, dict):
+        # Accepted but invalid: a size written empty (read as 1:1) or with a null count.
+        assert workers and None not in workers.values(), workers
     # The same data as JSON text reaches the same verdict (and the same spec).
     try:
         text = json.dumps(data)

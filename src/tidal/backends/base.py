@@ -72,7 +72,9 @@ class Backend(Protocol):
 
     def start(self, launch: JobLaunch, slots: Sequence[Slot]) -> None:
         """Start the job with one worker per slot, or per ``launch.replica_slots`` slots of
-        one host for workers of several GPUs (resuming from its checkpoint if any)."""
+        one host for workers of several GPUs (resuming from its checkpoint if any).
+        Returns without waiting for the workers (the loop's requests wait for it);
+        ``assign`` and ``stop`` may follow at once and are carried out once it is up."""
         ...
 
     def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
@@ -92,9 +94,10 @@ class Backend(Protocol):
 
     def poll(self) -> Mapping[str, JobStatus]:
         """The status of every job started and not stopped, and of stopped jobs while any
-        of their workers is still alive (their slots are not free yet). Reports the
-        workers sent (metrics, goodput) are in the status of the poll that first sees
-        them, and in no later one."""
+        of their workers is still alive (their slots are not free yet). A job whose start
+        is still under way (``start`` returned before its workers could be reported)
+        names the slots it holds in ``starting_slots``. Reports the workers sent (metrics,
+        goodput) are in the status of the poll that first sees them, and in no later one."""
         ...
 
     def log_paths(self, job_id: str) -> Mapping[int, Path]:

@@ -4,6 +4,13 @@ Agents (:mod:`tidal.launch.agent`) run in their own sessions, so jobs outlive th
 controller: after a crash the next :class:`LocalBackend` on the same state folder finds
 the live agents again and keeps polling them. Slots ``host:i`` on GPU machines pin worker
 ``i`` to GPU ``i`` (``CUDA_VISIBLE_DEVICES``).
+
+Starting a job only spawns its agent: :meth:`LocalBackend.start` returns at once and the
+agents of many jobs start side by side, while the controller's loop goes on applying
+requests. Each :meth:`LocalBackend.poll` looks whether a starting agent serves its store
+yet (connecting then) and reports its slots held meanwhile
+(:attr:`~tidal.launch.api.JobStatus.starting_slots`). What the controller asks of a job
+whose agent is still starting (new slots, a stop) is carried out as soon as it serves.
 """
 
 from __future__ import annotations
@@ -50,15 +57,33 @@ from tidal.launch.api import (
 )
 from tidal.launch.file_modes import user_umask
 from tidal.launch.process import kill_marked
-from tidal.launch.slot_names import format_slot
+from tidal.launch.slot_names import format_slot, parse_slots
 from tidal.policy.api import Slot
 from tidal.runtime.rendezvous import ReportQueue, connect_store
 
 log = logging.getLogger("tidal.backends.local")
 
-_START_TIMEOUT = 60.0
+#: How long an agent may take to serve its store before it is taken for a failed start
+#: (nothing waits on it: it only bounds how long a hung agent holds its slots).
+_START_TIMEOUT = 120.0
 #: Tries to start a job's new agent after its agent died, before giving up on the restart.
 _AGENT_STARTS = 3
+
+
+@dataclass
+class _Boot:
+    """An agent spawned and not serving its store yet."""
+
+    config: AgentConfig
+    #: When (monotonic) it is taken for a failed start.
+    deadline: float
+    #: Starts left if this one dies first (a restart tries more than once).
+    retries: int
+    #: A job's first start: an agent that never serves fails the job. A restart's is an
+    #: agent death like any other (the controller's restart decision counts it).
+    first: bool
+    #: Slots assigned while it started: ordered once it serves.
+    order: list[str] | None = None
 
 
 @dataclass
@@ -77,6 +102,8 @@ class _Agent:
     #: It died without ending its job: what it left was killed, the job's workers are
     #: reported failed, and the next ``assign`` starts a new agent (a restart).
     died: JobStatus | None = None
+    #: Spawned and not serving yet (:meth:`LocalBackend.poll` connects once it does).
+    boot: _Boot | None = None
 
 
 class LocalBackend:
@@ -160,7 +187,8 @@ class LocalBackend:
         return sorted(self._agents)
 
     def start(self, launch: JobLaunch, slots: Sequence[Slot]) -> None:
-        """Start the job's agent, which starts one worker per worker's slots."""
+        """Spawn the job's agent, which starts one worker per worker's slots; returns
+        without waiting for it (see the module docstring)."""
         if launch.job_id in self._agents and not self._agents[launch.job_id].stopped:
             self.assign(launch.job_id, slots)
             return
@@ -171,16 +199,28 @@ class LocalBackend:
             slots=[format_slot(s) for s in slots],
             timeout=self.timeout,
         )
-        self._spawn_agent(config, launch.log_dir)
+        boot = _Boot(config, time.monotonic() + _START_TIMEOUT, retries=0, first=True)
+        self._spawn_agent(boot, launch.log_dir)
 
-    def _spawn_agent(self, config: AgentConfig, log_dir: Path | None) -> _Agent:
-        """Start an agent for ``config`` and wait until it serves its store."""
+    def _spawn_agent(self, boot: _Boot, log_dir: Path | None) -> _Agent:
+        """Spawn an agent for ``boot.config``; :meth:`poll` connects once it serves."""
+        config = boot.config
         config_path = self.state_dir / f"{config.job_id}.launch.json"
         config_path.write_text(config.to_json())
-        agent_log = self.state_dir / f"{config.job_id}.agent.log"
-        tree = f"{config.job_id}-{secrets.token_hex(8)}"
-        # A killed agent leaves its record: waiting for the new one's must not find it.
-        record_path(self.state_dir, config.job_id).unlink(missing_ok=True)
+        agent = _Agent(config.job_id, 0, None, log_dir, boot=boot)
+        self._spawn_process(agent)
+        self._agents[config.job_id] = agent
+        if log_dir is not None:
+            self._log_dirs[config.job_id] = log_dir
+        return agent
+
+    def _spawn_process(self, agent: _Agent) -> None:
+        """Start ``agent``'s process (again, for a start that died before serving)."""
+        config_path = self.state_dir / f"{agent.job_id}.launch.json"
+        agent_log = self.state_dir / f"{agent.job_id}.agent.log"
+        tree = f"{agent.job_id}-{secrets.token_hex(8)}"
+        # A killed agent leaves its record: the new one's must not be taken for it.
+        record_path(self.state_dir, agent.job_id).unlink(missing_ok=True)
         fd = os.open(agent_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with open(fd, "ab") as sink:
             process = subprocess.Popen(
@@ -192,12 +232,7 @@ class LocalBackend:
                 env={**os.environ, ENV_AGENT_TREE: tree},
                 umask=user_umask(),  # the agent makes its own files private itself
             )
-        agent = _Agent(config.job_id, process.pid, None, log_dir, process=process, tree=tree)
-        self._agents[config.job_id] = agent
-        if log_dir is not None:
-            self._log_dirs[config.job_id] = log_dir
-        self._connect(agent, deadline=time.monotonic() + _START_TIMEOUT)
-        return agent
+        agent.pid, agent.process, agent.tree = process.pid, process, tree
 
     def _restart_agent(self, dead: _Agent, slots: Sequence[Slot]) -> None:
         """A new agent for a job whose agent died: the same launch on ``slots``; its
@@ -208,64 +243,94 @@ class LocalBackend:
         config.slots = [format_slot(s) for s in slots]
         config.first_worker_id = max([config.first_worker_id - 1, *known]) + 1
         final_path(self.state_dir, dead.job_id).unlink(missing_ok=True)
-        for attempt in range(1, _AGENT_STARTS + 1):
-            log.warning("job=%s: starting a new agent on %d slot(s)", dead.job_id, len(slots))
-            try:
-                self._spawn_agent(config, dead.log_dir)
-                return
-            except (RuntimeError, TimeoutError, OSError) as exc:
-                # Killed while starting (or its store not reachable): what it started
-                # holds nothing yet; this restart is still the one the job was granted.
-                failed = self._agents[dead.job_id]
-                if failed.process is not None and failed.process.poll() is None:
-                    failed.process.kill()
-                    failed.process.wait(timeout=10)
-                self._kill_tree(failed)
-                if attempt == _AGENT_STARTS:
-                    # The failed agent stays: the next poll reports its workers failed,
-                    # and the restart decision counts that as the job's next failure.
-                    raise
-                self._agents[dead.job_id] = dead
-                log.warning("job=%s: the new agent did not start: %s", dead.job_id, exc)
+        log.warning("job=%s: starting a new agent on %d slot(s)", dead.job_id, len(slots))
+        deadline = time.monotonic() + _START_TIMEOUT
+        self._spawn_agent(_Boot(config, deadline, _AGENT_STARTS - 1, first=False), dead.log_dir)
 
-    def _connect(self, agent: _Agent, *, deadline: float) -> None:
-        """Connect to the agent's store once its record is there. A job whose workers end
-        at once may be over first: the agent writes its final status, removes the record
-        and exits before this looks; the job is then started and over, and :meth:`poll`
-        reads the final status."""
+    def _advance_boot(self, agent: _Agent) -> JobStatus | None:
+        """One look at a starting agent, never waiting for it: connect once it serves
+        (and send what was asked meanwhile), start it again or give it up if it died or
+        hangs. Returns what to report while it still starts (its slots held), or a
+        failed start; ``None`` once it serves or is over (the usual poll takes over)."""
+        boot = agent.boot
+        assert boot is not None and agent.process is not None
         record = record_path(self.state_dir, agent.job_id)
         final = final_path(self.state_dir, agent.job_id)
-        while True:
-            try:
-                text = record.read_text()
-                break
-            except FileNotFoundError:
-                pass
-            if final.exists():
-                return
-            if agent.process is not None and agent.process.poll() is not None:
-                if final.exists():  # written before the record went and the agent exited
-                    return
-                raise RuntimeError(
-                    f"job {agent.job_id}: agent exited with status {agent.process.returncode}; "
-                    f"see {self.state_dir / (agent.job_id + '.agent.log')}"
-                )
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {agent.job_id}: agent did not start in time")
-            time.sleep(0.01)
-        host, _, port = str(json.loads(text)["store"]).rpartition(":")
+        code = agent.process.poll()
         try:
-            agent.store = connect_store(host, int(port), timeout=10)
-        except Exception:
-            if not final.exists():
-                raise
-            # Over between the record and the connection: poll reads the final status.
+            # An agent that exited left a record only if it was killed: nothing to reach.
+            text = record.read_text() if code is None else None
+        except FileNotFoundError:
+            text = None
+        if text is not None:
+            host, _, port = str(json.loads(text)["store"]).rpartition(":")
+            try:
+                agent.store = connect_store(host, int(port), timeout=10)
+            except Exception as exc:
+                # Over between the record and the connection (poll reads the final
+                # status), or dying: the next look finds its exit.
+                log.debug("job=%s: agent store not reached: %s", agent.job_id, exc)
+            if agent.store is not None or final.exists():
+                agent.boot = None
+                self._landed(agent, boot)
+                return None
+        if final.exists():
+            # Its workers ended at once: the agent wrote its final status, removed its
+            # record (and may have exited) before this looked; a job started and over.
+            agent.boot = None
+            return None
+        if code is None and time.monotonic() < boot.deadline:
+            return JobStatus(agent.job_id, -1, starting_slots=self._slots(boot))
+        if code is None:
+            why = f"did not serve within {_START_TIMEOUT:.0f} s"
+            agent.process.kill()
+            agent.process.wait(timeout=10)
+        else:
+            why = f"exited with status {code}"
+        if final.exists():  # written just before it exited
+            agent.boot = None
+            return None
+        self._kill_tree(agent)
+        where = self.state_dir / f"{agent.job_id}.agent.log"
+        log.warning("job=%s: the agent %s before serving; see %s", agent.job_id, why, where)
+        if boot.retries > 0 and not agent.stopped:
+            boot.retries -= 1
+            boot.deadline = time.monotonic() + _START_TIMEOUT
+            self._spawn_process(agent)
+            return JobStatus(agent.job_id, -1, starting_slots=self._slots(boot))
+        agent.boot = None
+        if boot.first or agent.stopped:
+            del self._agents[agent.job_id]
+            reason = f"the job's agent {why} before it started; see {where}"
+            return JobStatus(agent.job_id, -1, failed=not agent.stopped, reason=reason)
+        return None  # a restart that never served: the agent died (see poll)
+
+    @staticmethod
+    def _slots(boot: _Boot) -> tuple[Slot, ...]:
+        """The slots a starting agent holds: those it was started on, and any assigned
+        since (until it serves, either may be what its workers come up on)."""
+        names = [*boot.config.slots, *(boot.order or ())]
+        return tuple(dict.fromkeys(s for name in names for s in parse_slots(name)))
+
+    def _landed(self, agent: _Agent, boot: _Boot) -> None:
+        """The agent serves its store: carry out what was asked while it started."""
+        if agent.store is None:
+            return
+        with contextlib.suppress(Exception):  # an agent that just ended: poll reports it
+            if agent.stopped:
+                agent.store.set(KEY_STOP, "1")
+            elif boot.order is not None:
+                agent.assign_seq += 1
+                write_order(agent.store, boot.order, agent.assign_seq)
 
     def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
         """Set the job's slots (applied at its next step boundary)."""
         agent = self._agents[job_id]
         if agent.died is not None:
             self._restart_agent(agent, slots)
+            return
+        if agent.boot is not None:
+            agent.boot.order = [format_slot(s) for s in slots]  # sent once it serves
             return
         if agent.store is None:
             return
@@ -278,7 +343,7 @@ class LocalBackend:
         agent = self._agents.get(job_id)
         if agent is None or agent.stopped:
             return
-        agent.stopped = True
+        agent.stopped = True  # a starting agent is told once it serves (_landed)
         if agent.died is not None:
             kill_marked(agent.tree, variable=ENV_AGENT_TREE)
             del self._agents[job_id]
@@ -297,6 +362,11 @@ class LocalBackend:
             if agent.died is not None:
                 statuses[job_id] = agent.died
                 continue
+            if agent.boot is not None:
+                starting = self._advance_boot(agent)
+                if starting is not None:
+                    statuses[job_id] = starting
+                    continue
             alive = _pid_alive(agent)
             if not alive:
                 # Nothing serves its store any more: a call would only fail (and torch
@@ -414,6 +484,11 @@ class LocalBackend:
         if store is not None:
             with contextlib.suppress(Exception):  # gone already (its wait timed out)
                 store.set(KEY_BYE, "1")
+        elif agent.process is not None and agent.process.poll() is None:
+            # Over before this backend ever reached its store (a job that ended while its
+            # agent was starting): no bye can be sent, and the agent would wait for one.
+            agent.process.kill()
+            agent.process.wait(timeout=10)
 
     def log_paths(self, job_id: str) -> Mapping[int, Path]:
         """Each worker's log file by worker id."""
@@ -426,7 +501,9 @@ class LocalBackend:
         deadline = time.monotonic() + grace
         for agent in list(self._agents.values()):
             while _pid_alive(agent) and time.monotonic() < deadline:
-                if final_path(self.state_dir, agent.job_id).exists():
+                if agent.boot is not None:
+                    self._advance_boot(agent)  # told to stop once it serves
+                elif final_path(self.state_dir, agent.job_id).exists():
                     self._let_go(agent)  # it waits for that before it exits
                 time.sleep(0.02)
             if _pid_alive(agent):

@@ -121,10 +121,13 @@ class JobStatus:
     #: The job's newest goodput report, when one arrived since the previous poll: the
     #: fitted throughput model, noise scale, chosen batch, efficiency (JSON-like).
     goodput: Mapping[str, Any] | None = None
+    #: Slots of a launch still in flight, before its workers are reported (the local
+    #: backend's agent is starting): held all the same, so no other job is given them.
+    starting_slots: tuple[Slot, ...] = ()
 
     def alive_slots(self) -> set[Slot]:
-        """Slots whose worker still holds them."""
-        return {s for w in self.workers if w.state.alive for s in w.held}
+        """Slots whose worker still holds them, and those of a launch in flight."""
+        return {s for w in self.workers if w.state.alive for s in w.held} | set(self.starting_slots)
 
 
 _WORKER_LOG = re.compile(r"^worker-(\d+)\.log$")

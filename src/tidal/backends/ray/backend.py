@@ -203,7 +203,8 @@ class RayBackend:
             work_dir=launch.log_dir.parent if launch.log_dir is not None else None,
             network=RayNetwork(self._node_address),
         )
-        job = _Job(launch, driver, JobStatus(launch.job_id, -1))
+        # Its slots are held from now on, before its thread reports the first workers.
+        job = _Job(launch, driver, JobStatus(launch.job_id, -1, starting_slots=tuple(slots)))
         job.requested = self._reachable(slots)
         job.thread = threading.Thread(
             target=self._drive, args=(job,), name=f"tidal-ray-{launch.job_id}", daemon=True

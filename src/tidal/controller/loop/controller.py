@@ -28,7 +28,12 @@ from tidal.controller.loop.backoff import Failing, Report, after_tick
 from tidal.controller.loop.deadlines import check_deadline
 from tidal.controller.loop.effects import LoopEffects
 from tidal.controller.loop.launching import JobFiles, build_launch
-from tidal.controller.loop.observe import apply_pending, observe, throughput_models
+from tidal.controller.loop.observe import (
+    apply_pending,
+    cancel_unstarted,
+    observe,
+    throughput_models,
+)
 from tidal.controller.prometheus import ControllerMetrics
 from tidal.controller.store.jobs import Event, JobRecord, JobStore
 from tidal.controller.store.outage import outage_of
@@ -53,6 +58,10 @@ HANDOVER_WINDOW = 10.0
 #: jobs takes ~10 ms: a sixth of the time at 50 ms; at 20 ms, a third); a request that
 #: comes alone still wakes a tick at once.
 MIN_WAKE_GAP = 0.05
+#: The most that gap grows to after a long tick: a request then waits for the tick under
+#: way and this long, not twice the tick's length (a tick that cancels many jobs under
+#: load takes seconds; requests kept arriving, so ticks grew and gaps with them).
+MAX_WAKE_GAP = 0.25
 
 #: Where a job may run and how many slots it needs: group, labels, minimum, widest replica.
 _Target = tuple[str | None, tuple[tuple[str, str], ...], int, int]
@@ -142,8 +151,9 @@ class Controller:
             if self._wake.wait(self._next_wait(interval)):
                 # Woken by a request: requests arriving faster than ticks take are applied
                 # together, so the loop spends at most a third of its time ticking and the
-                # API (same process) keeps the rest; it waits two ticks' length at least.
-                gap = max(MIN_WAKE_GAP, 2 * took)
+                # API (same process) keeps the rest; it waits two ticks' length at least,
+                # up to MAX_WAKE_GAP.
+                gap = min(max(MIN_WAKE_GAP, 2 * took), MAX_WAKE_GAP)
                 self._stop.wait(gap - (time.monotonic() - began - took))
 
     def _cause(self, error: Exception | None) -> str | None:
@@ -205,8 +215,11 @@ class Controller:
             # (applied ones are deleted), and a list of a thousand ids would be a
             # statement of a thousand parameters, made again each tick.
             pending = self.store.pending_requests()
+            cancelled = cancel_unstarted(self.effects, active, pending, statuses, now)
             jobs = []
             for job in active:
+                if job.id in cancelled:
+                    continue
                 job = apply_pending(self.effects, job, pending.get(job.id, ()), now)
                 if not job.cancel_requested and not self.effects.loadable(job):
                     continue  # a cancel needs no model: such a job can still be cancelled

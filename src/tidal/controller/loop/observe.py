@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop.effects import LoopEffects
 from tidal.controller.loop.failures import end_workers, fail, on_failures
 from tidal.controller.store.jobs import Event, JobRecord
-from tidal.controller.store.requests import PendingRequest, apply_requests
+from tidal.controller.store.requests import Cancel, PendingRequest, apply_requests
 from tidal.launch.api import JobStatus, WorkerState
 from tidal.model import ACTIVE_STATES, JobState
 from tidal.policy.api import Slot, ThroughputModel
 from tidal.policy.goodput_model import model_from_dict
 
-__all__ = ["apply_pending", "observe", "settled", "throughput_models"]
+__all__ = ["apply_pending", "cancel_unstarted", "observe", "settled", "throughput_models"]
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +30,52 @@ log = logging.getLogger(__name__)
 def apply_pending(
     effects: LoopEffects, job: JobRecord, pending: Sequence[PendingRequest], now: float
 ) -> JobRecord:
-    """Carry out the requests users made of ``job`` since the last tick."""
+    """Carry out the requests users made of ``job`` since the last tick.
+
+    A cancel is carried out by :func:`observe` in this same tick, and the job's end drops
+    whatever requests it had: one write for it rather than two (a burst of cancels is
+    as many writes in one tick, and the next request waits for all of them)."""
     if not pending:
         return job
     decided = apply_requests(job, pending)
+    if decided.changes.get("cancel_requested"):
+        return replace(job, cancel_requested=True)
     return effects.store.update_job(job.id, now, applied=decided.applied, **decided.changes)
+
+
+def cancel_unstarted(
+    effects: LoopEffects,
+    jobs: Sequence[JobRecord],
+    pending: Mapping[str, Sequence[PendingRequest]],
+    statuses: Mapping[str, JobStatus],
+    now: float,
+) -> set[str]:
+    """Cancel in one write every job of ``jobs`` asked to be (now or before) that never
+    started and that the backend does not run: nothing to stop, no worker to end. The
+    ids cancelled; none if the write failed (:func:`observe` then cancels them one by
+    one)."""
+    ids = [
+        j.id
+        for j in jobs
+        if j.started_at is None
+        and j.id not in statuses
+        and (
+            j.cancel_requested or any(isinstance(p.request, Cancel) for p in pending.get(j.id, ()))
+        )
+    ]
+    changes = {
+        "state": JobState.CANCELLED,
+        "reason": "cancelled by user",
+        "finished_at": now,
+        "scale_deadline": None,
+    }
+    cancelled = Event("cancelled", "cancelled by user")
+    try:
+        effects.store.update_jobs([(job_id, cancelled, changes) for job_id in ids], now)
+    except Exception:
+        log.exception("cancelling %d queued job(s) at once failed", len(ids))
+        return set()
+    return set(ids)
 
 
 def observe(
@@ -49,7 +91,8 @@ def observe(
     if job.cancel_requested:
         if status is not None:
             effects.call(job.id, "stop", lambda: backend.stop(job.id))
-        end_workers(effects, job.id, now)
+        if job.started_at is not None:  # a job never started has no workers to end
+            end_workers(effects, job.id, now)
         store.update_job(
             job.id,
             now,

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from tidal.controller.routes.deps import ControllerDep, JobStoreDep
+from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.views import allocation_view, event_view, utilisation
 from tidal.model import JobState
 from tidal.wire.schema import (
@@ -20,7 +21,7 @@ from tidal.wire.schema import (
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["cluster"])
+router = APIRouter(tags=["cluster"], route_class=ProtectedRoute)
 
 
 @router.get("/events", response_model=list[EventView])

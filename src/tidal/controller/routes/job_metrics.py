@@ -6,11 +6,12 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from tidal.controller.routes.deps import JobStoreDep, job_or_404
+from tidal.controller.routes.errors import ProtectedRoute
 from tidal.wire.schema import JobProgress, MetricsReport, MetricsView
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=ProtectedRoute)
 
 
 @router.post("/jobs/{ref}/metrics", status_code=204, tags=["jobs"])

@@ -13,6 +13,7 @@ import time
 from fastapi import APIRouter, HTTPException
 
 from tidal.controller.routes.deps import JobStoreDep, invalid, job_or_404
+from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.jobs import ask
 from tidal.controller.store.jobs import Event, JobRecord, JobStore
 from tidal.controller.store.requests import Resize
@@ -20,7 +21,7 @@ from tidal.wire.schema import JobView, ScaleByRequest, ScaleRequest
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], route_class=ProtectedRoute)
 
 
 def _holding(job: JobRecord) -> None:

@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException
 
 from tidal.controller.loop.worker_stops import StopRefused, plan_stop
 from tidal.controller.routes.deps import JobStoreDep, invalid, job_or_404
+from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.jobs import ask, fresh
 from tidal.controller.store.jobs import Event
 from tidal.controller.store.requests import apply_requests
@@ -20,7 +21,7 @@ from tidal.wire.schema import JobView, StopWorkersRequest
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], route_class=ProtectedRoute)
 
 
 @router.post("/jobs/{ref}/workers/stop", response_model=JobView)

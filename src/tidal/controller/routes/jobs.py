@@ -14,10 +14,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
-from pydantic import TypeAdapter
+from pydantic import Field, TypeAdapter
 
 from tidal.controller.cluster import ClusterModel
 from tidal.controller.routes.deps import ControllerDep, JobStoreDep, invalid, job_or_404
+from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.job_status import RoleStatus, conditions, role_statuses
 from tidal.controller.routes.limits import off_loop
 from tidal.controller.routes.spec_body import (
@@ -53,13 +54,15 @@ from tidal.wire.schema import (
 
 __all__ = ["ask", "fresh", "router"]
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], route_class=ProtectedRoute)
 
 #: Jobs per listing page unless the client asks for another size, and the most it may.
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 
 ListView = Literal["summary", "full"]
+#: A label filter, ``KEY=VALUE`` (the schema says so: a value without ``=`` is a 422).
+_Label = Annotated[str, Field(pattern=r"^[^=]+=")]
 _JOB = TypeAdapter(JobView)
 
 
@@ -137,15 +140,22 @@ async def submit(request: Request, store: JobStoreDep) -> Response:
 
 
 @router.post("/jobs/validate", response_model=SpecCheck, openapi_extra=SPEC_BODY)
-async def validate(request: Request) -> SpecCheck:
+async def validate(request: Request) -> SpecCheck | Response:
     """Check a spec without submitting it: every problem with its field path and, for
-    YAML, the line it names (what the dashboard's submit page shows next to the text)."""
+    YAML, the line it names (what the dashboard's submit page shows next to the text).
+
+    A request with no spec to check (an empty body, or a JSON body that is not an object)
+    is malformed: 422, as ``POST /jobs`` answers it."""
     text, is_yaml = await spec_text(request)
+    if not text.strip():
+        return spec_problem_response(SpecError([("", "required: a job spec, in JSON or YAML")]))
     try:
         _, warnings = await parse_spec_body(
             request, text, is_yaml, _can(request), _cluster(request)
         )
     except SpecError as exc:
+        if not is_yaml and all(path == "" for path, _ in exc.problems):
+            return spec_problem_response(exc)  # not a JSON object: no spec at all
         lines = None
         if is_yaml:
             lines = await off_loop(request, locate_problems, text, exc.problems)
@@ -176,7 +186,7 @@ def list_jobs(
     store: JobStoreDep,
     state: Annotated[list[JobState] | None, Query()] = None,
     name: str | None = None,
-    label: Annotated[list[str] | None, Query(description="KEY=VALUE, repeatable")] = None,
+    label: Annotated[list[_Label] | None, Query(description="KEY=VALUE, repeatable")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
     after: Annotated[
         str | None, Query(max_length=1000, description="the previous page's next cursor")

@@ -12,11 +12,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from tidal.controller.routes.deps import ControllerDep, job_or_404
+from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.log_files import LogFollower, tail_lines
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], route_class=ProtectedRoute)
 #: How often a followed log is checked for new lines.
 _FOLLOW_POLL_S = 0.25
 

@@ -7,10 +7,11 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse, Response
 
 from tidal.controller.routes.deps import ControllerDep
+from tidal.controller.routes.errors import ProtectedRoute
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=ProtectedRoute)
 
 
 @router.get("/metrics", tags=["meta"], response_class=PlainTextResponse)
