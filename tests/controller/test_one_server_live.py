@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.controller.live import start_server, stop_server, until
-from tests.controller.postgres import Postgres
+from tests.controller.postgres import Postgres, running_postgres
 from tidal.client import Client
 from tidal.wire.discovery import SERVER_FILE, read_server_info, read_token
 
@@ -131,3 +131,46 @@ def test_second_server_on_a_postgres_store_is_refused(
     finally:
         stop_server(first)
     assert first.returncode == 0
+
+
+def _lock_holder_pid(db_url: str) -> int | None:
+    """The pid the server holding the store's database lock names, or ``None``."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(db_url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            name = conn.execute(
+                text(
+                    "SELECT a.application_name FROM pg_locks l"
+                    " JOIN pg_stat_activity a ON a.pid = l.pid"
+                    " WHERE l.locktype = 'advisory' AND l.granted"
+                )
+            ).scalar()
+    except Exception:  # still starting
+        return None
+    finally:
+        engine.dispose()
+    parts = str(name or "").split()
+    return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
+
+
+def test_the_database_lock_is_taken_back_after_the_database_restarts(tmp_path: Path) -> None:
+    # A cluster of its own: restarting the session's one would fail other tests.
+    with running_postgres() as postgres:
+        db_url = postgres.new_database()
+        first = start_server(tmp_path, "--db-url", db_url, slots=2)
+        try:
+            until(lambda: _lock_holder_pid(db_url) == first.pid, 60, "the first server's lock")
+            # A restart ends every session, and with the first server's its lock.
+            postgres.stop()
+            postgres.start()
+            until(lambda: _lock_holder_pid(db_url) == first.pid, 60, "the lock taken back")
+            refused = second_server(tmp_path / "other", "--db-url", db_url)
+            assert refused.returncode == 1, refused.stderr
+            assert "already serves" in refused.stderr
+            assert first.poll() is None and serves(tmp_path / "data")
+        finally:
+            stop_server(first)
+        assert first.returncode == 0

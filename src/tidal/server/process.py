@@ -178,6 +178,22 @@ def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) ->
         _serve(config, on_ready, lock, policy, cluster)
 
 
+#: Seconds between checks that the server still holds its store's lock.
+LOCK_CHECK_INTERVAL = 2.0
+
+
+def _watch_lock(lock: StoreLock, done: threading.Event) -> None:
+    """Keep the store's lock (taking back a database lock a restart of the database
+    dropped); if another server took it meanwhile, stop this one as SIGTERM would: two
+    servers must not write one store."""
+    while not done.wait(LOCK_CHECK_INTERVAL):
+        holder = lock.keep()
+        if holder is not None:
+            log.error("%s took this store: stopping", holder.describe())
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+
+
 def _serve(
     config: ServerConfig,
     on_ready: Callable[[str], None] | None,
@@ -206,6 +222,10 @@ def _serve(
             lock.record(server.url)
             pid = os.getpid()
             controller.start(config.interval)
+            watching = threading.Event()
+            threading.Thread(
+                target=_watch_lock, args=(lock, watching), name="tidal-store-lock", daemon=True
+            ).start()
             try:
                 write_server_info(data_dir, ServerInfo(url=server.url, pid=pid))
                 log.info(
@@ -215,6 +235,7 @@ def _serve(
                     on_ready(server.url)
                 server.serve()
             finally:
+                watching.set()
                 controller.stop()
                 clear_server_info(data_dir, pid)
         finally:

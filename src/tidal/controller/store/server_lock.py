@@ -80,6 +80,10 @@ class Lock(Protocol):
     def record(self, url: str) -> None:
         """Name this server's URL where a refused server will read it."""
 
+    def keep(self) -> Holder | None:
+        """Make sure it is still held, taking it again if it was lost; the server that
+        holds it instead, or ``None``."""
+
     def release(self) -> None:
         """Let it go (idempotent)."""
 
@@ -131,6 +135,10 @@ class FileLock:
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, json.dumps({"pid": os.getpid(), "url": url}).encode() + b"\n", 0)
 
+    def keep(self) -> Holder | None:
+        """A ``flock`` lasts as long as its descriptor: never lost."""
+        return None
+
     def release(self) -> None:
         """Empty the file and unlock it. The file stays: removing it would let a server
         that opened it just before lock a file no later server sees."""
@@ -160,6 +168,7 @@ class PostgresLock:
         # Autocommit: the connection sits idle, not inside a transaction, for days.
         self._engine = create_engine(url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
         self._conn: Any = None
+        self._url: str | None = None
 
     def acquire(self) -> None:
         """Take the lock without waiting; :class:`StoreLocked` names the holder."""
@@ -198,7 +207,47 @@ class PostgresLock:
 
     def record(self, url: str) -> None:
         """Name the URL in this connection's ``application_name``."""
+        self._url = url
         self._name(url)
+
+    def keep(self) -> Holder | None:
+        """A session lock lives as long as its connection: a database restart drops both,
+        and another server could then take the store. Check the connection; when it is
+        gone, connect again and take the lock again. Returns the server that took it
+        meanwhile; ``None`` when it is held again, or while the database cannot be
+        reached (then no server can write to it either)."""
+        from sqlalchemy import text
+
+        if self._conn is not None:
+            try:
+                self._conn.execute(text("SELECT 1"))
+                return None
+            except Exception:
+                with contextlib.suppress(Exception):
+                    self._conn.close()
+                self._conn = None
+        try:
+            conn = self._engine.connect()
+        except Exception:
+            return None  # unreachable: try again at the next look
+        try:
+            taken = conn.execute(
+                text("SELECT pg_try_advisory_lock(:key)"), {"key": SERVER_LOCK_KEY}
+            ).scalar()
+            holder = None if taken else self._holder(conn)
+        except Exception:
+            with contextlib.suppress(Exception):
+                conn.close()
+            return None
+        if holder is not None:
+            conn.close()
+            return holder
+        self._conn = conn
+        self._name(self._url)
+        log.warning(
+            "store lock on %s taken again: the database connection had been lost", self.where
+        )
+        return None
 
     def _name(self, url: str | None) -> None:
         from sqlalchemy import text
@@ -281,6 +330,15 @@ class StoreLock:
         """Name this server's URL in every lock it holds."""
         for lock in self._held:
             lock.record(url)
+
+    def keep(self) -> Holder | None:
+        """Check every lock held (taking back one that was lost); the server that holds
+        one instead, or ``None`` while this server holds them all."""
+        for lock in self._held:
+            holder = lock.keep()
+            if holder is not None:
+                return holder
+        return None
 
     def release(self) -> None:
         """Release what is held, last taken first."""
