@@ -286,6 +286,8 @@ def test_a_job_that_ends_on_a_full_disk_is_reported_ended(tmp_path: Path) -> Non
         backend = LocalBackend(data)
         try:
             backend.start(_plain("full", code, tmp_path), [("local", 0)])
+            # The agent started and serving (it writes its record): then the disk fills.
+            _serving(backend, "full")
             filler = fill(data)
             go.touch()
             deadline = time.monotonic() + 120
