@@ -135,18 +135,18 @@ def test_an_agent_whose_job_ended_before_it_was_looked_at_is_not_a_failed_start(
     import subprocess
     from dataclasses import asdict
 
-    from tidal.backends.local import _Agent, _Boot
+    from tidal.backends.local_agents import AgentBoot, AgentHandle
     from tidal.launch.agent import AgentStatus, final_path
     from tidal.launch.agent_config import AgentConfig
 
     backend = LocalBackend(tmp_path)
     config = AgentConfig(launch=_plain("quick", "pass", tmp_path), slots=["local:0"])
 
-    def exited_agent() -> _Agent:
+    def exited_agent() -> AgentHandle:
         finished = subprocess.Popen([sys.executable, "-c", "pass"])
         assert finished.wait(timeout=60) == 0
-        boot = _Boot(config, time.monotonic() + 60, retries=0, first=True)
-        agent = _Agent("quick", finished.pid, None, None, process=finished, boot=boot)
+        boot = AgentBoot(config, time.monotonic() + 60, retries=0, first=True)
+        agent = AgentHandle("quick", finished.pid, None, None, process=finished, boot=boot)
         backend._agents["quick"] = agent
         return agent
 

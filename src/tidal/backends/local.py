@@ -25,13 +25,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-
 from tidal.backends.base import LOCAL
+from tidal.backends.local_agents import (
+    AgentBoot,
+    AgentHandle,
+    agent_alive,
+    process_alive,
+    written_seq,
+)
 from tidal.launch.agent import (
     ENV_AGENT_TREE,
     KEY_BYE,
@@ -42,7 +47,6 @@ from tidal.launch.agent import (
     AgentStatus,
     AgentWorker,
     final_path,
-    read_order,
     record_path,
     write_order,
 )
@@ -70,42 +74,6 @@ _START_TIMEOUT = 120.0
 _AGENT_STARTS = 3
 
 
-@dataclass
-class _Boot:
-    """An agent spawned and not serving its store yet."""
-
-    config: AgentConfig
-    #: When (monotonic) it is taken for a failed start.
-    deadline: float
-    #: Starts left if this one dies first (a restart tries more than once).
-    retries: int
-    #: A job's first start: an agent that never serves fails the job. A restart's is an
-    #: agent death like any other (the controller's restart decision counts it).
-    first: bool
-    #: Slots assigned while it started: ordered once it serves.
-    order: list[str] | None = None
-
-
-@dataclass
-class _Agent:
-    job_id: str
-    pid: int
-    store: dist.Store | None
-    log_dir: Path | None
-    process: subprocess.Popen[bytes] | None = None
-    assign_seq: int = 0
-    stopped: bool = False
-    last: AgentStatus | None = None
-    reports: ReportQueue | None = field(default=None, repr=False)
-    #: The agent's :data:`ENV_AGENT_TREE` token: every process of the job carries it.
-    tree: str = ""
-    #: It died without ending its job: what it left was killed, the job's workers are
-    #: reported failed, and the next ``assign`` starts a new agent (a restart).
-    died: JobStatus | None = None
-    #: Spawned and not serving yet (:meth:`LocalBackend.poll` connects once it does).
-    boot: _Boot | None = None
-
-
 class LocalBackend:
     """Runs every job's workers on this machine; see the module docstring."""
 
@@ -119,7 +87,7 @@ class LocalBackend:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.gpus = gpus
         self.timeout = timeout
-        self._agents: dict[str, _Agent] = {}
+        self._agents: dict[str, AgentHandle] = {}
         self._log_dirs: dict[str, Path] = {}
         #: Jobs whose agent ended (succeeded or failed) while no backend watched it:
         #: reported once, by the first poll, so the controller records how they ended.
@@ -132,7 +100,7 @@ class LocalBackend:
                 data = json.loads(record.read_text())
                 pid = int(data["pid"])
                 os.kill(pid, 0)  # PermissionError: the pid is another user's now
-                if not _process_alive(pid):
+                if not process_alive(pid):
                     raise ProcessLookupError
             except (ValueError, KeyError, ProcessLookupError, PermissionError):
                 record.unlink(missing_ok=True)
@@ -151,14 +119,16 @@ class LocalBackend:
                 log.warning("job=%s: agent pid=%s unreachable (%s)", job_id, data["pid"], exc)
                 record.unlink(missing_ok=True)
                 continue
-            agent = _Agent(job_id, int(data["pid"]), store, log_dir, tree=str(data.get("tree", "")))
+            agent = AgentHandle(
+                job_id, int(data["pid"]), store, log_dir, tree=str(data.get("tree", ""))
+            )
             if store.check([KEY_STATUS]):
                 agent.last = AgentStatus.from_json(store.get(KEY_STATUS))
                 agent.assign_seq = agent.last.assign_seq
             # Past the last order written too, not only the last the agent reported: one
             # written just before the previous backend died may be taken after this read,
             # and the agent ignores any order whose number it has already seen.
-            agent.assign_seq = max(agent.assign_seq, _written_seq(store))
+            agent.assign_seq = max(agent.assign_seq, written_seq(store))
             self._agents[job_id] = agent
             if log_dir is not None:
                 self._log_dirs[job_id] = log_dir
@@ -199,22 +169,22 @@ class LocalBackend:
             slots=[format_slot(s) for s in slots],
             timeout=self.timeout,
         )
-        boot = _Boot(config, time.monotonic() + _START_TIMEOUT, retries=0, first=True)
+        boot = AgentBoot(config, time.monotonic() + _START_TIMEOUT, retries=0, first=True)
         self._spawn_agent(boot, launch.log_dir)
 
-    def _spawn_agent(self, boot: _Boot, log_dir: Path | None) -> _Agent:
+    def _spawn_agent(self, boot: AgentBoot, log_dir: Path | None) -> AgentHandle:
         """Spawn an agent for ``boot.config``; :meth:`poll` connects once it serves."""
         config = boot.config
         config_path = self.state_dir / f"{config.job_id}.launch.json"
         config_path.write_text(config.to_json())
-        agent = _Agent(config.job_id, 0, None, log_dir, boot=boot)
+        agent = AgentHandle(config.job_id, 0, None, log_dir, boot=boot)
         self._spawn_process(agent)
         self._agents[config.job_id] = agent
         if log_dir is not None:
             self._log_dirs[config.job_id] = log_dir
         return agent
 
-    def _spawn_process(self, agent: _Agent) -> None:
+    def _spawn_process(self, agent: AgentHandle) -> None:
         """Start ``agent``'s process (again, for a start that died before serving)."""
         config_path = self.state_dir / f"{agent.job_id}.launch.json"
         agent_log = self.state_dir / f"{agent.job_id}.agent.log"
@@ -234,7 +204,7 @@ class LocalBackend:
             )
         agent.pid, agent.process, agent.tree = process.pid, process, tree
 
-    def _restart_agent(self, dead: _Agent, slots: Sequence[Slot]) -> None:
+    def _restart_agent(self, dead: AgentHandle, slots: Sequence[Slot]) -> None:
         """A new agent for a job whose agent died: the same launch on ``slots``; its
         workers resume from the job's latest checkpoint, numbered after the old ones."""
         config_path = self.state_dir / f"{dead.job_id}.launch.json"
@@ -245,9 +215,9 @@ class LocalBackend:
         final_path(self.state_dir, dead.job_id).unlink(missing_ok=True)
         log.warning("job=%s: starting a new agent on %d slot(s)", dead.job_id, len(slots))
         deadline = time.monotonic() + _START_TIMEOUT
-        self._spawn_agent(_Boot(config, deadline, _AGENT_STARTS - 1, first=False), dead.log_dir)
+        self._spawn_agent(AgentBoot(config, deadline, _AGENT_STARTS - 1, first=False), dead.log_dir)
 
-    def _advance_boot(self, agent: _Agent) -> JobStatus | None:
+    def _advance_boot(self, agent: AgentHandle) -> JobStatus | None:
         """One look at a starting agent, never waiting for it: connect once it serves
         (and send what was asked meanwhile), start it again or give it up if it died or
         hangs. Returns what to report while it still starts (its slots held), or a
@@ -306,13 +276,13 @@ class LocalBackend:
         return None  # a restart that never served: the agent died (see poll)
 
     @staticmethod
-    def _slots(boot: _Boot) -> tuple[Slot, ...]:
+    def _slots(boot: AgentBoot) -> tuple[Slot, ...]:
         """The slots a starting agent holds: those it was started on, and any assigned
         since (until it serves, either may be what its workers come up on)."""
         names = [*boot.config.slots, *(boot.order or ())]
         return tuple(dict.fromkeys(s for name in names for s in parse_slots(name)))
 
-    def _landed(self, agent: _Agent, boot: _Boot) -> None:
+    def _landed(self, agent: AgentHandle, boot: AgentBoot) -> None:
         """The agent serves its store: carry out what was asked while it started."""
         if agent.store is None:
             return
@@ -367,7 +337,7 @@ class LocalBackend:
                 if starting is not None:
                     statuses[job_id] = starting
                     continue
-            alive = _pid_alive(agent)
+            alive = agent_alive(agent)
             if not alive:
                 # Nothing serves its store any more: a call would only fail (and torch
                 # logs each such failure as a warning of many lines).
@@ -403,7 +373,7 @@ class LocalBackend:
                 statuses[job_id] = replace(statuses[job_id], metrics=metrics, goodput=goodput)
         return statuses
 
-    def _kill_tree(self, agent: _Agent) -> None:
+    def _kill_tree(self, agent: AgentHandle) -> None:
         if agent.tree:
             killed = kill_marked(agent.tree, variable=ENV_AGENT_TREE)
             if killed:
@@ -422,7 +392,7 @@ class LocalBackend:
         ]
         return AgentStatus(job_id, -1, workers)
 
-    def _on_agent_death(self, agent: _Agent, last: AgentStatus) -> JobStatus:
+    def _on_agent_death(self, agent: AgentHandle, last: AgentStatus) -> JobStatus:
         """The agent died mid-job: kill what it left (its workers lost their store) and
         report them failed, so the controller's restart decision counts one restart or
         fails the job; a restart reaches :meth:`assign`, which starts a new agent."""
@@ -437,7 +407,7 @@ class LocalBackend:
         agent.died = replace(status, workers=workers, reason="agent died")
         return agent.died
 
-    def _reports(self, agent: _Agent) -> tuple[tuple[MetricPoint, ...], dict[str, Any] | None]:
+    def _reports(self, agent: AgentHandle) -> tuple[tuple[MetricPoint, ...], dict[str, Any] | None]:
         """Metrics and the newest goodput report the agent passed on since the last poll."""
         if agent.store is None:
             return (), None
@@ -455,7 +425,7 @@ class LocalBackend:
                 log.debug("job=%s: malformed report skipped", agent.job_id)
         return read_reports(batches)
 
-    def _read(self, agent: _Agent) -> AgentStatus | None:
+    def _read(self, agent: AgentHandle) -> AgentStatus | None:
         final = final_path(self.state_dir, agent.job_id)
         if final.exists():
             self._let_go(agent)
@@ -476,7 +446,7 @@ class LocalBackend:
         return None
 
     @staticmethod
-    def _let_go(agent: _Agent) -> None:
+    def _let_go(agent: AgentHandle) -> None:
         """The agent ended: drop its store, then tell it so (:data:`KEY_BYE`), in that
         order, so no call reaches its store after it closed (each such call logs a
         multi-line warning of torch's)."""
@@ -500,47 +470,16 @@ class LocalBackend:
             self.stop(job_id)
         deadline = time.monotonic() + grace
         for agent in list(self._agents.values()):
-            while _pid_alive(agent) and time.monotonic() < deadline:
+            while agent_alive(agent) and time.monotonic() < deadline:
                 if agent.boot is not None:
                     self._advance_boot(agent)  # told to stop once it serves
                 elif final_path(self.state_dir, agent.job_id).exists():
                     self._let_go(agent)  # it waits for that before it exits
                 time.sleep(0.02)
-            if _pid_alive(agent):
+            if agent_alive(agent):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(agent.pid, signal.SIGKILL)
             if agent.process is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     agent.process.wait(timeout=5)
         self._agents.clear()
-
-
-def _written_seq(store: dist.Store) -> int:
-    """The number of the last assignment written to the agent's store (0 if none)."""
-    try:
-        order = read_order(store)
-    except (RuntimeError, ValueError, KeyError, TypeError):
-        return 0  # unreadable: the agent's own report stands
-    return 0 if order is None else order[0]
-
-
-def _pid_alive(agent: _Agent) -> bool:
-    if agent.process is not None:
-        return agent.process.poll() is None
-    return _process_alive(agent.pid)
-
-
-def _process_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A re-attached agent is not our child: a zombie cannot be reaped here, so look at it.
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
