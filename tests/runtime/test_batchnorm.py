@@ -13,7 +13,6 @@ import json
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,14 +57,6 @@ def alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 DROPOUT = ("--dropout", "0.3")
-
-
-@pytest.fixture
-def launches() -> Iterator[list[Launch]]:
-    started: list[Launch] = []
-    yield started
-    for launch in started:
-        launch.close()
 
 
 def _launch(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +31,6 @@ DIGITS = 1797
 STEPS_PER_EPOCH = -(-DIGITS // 64)
 INIT_SCALE = 2.0**8
 GROWTH_INTERVAL = 4
-
-
-@pytest.fixture
-def launches(tmp_path: Path) -> Iterator[list[Launch]]:
-    started: list[Launch] = []
-    yield started
-    for launch in started:
-        launch.close()
 
 
 def _run(

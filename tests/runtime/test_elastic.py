@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +28,6 @@ STEPS = EPOCHS * -(-DIGITS // 64)
 #: Relative tolerance on final parameters (float64 training): a different world sums the
 #: per-rank gradients in another order, which changes the last bits only.
 TOLERANCE = 1e-9
-
-
-@pytest.fixture
-def launches(tmp_path: Path) -> Iterator[list[Launch]]:
-    started: list[Launch] = []
-    yield started
-    for launch in started:
-        launch.close()
 
 
 def _run(

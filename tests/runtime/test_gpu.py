@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,14 +32,6 @@ STEPS = EPOCHS * -(-DIGITS // 64)
 TOLERANCE = 1e-9
 #: Seconds before a silent peer counts as dead (``tidal run --timeout``).
 TIMEOUT = 20.0
-
-
-@pytest.fixture
-def launches() -> Iterator[list[Launch]]:
-    started: list[Launch] = []
-    yield started
-    for launch in started:
-        launch.close()
 
 
 def _run(

@@ -9,7 +9,6 @@ must have run with the same learning rate and betas.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -68,14 +67,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     finally:
         launch.close()
     return out
-
-
-@pytest.fixture
-def launches() -> Iterator[list[Launch]]:
-    started: list[Launch] = []
-    yield started
-    for launch in started:
-        launch.close()
 
 
 @pytest.mark.parametrize(
