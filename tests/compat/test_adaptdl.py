@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from tests.runtime.launcher import Launch
-from tidal.compat.adaptdl import AdaptiveDataLoader
+from tidal.compat.adaptdl import (
+    Accumulator,
+    AdaptiveDataLoader,
+    current_dataloader,
+    remaining_epochs_until,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adaptdl_digits.py"
 #: Training samples per epoch: the digits' 1437 training rows in whole batches of 64.
@@ -93,3 +98,42 @@ def test_loader_refuses_what_it_cannot_honour() -> None:
         AdaptiveDataLoader(list(range(8)), batch_size=2, sampler=iter(range(8)))
     with pytest.raises(TypeError, match=r"unsupported argument\(s\) generator, timeout"):
         AdaptiveDataLoader(list(range(8)), batch_size=2, timeout=5, generator=None)
+
+
+def test_accumulator_reads_empty_until_synchronized_then_holds_the_sums() -> None:
+    acc = Accumulator(seen=1)
+    acc["loss"] += 2.5
+    acc["loss"] += 0.5
+    acc.update(correct=3)
+    acc -= {"correct": 1}
+    acc += {"seen": 4}
+    assert len(acc) == 0 and "loss" not in acc and dict(acc) == {}
+    with acc.synchronized():
+        assert dict(acc) == {"seen": 5, "loss": 3.0, "correct": 2}
+        acc["rate"] = acc["correct"] / acc["seen"]
+        with acc.synchronized():  # nested: already the sums
+            assert acc["rate"] == 0.4
+    with pytest.raises(TypeError, match=r"accumulator\['loss'\]: only \+= and -= outside"):
+        acc["loss"] = 1.0
+    with acc.synchronized():
+        assert acc["loss"] == 3.0  # nothing pending was lost or counted twice
+
+
+def test_a_validation_loader_makes_a_whole_pass_each_loop() -> None:
+    loader = AdaptiveDataLoader(list(range(10)), batch_size=4)
+    seen = []
+    for _ in range(2):
+        for batch in loader:
+            assert current_dataloader() is loader
+            with pytest.raises(RuntimeError, match="accumulator may not be initialized"):
+                Accumulator()
+            with pytest.raises(RuntimeError, match="overlapping dataloader iterations"):
+                next(iter(loader))
+            seen.extend(batch.tolist())
+        assert current_dataloader() is None
+    assert seen == list(range(10)) * 2
+
+
+def test_epochs_need_the_data_parallel_model_first() -> None:
+    with pytest.raises(RuntimeError, match=r"build AdaptiveDataParallel\(model, optimizer\) first"):
+        next(remaining_epochs_until(3))
