@@ -23,10 +23,8 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tidal.runtime.env import ConfigError
+from tidal.runtime.env import ENV_DATASET, ENV_PARAMS, ConfigError
 
-ENV_PARAMS = "TIDAL_PARAMS"
-ENV_DATASET = "TIDAL_DATASET"
 #: The keyword naming the dataset location's default (not a parameter).
 DATASET = "dataset"
 
