@@ -184,9 +184,9 @@ class AdaptiveDataParallel(ElasticDataParallel):
         name: str = "adaptdl-dataparallel",
         **kwargs: Any,
     ) -> None:
-        super().__init__(model, **kwargs)
         if _job.parallel is not None:
             raise RuntimeError("AdaptiveDataParallel: one per job (tidal trains one model)")
+        super().__init__(model, **kwargs)
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.mp_scaler = mp_scaler
