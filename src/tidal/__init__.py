@@ -13,6 +13,9 @@ Inside a training script::
             state.step()
         tidal.log_metrics(loss=loss.item())    # buffered; sent about once a second
 
+``tidal.params(epochs=10, lr=0.1)`` reads the job's parameters (``tidal train --set``),
+with the script's defaults where the job gives none.
+
 The training API lives in :mod:`tidal.runtime` and loads (with torch) on first use of one
 of these names, so ``import tidal.client`` or the ``tidal`` command stay light.
 """
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
         ElasticDataLoader,
         ElasticDataParallel,
         FitResult,
+        Params,
         PeerLost,
         PerSampleDropout,
         RuntimeConfig,
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
         current,
         init,
         log_metrics,
+        params,
         per_sample_dropout,
         sample_rand_like,
     )
@@ -51,6 +56,7 @@ __all__ = [
     "ElasticDataLoader",
     "ElasticDataParallel",
     "FitResult",
+    "Params",
     "PeerLost",
     "PerSampleDropout",
     "RuntimeConfig",
@@ -62,6 +68,7 @@ __all__ = [
     "current",
     "init",
     "log_metrics",
+    "params",
     "per_sample_dropout",
     "sample_rand_like",
 ]

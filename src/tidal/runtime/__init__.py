@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tidal.runtime.context import PeerLost, WorkerContext, current, init
     from tidal.runtime.data import ElasticDataLoader
     from tidal.runtime.env import EXIT_RELEASED, RuntimeConfig
+    from tidal.runtime.job_params import Params, params
     from tidal.runtime.lr_scaling import adaptive_lr
     from tidal.runtime.parallel import ElasticDataParallel
     from tidal.runtime.report import log_metrics
@@ -33,6 +34,8 @@ _HOMES = {
     "ElasticDataLoader": "tidal.runtime.data",
     "adaptive_lr": "tidal.runtime.lr_scaling",
     "ElasticDataParallel": "tidal.runtime.parallel",
+    "Params": "tidal.runtime.job_params",
+    "params": "tidal.runtime.job_params",
     "log_metrics": "tidal.runtime.report",
     "PerSampleDropout": "tidal.runtime.sample_rng",
     "per_sample_dropout": "tidal.runtime.sample_rng",
@@ -48,6 +51,7 @@ __all__ = [
     "ElasticDataLoader",
     "ElasticDataParallel",
     "FitResult",
+    "Params",
     "PeerLost",
     "PerSampleDropout",
     "RuntimeConfig",
@@ -58,6 +62,7 @@ __all__ = [
     "current",
     "init",
     "log_metrics",
+    "params",
     "per_sample_dropout",
     "sample_rand_like",
 ]

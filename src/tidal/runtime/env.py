@@ -19,6 +19,10 @@ ENV_CHECKPOINT_EVERY_SECONDS = "TIDAL_CHECKPOINT_EVERY_SECONDS"
 ENV_TIMEOUT = "TIDAL_TIMEOUT"
 ENV_SYNC_EVERY = "TIDAL_SYNC_EVERY"
 ENV_BACKEND = "TIDAL_BACKEND"
+#: A job's parameters, a JSON object (name → value), and the location (a path or a URL)
+#: of the dataset it trains on: what ``tidal.params()`` reads.
+ENV_PARAMS = "TIDAL_PARAMS"
+ENV_DATASET = "TIDAL_DATASET"
 
 
 class ConfigError(ValueError):

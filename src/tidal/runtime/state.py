@@ -17,7 +17,7 @@ import errno
 import logging
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, Protocol
 
 import numpy as np
@@ -106,6 +106,10 @@ class State:
         self.last_rescale_stall: float | None = None
         #: Whether this step's ``optimizer.step()`` ran on a complete gradient.
         self._stepped = False
+        #: Called at a planned membership change on every member of the generation that
+        #: ends, at the same step, before any member leaves, while its group still works:
+        #: the place to gather what a leaving worker holds outside this state.
+        self.before_switch: list[Callable[[], None]] = []
         if optimizer is not None:
             rollback.skip_failed_steps(optimizer, self.context, self._mark_stepped)
 
@@ -188,6 +192,8 @@ class State:
         context = self.context
         stalled_from = time.perf_counter()
         generation = context.rendezvous.generation(number)
+        for hook in self.before_switch:
+            hook()
         if context.worker_id not in generation.members:
             self._leave(generation)
         self._detach()
