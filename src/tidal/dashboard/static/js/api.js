@@ -2,6 +2,8 @@
 // extra header tells the server the request comes from this app (it refuses cookie-
 // authenticated changes without it, so other sites cannot forge them).
 
+import { learnJobOrder } from "./dom.js";
+
 export class ApiError extends Error {
   constructor(status, detail) {
     super(ApiError.describe(detail) || `HTTP ${status}`);
@@ -107,9 +109,11 @@ export async function jobs() {
       if (list.length < limit) break; // a full page: more changed jobs follow
     }
   }
-  return [...known.jobs.values()].sort(
+  const all = [...known.jobs.values()].sort(
     (a, b) => a.submitted_at - b.submitted_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
   );
+  learnJobOrder(all); // each job's colour follows from its place in this order
+  return all;
 }
 export const progress = () => api("/progress");
 export const job = (id) => api(`/jobs/${encodeURIComponent(id)}`);

@@ -1,5 +1,6 @@
 // The app shell: a hash router over the pages. Each page module exports
 // `render(view, params)` and returns a function that stops it (timers, streams, charts).
+import * as api from "./api.js";
 import * as clusterPage from "./cluster.js";
 import * as jobPage from "./job.js";
 import * as jobsPage from "./jobs.js";
@@ -14,8 +15,9 @@ const ROUTES = [
 
 const view = document.getElementById("view");
 let stop = null;
+let routing = 0;
 
-function route() {
+async function route() {
   const hash = location.hash || "#/jobs";
   const found = ROUTES.find(([pattern]) => pattern.test(hash));
   if (!found) {
@@ -25,7 +27,17 @@ function route() {
   const [pattern, page, nav] = found;
   const params = hash.match(pattern).slice(1).map(decodeURIComponent);
   if (stop) stop();
+  stop = null;
   view.replaceChildren();
+  // Job colours follow each job's place in the list: read it (only what changed since
+  // the last read) before a page draws any job. A newer navigation wins.
+  const mine = ++routing;
+  try {
+    await api.jobs();
+  } catch {
+    // the page's own polling shows the failure
+  }
+  if (mine !== routing) return;
   for (const a of document.querySelectorAll("[data-nav]")) {
     a.classList.toggle("active", a.dataset.nav === nav);
   }
