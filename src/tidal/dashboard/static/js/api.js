@@ -81,10 +81,20 @@ async function jobPage(query) {
   return { list: await response.json(), headers: response.headers };
 }
 
+/** The read of the job list under way, if any. */
+let reading = null;
+
 /** Every job (summary view), in submission order. The first call reads every page
  *  (`X-Next-Cursor`); later ones ask only for the jobs changed since the previous call
  *  (`since` = its `X-Change-Cursor`), so each poll costs what changed, not every job. */
-export async function jobs() {
+export function jobs() {
+  // Pages and the router ask at once on a navigation: they share one read (each gets
+  // its own array: pages reorder theirs).
+  if (!reading) reading = readJobs().finally(() => { reading = null; });
+  return reading.then((all) => all.slice());
+}
+
+async function readJobs() {
   const limit = 1000;
   if (known.since === null) {
     const found = new Map();
