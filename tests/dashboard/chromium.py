@@ -37,6 +37,12 @@ if not os.environ.get("CI"):
     pytest.importorskip("playwright.sync_api", reason="pip install playwright")
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
 
+#: How long an assertion on a page waits for it to come true, as long as an action waits
+#: (the contexts' default timeout): Playwright's 5 s is short for a page that reads the API
+#: first on a machine shared with other test runs.
+WAIT_MS = 15_000
+expect.set_options(timeout=WAIT_MS)
+
 __all__ = ["ARTIFACTS", "Browser", "Page", "browser", "expect", "log_in", "page", "shot"]
 
 
@@ -57,7 +63,7 @@ def page(browser: Browser) -> Iterator[Page]:
     """A fresh browser context (no cookie) with a desktop-sized window; the test fails on
     any JavaScript error the page raised."""
     context = browser.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(WAIT_MS)
     errors: list[str] = []
     tab = context.new_page()
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
