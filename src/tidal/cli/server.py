@@ -13,12 +13,23 @@ from typing import Annotated
 
 import typer
 
-from tidal.cli.options import DataDirOpt, controller_app, fail, out, pairs
+from tidal.cli.options import (
+    ClientOptions,
+    DataDirOpt,
+    call,
+    controller_app,
+    emit_json,
+    err,
+    fail,
+    out,
+    pairs,
+    with_client_options,
+)
 from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES
 from tidal.policy.registry import SERVED
 from tidal.wire.discovery import default_data_dir
 
-__all__ = ["GC_YOUNG_THRESHOLD", "SERVER_DONE", "server"]
+__all__ = ["GC_YOUNG_THRESHOLD", "SERVER_DONE", "login_link", "server"]
 
 #: Set once a server verb has stopped and cleaned up (store closed, jobs released, its
 #: record removed). The entry point then exits at once: tearing down the interpreter of a
@@ -75,6 +86,7 @@ def server(
     # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
     from tidal.controller.plugins import PluginError
     from tidal.controller.store.server_lock import StoreLocked
+    from tidal.dashboard.login_links import LINK_TTL_S
     from tidal.server.process import ServerConfig, run_server
     from tidal.wire.discovery import TOKEN_FILE, read_token
 
@@ -107,13 +119,20 @@ def server(
     # The token is shown once, when this start creates it: the dashboard's login asks for it.
     first_start = read_token(folder) is None
 
-    def ready(url: str) -> None:
+    def ready(url: str, login_link: str) -> None:
         out.print(
             f"tidal server on [bold]{url}[/] (data in {folder}); Ctrl-C to stop", soft_wrap=True
         )
         token = read_token(folder) if first_start else None
         where = f"token: [bold]{token}[/]" if token else f"token in {folder / TOKEN_FILE}"
         out.print(f"dashboard: [bold]{url}/[/] ({where})", soft_wrap=True, highlight=False)
+        # The link on a line of its own: whole for a terminal to open it, whatever the width.
+        out.print(
+            f"log in once within {LINK_TTL_S / 60:.0f} minutes (`tidal login-link` makes more):",
+            highlight=False,
+            markup=False,
+        )
+        out.print(f"  {login_link}", soft_wrap=True, highlight=False, markup=False)
 
     # This process is the server's alone: what it loaded to start lives as long as it
     # does, and it keeps many objects for good (the store's records, the listing's JSON),
@@ -132,3 +151,21 @@ def server(
         raise typer.BadParameter(str(exc), param_hint=hint) from None
     except OSError as exc:
         fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
+
+
+@controller_app.command()
+@with_client_options()
+def login_link(options: ClientOptions) -> None:
+    """Print a link that logs a browser into the dashboard once, within minutes (for a
+    screenshot script, or to open from the terminal): the token stays out of the URL."""
+    import time
+
+    client = options.client()
+    link = call(client.login_link)
+    if options.as_json:
+        emit_json(link)
+        return
+    # The URL alone on stdout, for scripts; when it stops working on stderr, for people.
+    out.print(link.url, soft_wrap=True, markup=False, highlight=False)
+    left = max(0, round((link.expires_at - time.time()) / 60))
+    err.print(f"good for one login, within {left} minute(s)", markup=False)

@@ -37,6 +37,7 @@ from tidal.wire.schema import (
     EventView,
     JobDetail,
     JobView,
+    LoginLinkView,
     MetricsView,
     Submitted,
 )
@@ -287,6 +288,11 @@ class Client(WorkerVerbs):
     def cluster(self) -> ClusterView:
         """Hosts, slots and who holds them."""
         return ClusterView.model_validate(self._request("GET", "/cluster").json())
+
+    def login_link(self) -> LoginLinkView:
+        """A one-time link that logs a browser into the dashboard (good for one use, for a
+        few minutes; the token is not in it)."""
+        return LoginLinkView.model_validate(self._request("POST", "/login/links").json())
 
     def health(self) -> bool:
         """Whether the server answers its health check."""

@@ -1,7 +1,8 @@
 """Routes of the dashboard: its pages, the login that turns the token into a cookie, assets.
 
 ``/`` is the single-page app (its views are ``#/jobs``, ``#/jobs/<id>``, ``#/cluster``,
-``#/submit``), ``/login`` the page that takes the token, ``/ui/...`` the static assets.
+``#/submit``), ``/login`` the page that takes the token (or a one-time login link:
+:mod:`tidal.dashboard.login_links`), ``/ui/...`` the static assets.
 The API routes stay where they are; the pages call them with the cookie.
 """
 
@@ -18,6 +19,7 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 
 from tidal.controller.routes.auth import TOKEN_COOKIE, BearerAuth
+from tidal.dashboard.login_links import LoginLinks, mount_login_links
 
 __all__ = ["STATIC_DIR", "mount_dashboard"]
 
@@ -55,8 +57,22 @@ async def _given_token(request: Request) -> str | None:
     return token.strip() if isinstance(token, str) else None
 
 
-def mount_dashboard(app: FastAPI, auth: BearerAuth) -> None:
-    """Serve the dashboard from ``app``: pages at ``/`` and ``/login``, assets at ``/ui``."""
+def _keep_login(request: Request, response: Response, token: str) -> None:
+    # The browser keeps the token in an HttpOnly cookie: scripts on the page cannot read it.
+    response.set_cookie(
+        TOKEN_COOKIE,
+        token,
+        max_age=_COOKIE_MAX_AGE_S,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+
+
+def mount_dashboard(app: FastAPI, auth: BearerAuth, token: str) -> None:
+    """Serve the dashboard from ``app``: pages at ``/`` and ``/login``, assets at ``/ui``,
+    one-time login links at ``/login/link`` (their store is ``app.state.login_links``)."""
     router = APIRouter(include_in_schema=False)
 
     @router.get("/")
@@ -89,15 +105,7 @@ def mount_dashboard(app: FastAPI, auth: BearerAuth) -> None:
             if _is_form(request)
             else Response(status_code=status.HTTP_204_NO_CONTENT)
         )
-        response.set_cookie(
-            TOKEN_COOKIE,
-            given or "",
-            max_age=_COOKIE_MAX_AGE_S,
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-            path="/",
-        )
+        _keep_login(request, response, given or "")
         return response
 
     @router.post("/logout")
@@ -108,5 +116,8 @@ def mount_dashboard(app: FastAPI, auth: BearerAuth) -> None:
         return response
 
     app.include_router(router)
+    mount_login_links(
+        app, auth, LoginLinks(), lambda request, response: _keep_login(request, response, token)
+    )
     # Assets are public: they hold no data, and the login page needs its own CSS and JS.
     app.mount("/ui", StaticFiles(directory=STATIC_DIR), name="dashboard")

@@ -53,7 +53,7 @@ def create_app(controller: Controller, token: str) -> FastAPI:
         app.include_router(router)
     for router in PROTECTED_ROUTERS:
         app.include_router(router, dependencies=[Depends(auth)])
-    mount_dashboard(app, auth)
+    mount_dashboard(app, auth, token)
     app.add_exception_handler(UnreadableJobError, unreadable_job_response)
     install_request_guards(app, store_location=controller.store.location)
     return app

@@ -152,8 +152,13 @@ class ApiServer:
         self._sock.close()
 
 
-def run_server(config: ServerConfig, on_ready: Callable[[str], None] | None = None) -> None:
-    """Run controller and API until interrupted; ``on_ready(url)`` once both are up.
+#: Called once the server is up, with its URL and a one-time login link to its dashboard.
+OnReady = Callable[[str, str], None]
+
+
+def run_server(config: ServerConfig, on_ready: OnReady | None = None) -> None:
+    """Run controller and API until interrupted; ``on_ready(url, login_link)`` once both
+    are up (the link logs a browser in once, within minutes: ``tidal.dashboard.login_links``).
 
     SIGINT and SIGTERM both end it through ``KeyboardInterrupt`` (possibly raised before
     serving began), after the store, backend and server record are cleaned up.
@@ -163,7 +168,7 @@ def run_server(config: ServerConfig, on_ready: Callable[[str], None] | None = No
         _run_server(config, on_ready)
 
 
-def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) -> None:
+def _run_server(config: ServerConfig, on_ready: OnReady | None) -> None:
     # Everything that can be refused is checked before anything is written to the data dir.
     policy = load_policy(config.policy, config.policy_options)
     cluster = detect_local(
@@ -196,7 +201,7 @@ def _watch_lock(lock: StoreLock, done: threading.Event) -> None:
 
 def _serve(
     config: ServerConfig,
-    on_ready: Callable[[str], None] | None,
+    on_ready: OnReady | None,
     lock: StoreLock,
     policy: Policy,
     cluster: ClusterModel,
@@ -218,7 +223,8 @@ def _serve(
                 data_dir, log_max_bytes=config.log_max_bytes, log_backups=config.log_backups
             )
             controller = Controller(store, cluster, policy, backend, data_dir, files=files)
-            server = ApiServer(create_app(controller, token), config.host, config.port)
+            app = create_app(controller, token)
+            server = ApiServer(app, config.host, config.port)
             lock.record(server.url)
             pid = os.getpid()
             controller.start(config.interval)
@@ -232,7 +238,7 @@ def _serve(
                     "serving %s (policy %s, %d slots)", server.url, policy.name, cluster.total_slots
                 )
                 if on_ready is not None:
-                    on_ready(server.url)
+                    on_ready(server.url, app.state.login_links.make(server.url).url)
                 server.serve()
             finally:
                 watching.set()

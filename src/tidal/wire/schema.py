@@ -18,6 +18,7 @@ __all__ = [
     "JobDetail",
     "JobProgress",
     "JobView",
+    "LoginLinkView",
     "MetricsReport",
     "MetricsView",
     "PriorityRequest",
@@ -346,3 +347,10 @@ class JobProgress(BaseModel):
     step: int
     time: float
     values: dict[str, float]
+
+
+class LoginLinkView(BaseModel):
+    """A one-time login link to the dashboard: good for one use, until ``expires_at``."""
+
+    url: str
+    expires_at: float

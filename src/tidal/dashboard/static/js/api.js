@@ -2,6 +2,8 @@
 // extra header tells the server the request comes from this app (it refuses cookie-
 // authenticated changes without it, so other sites cannot forge them).
 
+import { learnJobOrder } from "./dom.js";
+
 export class ApiError extends Error {
   constructor(status, detail) {
     super(ApiError.describe(detail) || `HTTP ${status}`);
@@ -79,10 +81,20 @@ async function jobPage(query) {
   return { list: await response.json(), headers: response.headers };
 }
 
+/** The read of the job list under way, if any. */
+let reading = null;
+
 /** Every job (summary view), in submission order. The first call reads every page
  *  (`X-Next-Cursor`); later ones ask only for the jobs changed since the previous call
  *  (`since` = its `X-Change-Cursor`), so each poll costs what changed, not every job. */
-export async function jobs() {
+export function jobs() {
+  // Pages and the router ask at once on a navigation: they share one read (each gets
+  // its own array: pages reorder theirs).
+  if (!reading) reading = readJobs().finally(() => { reading = null; });
+  return reading.then((all) => all.slice());
+}
+
+async function readJobs() {
   const limit = 1000;
   if (known.since === null) {
     const found = new Map();
@@ -107,9 +119,11 @@ export async function jobs() {
       if (list.length < limit) break; // a full page: more changed jobs follow
     }
   }
-  return [...known.jobs.values()].sort(
+  const all = [...known.jobs.values()].sort(
     (a, b) => a.submitted_at - b.submitted_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
   );
+  learnJobOrder(all); // each job's colour follows from its place in this order
+  return all;
 }
 export const progress = () => api("/progress");
 export const job = (id) => api(`/jobs/${encodeURIComponent(id)}`);

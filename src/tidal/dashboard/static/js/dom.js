@@ -54,17 +54,37 @@ export function badge(state) {
   return h("span", { class: `badge state-${state}` }, state);
 }
 
-// Distinct colours, readable on white and under white text.
-const PALETTE = [
-  "#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed",
-  "#0891b2", "#dc2626", "#65a30d", "#c026d3", "#475569",
-];
+// Job colours: the n-th job ever submitted gets the hue n × the golden angle, so however
+// many jobs are shown, consecutive ones are spread round the colour wheel and none repeats;
+// the shade (readable on white and under white text) alternates every lap. A job keeps
+// its number, hence its colour, on every page: jobs are never removed from the store.
+const GOLDEN_ANGLE = 137.50776405003785;
+const order = new Map();
 
-/** A stable colour per job id, the same on every page. */
+/** Learn each job's number from every job in submission order (what `api.jobs()` returns). */
+export function learnJobOrder(jobs) {
+  jobs.forEach((job, i) => order.set(job.id, i));
+}
+
+/** The n-th job's colour. */
+export function nthColour(n) {
+  const hue = (n * GOLDEN_ANGLE) % 360;
+  const lightness = Math.floor((n * GOLDEN_ANGLE) / 360) % 2 ? 36 : 46;
+  return `hsl(${hue.toFixed(2)} 70% ${lightness}%)`;
+}
+
+/** A stable colour per job id, the same on every page (grey until the job list is read). */
 export function jobColour(id) {
-  let hash = 0;
-  for (const c of id) hash = (hash * 31 + c.charCodeAt(0)) >>> 0;
-  return PALETTE[hash % PALETTE.length];
+  const n = order.get(id);
+  return n === undefined ? "#64748b" : nthColour(n);
+}
+
+/** A job's labels as `key=value` chips (none: nothing). */
+export function labelChips(labels) {
+  const entries = Object.entries(labels || {});
+  if (!entries.length) return null;
+  return h("span", { class: "labels" },
+    entries.map(([k, v]) => h("span", { class: "label-chip", dataset: { label: k } }, `${k}=${v}`)));
 }
 
 /** Link to a job's page. */

@@ -3,12 +3,16 @@
 // logs are loaded once, or streamed while "follow" is ticked.
 import * as api from "./api.js";
 import { Chart, stepColumns } from "./charts.js";
-import { badge, clock, duration, fill, h, jobColour, timeCell, workerCounts } from "./dom.js";
+import {
+  badge, clock, duration, fill, h, jobColour, labelChips, timeCell, workerCounts,
+} from "./dom.js";
 import { every, POLL_MS } from "./poll.js";
 
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 // Workers that hold a slot: the ones a stop applies to.
 const LIVE_WORKERS = new Set(["starting", "running"]);
+// What the workers table can show: the live ones (the default), all, or one state.
+const WORKER_STATES = ["starting", "running", "released", "exited", "failed"];
 const BAD_EVENTS = new Set(["failed", "restart", "worker_failed", "lost", "backend_error", "policy_error"]);
 const RESCALE_EVENTS = new Set(["rescale", "rescaled", "rescaling", "scale", "scale_out", "scale_in", "preempted", "started"]);
 // Charted first when reported; any other metric follows in name order.
@@ -19,6 +23,26 @@ const LOG_KEEP = 2000;
 // A worker given several GPUs holds several slots of its host: "2,3".
 function slotsOf(worker) {
   return (worker.slots && worker.slots.length ? worker.slots : [worker.slot]).join(",");
+}
+
+// "cmd args" of a command stored as argv or as one string.
+function commandText(command) {
+  return Array.isArray(command) ? command.join(" ") : String(command ?? "");
+}
+
+// The command of each role, named by the role (and its launcher) when the job has several.
+function commands(spec) {
+  const roles = spec.roles || [];
+  if (!roles.length) return h("code", { class: "small" }, commandText(spec.command));
+  return roles.map((r) => h("div", { class: "role-command", dataset: { role: r.name } },
+    h("span", { class: "muted small" }, `${r.name} (${r.launcher || "tidal"}): `),
+    h("code", { class: "small" }, commandText(r.command))));
+}
+
+// The slots a finished job held last: its allocation just before it gave them back.
+function endedWith(allocs) {
+  for (let i = allocs.length - 1; i >= 0; i -= 1) if (allocs[i].count > 0) return allocs[i].count;
+  return 0;
 }
 
 function fact(label, ...value) {
@@ -64,6 +88,11 @@ export function render(view, id) {
     events: h("tbody"),
     logs: h("pre", { class: "logs", id: "logs" }),
     follow: h("input", { type: "checkbox", id: "logs-follow" }),
+    workerFilter: h("select", { id: "workers-filter", "aria-label": "Workers shown" },
+      h("option", { value: "live", selected: true }, "live (starting, running)"),
+      h("option", { value: "all" }, "all, ended too"),
+      WORKER_STATES.map((s) => h("option", { value: s }, s))),
+    workersHidden: h("p", { class: "muted small", id: "workers-hidden" }),
   };
   const swatch = h("span", { class: "swatch big", style: `background:${jobColour(id)}` });
   const buttons = {
@@ -102,10 +131,12 @@ export function render(view, id) {
       h("section", { class: "card half" },
         h("h2", {}, "Training metrics", h("span", { class: "muted small" }, " — by step")), el.metrics)),
     h("div", { class: "row" },
-      h("section", { class: "card half" }, h("h2", {}, "Workers"),
+      h("section", { class: "card half" },
+        h("div", { class: "card-head" }, h("h2", {}, "Workers"),
+          h("label", { class: "muted small" }, "Show ", el.workerFilter)),
         h("table", { id: "workers-table" },
           h("thead", {}, h("tr", {}, ["Worker", "Role", "Host", "Slot", "PID", "State", "Exit", ""].map((t) => h("th", {}, t)))),
-          el.workers)),
+          el.workers), el.workersHidden),
       h("section", { class: "card half" }, h("h2", {}, "Events"),
         h("div", { class: "scroll" }, h("table", { id: "events-table" },
           h("thead", {}, h("tr", {}, ["Time", "Event", "", "Stall"].map((t) => h("th", {}, t)))),
@@ -124,6 +155,7 @@ export function render(view, id) {
   });
   const metricCharts = new Map();
   let current = null;
+  let lastAllocs = [];
   let priorityTouched = false;
   el.priority.addEventListener("input", () => { priorityTouched = true; });
 
@@ -158,8 +190,18 @@ export function render(view, id) {
     stopDialog.showModal();
   }
 
-  function drawJob(job) {
+  function shownWorker(worker) {
+    const filter = el.workerFilter.value;
+    if (filter === "all") return true;
+    if (filter === "live") return LIVE_WORKERS.has(worker.state);
+    return worker.state === filter;
+  }
+
+  function drawJob(job, allocs) {
+    // A finished job has no live worker: it lists all of them unless told otherwise.
+    if (!current && TERMINAL.has(job.state)) el.workerFilter.value = "all";
     current = job;
+    lastAllocs = allocs;
     el.title.textContent = job.name;
     fill(el.state, badge(job.state));
     el.id.textContent = job.id;
@@ -168,26 +210,33 @@ export function render(view, id) {
     const ran = job.started_at ? (job.finished_at ?? Date.now() / 1000) - job.started_at : null;
     // Workers as users count them; the slots they hold only where a worker holds several.
     const counts = workerCounts(job);
+    const over = TERMINAL.has(job.state);
+    // A finished job holds nothing and has no target any more: it shows what it ended with.
+    const slots = over ? endedWith(allocs) : job.workers;
+    const size = over ? Math.floor(slots / counts.slots_per_worker) : counts.now;
     fill(el.facts,
-      fact("Workers", h("span", { id: "workers-now", class: "big-num" }, counts.now),
-        h("span", { class: "muted" }, ` now · min ${counts.min} · max ${counts.max}`),
-        counts.target !== null ? h("div", { class: "muted small" }, `target ${counts.target}`) : null,
+      fact("Workers", h("span", { id: "workers-now", class: "big-num" }, size),
+        h("span", { class: "muted" }, ` ${over ? "at the end" : "now"} · min ${counts.min} · max ${counts.max}`),
+        !over && counts.target !== null ? h("div", { class: "muted small", id: "workers-target" }, `target ${counts.target}`) : null,
         counts.slots_per_worker > 1
           ? h("div", { class: "muted small" },
-            `${job.workers} slots held · ${counts.slots_per_worker} per worker`) : null),
+            `${slots} slots ${over ? "held last" : "held"} · ${counts.slots_per_worker} per worker`) : null),
       fact("Priority", h("span", { id: "priority-now", class: "big-num" }, job.priority)),
       fact("Reallocations", job.reallocations, h("div", { class: "muted small" }, `${job.restarts} restart(s)`)),
       fact("Submitted", clock(job.submitted_at)),
       fact("Started", clock(job.started_at), ran !== null ? h("div", { class: "muted small" }, `ran ${duration(ran)}`) : null),
       fact("Ended", clock(job.finished_at)),
-      fact("Command", h("code", { class: "small" }, (job.spec.command || []).join(" "))),
+      fact("Labels", h("span", { id: "job-labels" }, labelChips(job.labels) ?? h("span", { class: "muted" }, "none"))),
+      fact("Command", h("div", { id: "job-command" }, commands(job.spec))),
     );
     if (!priorityTouched) el.priority.value = job.priority;
-    const over = TERMINAL.has(job.state);
     for (const b of Object.values(buttons)) b.disabled = over;
     el.priority.disabled = over;
     el.count.disabled = over;
-    fill(el.workers, job.worker_list.map((w) => h("tr", { dataset: { worker: w.worker_id, state: w.state } },
+    const shown = job.worker_list.filter(shownWorker);
+    const hidden = job.worker_list.length - shown.length;
+    el.workersHidden.textContent = hidden ? `${hidden} more not shown (Show: all)` : "";
+    fill(el.workers, shown.map((w) => h("tr", { dataset: { worker: w.worker_id, state: w.state } },
       h("td", { class: "num" }, w.worker_id), h("td", {}, w.role), h("td", {}, w.host),
       h("td", { class: "num" }, slotsOf(w)), h("td", { class: "num muted" }, w.pid ?? "–"),
       h("td", {}, badge(w.state)), h("td", { class: "num" }, w.exit_code ?? ""),
@@ -235,7 +284,7 @@ export function render(view, id) {
     const [job, allocs, mets, evs] = await Promise.all([
       api.job(id), api.allocations(id), api.metrics(id), api.events(id),
     ]);
-    drawJob(job);
+    drawJob(job, allocs);
     drawAllocation(allocs, job);
     drawMetrics(mets);
     drawEvents(evs);
@@ -273,6 +322,7 @@ export function render(view, id) {
       .then(() => { if (streaming === controller) el.follow.checked = false; })
       .catch((e) => { if (e.name !== "AbortError") showLogs(`${text}\n(stream ended: ${e.message})`); });
   }
+  el.workerFilter.addEventListener("change", () => { if (current) drawJob(current, lastAllocs); });
   el.follow.addEventListener("change", () => (el.follow.checked ? follow(true) : loadLogs()));
 
   let logsStarted = false;

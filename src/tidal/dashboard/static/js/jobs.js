@@ -1,11 +1,14 @@
 // Jobs: every job with its state, priority, workers, progress and times; filtered here in
 // the browser, refreshed every POLL_MS.
 import * as api from "./api.js";
-import { badge, clock, duration, fill, h, jobColour, jobLink, timeCell, workerCounts } from "./dom.js";
+import {
+  badge, clock, duration, fill, h, jobColour, jobLink, labelChips, timeCell, workerCounts,
+} from "./dom.js";
 import { every, POLL_MS } from "./poll.js";
 
 const STATES = ["queued", "running", "rescaling", "succeeded", "failed", "cancelled"];
 const ACTIVE = new Set(["queued", "running", "rescaling"]);
+const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 
 // Filters survive navigating to a job and back.
 const filters = { state: "active", text: "" };
@@ -29,7 +32,8 @@ function workersCell(job) {
       style: `width:${(100 * job.workers) / job.max_slots}%;background:${jobColour(job.id)}`,
     }));
   const counts = workerCounts(job);
-  const target = counts.target !== null && counts.target !== counts.now
+  // A finished job holds nothing and moves no more: the target it last had is history.
+  const target = !TERMINAL.has(job.state) && counts.target !== null && counts.target !== counts.now
     ? h("span", { class: "muted", title: "target" }, ` → ${counts.target}`) : null;
   const wide = counts.slots_per_worker > 1
     ? h("span", { class: "muted", title: "slots (GPUs) per worker" }, ` ×${counts.slots_per_worker}`)
@@ -61,8 +65,10 @@ function row(job, latest) {
   return h("tr", { dataset: { job: job.id, state: job.state } },
     h("td", {},
       h("span", { class: "swatch", style: `background:${jobColour(job.id)}` }),
-      jobLink(job.id, job.name), h("div", { class: "muted small" }, job.id)),
-    h("td", {}, badge(job.state), job.cancel_requested ? h("span", { class: "muted small" }, " cancelling") : null,
+      jobLink(job.id, job.name), h("div", { class: "muted small" }, job.id), labelChips(job.labels)),
+    // "cancelling" while a cancel is under way; once the job has ended its state says it all.
+    h("td", {}, badge(job.state),
+      job.cancel_requested && !TERMINAL.has(job.state) ? h("span", { class: "muted small cancelling" }, " cancelling") : null,
       h("div", { class: "muted small reason", title: job.reason }, job.reason)),
     h("td", { class: "num" }, job.priority),
     workersCell(job),

@@ -2,6 +2,13 @@
 const form = document.getElementById("login-form");
 const error = document.getElementById("login-error");
 
+// A one-time login link that was used already, has expired or is unknown lands here.
+if (new URLSearchParams(location.search).get("link") === "refused") {
+  error.textContent = "This login link was used already or has expired. "
+    + "Make a new one with `tidal login-link`, or paste the token.";
+  error.hidden = false;
+}
+
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   error.hidden = true;
