@@ -39,6 +39,7 @@ from tidal.wire.schema import (
     JobView,
     MetricsView,
     Submitted,
+    TeamQueueView,
 )
 
 __all__ = ["TERMINAL_STATES", "Client"]
@@ -287,6 +288,11 @@ class Client(WorkerVerbs):
     def cluster(self) -> ClusterView:
         """Hosts, slots and who holds them."""
         return ClusterView.model_validate(self._request("GET", "/cluster").json())
+
+    def queues(self) -> builtins.list[TeamQueueView]:
+        """Each team's queue (``tidal server --teams``); empty without teams."""
+        data = self._request("GET", "/queues").json()
+        return [TeamQueueView.model_validate(item) for item in data]
 
     def health(self) -> bool:
         """Whether the server answers its health check."""
