@@ -16,10 +16,10 @@ from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop.controller import Controller
 from tidal.controller.routes.auth import ensure_token
 from tidal.controller.store.jobs import JobStore
-from tidal.controller.team_config import parse_teams
 from tidal.policy.fairshare import FairSharePolicy
 from tidal.server.app import create_app
 from tidal.server.process import ApiServer, team_policy
+from tidal.wire.teams_file import parse_teams
 
 TEAMS = {"teams": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}]}
 

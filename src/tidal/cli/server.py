@@ -80,10 +80,10 @@ def server(
     # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
     from tidal.controller.plugins import PluginError
     from tidal.controller.store.server_lock import StoreLocked
-    from tidal.controller.team_config import TeamsFileError
     from tidal.policy.teams import TeamQuotaError
     from tidal.server.process import ServerConfig, run_server
     from tidal.wire.discovery import TOKEN_FILE, read_token
+    from tidal.wire.teams_file import TeamsFileError
 
     logging.basicConfig(
         level=logging.INFO,

@@ -26,7 +26,6 @@ from tidal.controller.plugins import load_backend, load_policy
 from tidal.controller.routes.auth import ensure_token
 from tidal.controller.store.jobs import JobStore
 from tidal.controller.store.server_lock import StoreLock, hold_store
-from tidal.controller.team_config import load_teams
 from tidal.launch.file_modes import private_files
 from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES
 from tidal.policy.api import Policy
@@ -35,6 +34,7 @@ from tidal.policy.teams import Team, check_quotas
 from tidal.policy.whole_replicas import WholeReplicas
 from tidal.server.app import create_app
 from tidal.wire.discovery import ServerInfo, clear_server_info, write_server_info
+from tidal.wire.teams_file import load_teams
 
 __all__ = ["ApiServer", "ServerConfig", "run_server"]
 
