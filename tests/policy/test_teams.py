@@ -184,6 +184,17 @@ def test_borrowers_shrink_to_their_minimum_before_any_is_preempted() -> None:
     assert [len(after[j.job_id]) for j in a] == [2, 2]
 
 
+def test_an_evicting_team_loses_the_whole_job_instead() -> None:
+    teams = [Team("a", guaranteed={None: 4}, reclaim="evict"), Team("b", guaranteed={None: 4})]
+    policy = TeamQueues(FairSharePolicy(), teams)
+    a = JobRequest("a1", 1, 8, team="a", submitted_at=0.0)
+    b = JobRequest("b1", 4, 4, team="b", submitted_at=1.0)
+    alone = policy.allocate([a], EIGHT, {})
+    evicted = policy.allocate([a, b], EIGHT, alone)
+    assert "a1" not in evicted and len(evicted["b1"]) == 4
+    assert len(policy.allocate([a, b], EIGHT, evicted)["a1"]) == 4  # requeued, back on 4
+
+
 def test_weights_share_the_idle_slots() -> None:
     assert team_shares({"a": 0, "b": 0}, {"a": 8, "b": 8}, {"a": 3.0, "b": 1.0}, 8) == {
         "a": 6,

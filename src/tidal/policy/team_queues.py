@@ -154,6 +154,10 @@ def _share_pool(
             got = _run_inner(inner, team_jobs, carved[name], cluster, previous)
             answer.update(got)
             used[name] = sum(len(s) for s in got.values())
+        for name, team_jobs in by_team.items():
+            held = sum(len(previous.get(j.job_id, ())) for j in team_jobs)
+            if known[name].reclaim == "evict" and shares[name] < held:
+                _evict_shrunk(answer, team_jobs, previous)
         short = [n for n in by_team if used[n] < shares[n]]
         hungry = [n for n in by_team if shares[n] < demand[n]]
         if not short or not hungry:
@@ -161,6 +165,19 @@ def _share_pool(
         for name in short:
             demand[name] = used[name]
     return answer
+
+
+def _evict_shrunk(
+    answer: dict[str, tuple[Slot, ...]],
+    team_jobs: Sequence[JobRequest],
+    previous: Allocation,
+) -> None:
+    """Take every slot from the jobs of ``team_jobs`` that ``answer`` shrinks: eviction,
+    the way a scheduler without in-place resize takes a loan back."""
+    for job in team_jobs:
+        got = answer.get(job.job_id, ())
+        if got and len(got) < len(previous.get(job.job_id, ())):
+            del answer[job.job_id]
 
 
 def _carve(

@@ -46,6 +46,9 @@ class Team:
     guaranteed: Mapping[str | None, int] = field(default_factory=dict)
     borrowing_limit: int | None = None
     hard_limit: int | None = None
+    #: How the team's loans are taken back: ``shrink`` its jobs in place, or ``evict``
+    #: every job that would shrink (it requeues and starts again, as Kueue and KAI do).
+    reclaim: str = "shrink"
 
     def guarantee(self, pool: str | None) -> int:
         """Slots guaranteed to this team in ``pool``."""

@@ -8,6 +8,7 @@
         guaranteed: 4            # slots for jobs without a resource group
         borrowing_limit: 4       # most slots above the guarantee (optional)
         hard_limit: 8            # most slots in all (optional)
+        reclaim: shrink          # its loans taken back by shrinking (default) or evict
       - name: speech
         guaranteed: {a100: 2}    # per resource group
 
@@ -17,7 +18,7 @@ Validated whole at start: a refused file names the field at fault and what was e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -41,6 +42,7 @@ class _TeamEntry(BaseModel):
     guaranteed: int | dict[str, int] = 0
     borrowing_limit: Slots | None = None
     hard_limit: Slots | None = None
+    reclaim: Literal["shrink", "evict"] = "shrink"
 
     @field_validator("guaranteed", mode="before")
     @classmethod
@@ -74,6 +76,7 @@ class _TeamEntry(BaseModel):
             guaranteed=guaranteed,
             borrowing_limit=self.borrowing_limit,
             hard_limit=self.hard_limit,
+            reclaim=self.reclaim,
         )
 
 
