@@ -129,6 +129,9 @@ class JobSpec(SpecSection):
         default=300.0, ge=0, le=MAX_CHECKPOINT_SECONDS, allow_inf_nan=False
     )
     labels: Labels = Field(default_factory=dict)
+    #: The team whose queue the job waits in (``tidal server --teams``); ``None``: the
+    #: default team.
+    team: Name | None = None
     #: Several kinds of process (see :mod:`tidal.spec_roles`); ``None``: one ``worker``
     #: role made of ``command``, ``workers`` and ``resources``. ``env`` and
     #: ``working_dir`` above are every role's defaults.

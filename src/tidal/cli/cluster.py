@@ -22,12 +22,12 @@ from tidal.cli.options import (
     out,
     with_client_options,
 )
-from tidal.cli.tables import cluster_table, jobs_table
+from tidal.cli.tables import cluster_table, jobs_table, queues_table
 
 if TYPE_CHECKING:
     from tidal.wire.schema import ClusterView
 
-__all__ = ["cluster", "top"]
+__all__ = ["cluster", "queues", "top"]
 
 
 @controller_app.command()
@@ -43,6 +43,23 @@ def cluster(
         return
     out.print(f"policy {view.policy}: {view.used_slots}/{view.total_slots} slots used")
     out.print(cluster_table(view))
+
+
+@controller_app.command()
+@with_client_options()
+def queues(
+    options: ClientOptions,
+) -> None:
+    """Show each team's queue: guaranteed slots, limit, and what it uses, borrows, lends."""
+    client = options.client()
+    views = call(client.queues)
+    if options.as_json:
+        emit_json(views)
+        return
+    if not views:
+        out.print("no team queues: the server runs without --teams")
+        return
+    out.print(queues_table(views))
 
 
 @controller_app.command()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -79,6 +80,10 @@ def server(
         int,
         typer.Option(min=0, help="Rotated logs kept per worker (0: a full log starts over)."),
     ] = DEFAULT_LOG_BACKUPS,
+    teams: Annotated[
+        Path | None,
+        typer.Option(help="YAML file of team queues: guaranteed slots, weights, limits."),
+    ] = None,
 ) -> None:
     """Run the controller and its REST API until interrupted."""
     labels = pairs(label, "--label")
@@ -87,8 +92,10 @@ def server(
     from tidal.controller.plugins import PluginError
     from tidal.controller.store.server_lock import StoreLocked
     from tidal.dashboard.login_links import LINK_TTL_S
+    from tidal.policy.teams import TeamQuotaError
     from tidal.server.process import ServerConfig, run_server
     from tidal.wire.discovery import TOKEN_FILE, read_token
+    from tidal.wire.teams_file import TeamsFileError
 
     logging.basicConfig(
         level=logging.INFO,
@@ -114,6 +121,7 @@ def server(
         backend_options={"ray_address": ray_address} if ray_address else {},
         log_max_bytes=log_max_mb << 20,
         log_backups=log_backups,
+        teams_file=teams,
     )
 
     # The token is shown once, when this start creates it: the dashboard's login asks for it.
@@ -146,6 +154,8 @@ def server(
         SERVER_DONE.set()
     except StoreLocked as exc:
         fail(str(exc))
+    except (TeamsFileError, TeamQuotaError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--teams") from None
     except PluginError as exc:
         hint = "--policy" if "policy" in str(exc) else "--backend"
         raise typer.BadParameter(str(exc), param_hint=hint) from None

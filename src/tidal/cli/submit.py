@@ -112,6 +112,7 @@ def submit(
     label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
     env: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
     group: Annotated[str | None, typer.Option(help="Target resource group.")] = None,
+    team: Annotated[str | None, typer.Option(help="Team whose queue the job waits in.")] = None,
     max_restarts: Annotated[int | None, typer.Option(min=0)] = None,
     working_dir: Annotated[str | None, typer.Option()] = None,
     checkpoint_dir: Annotated[str | None, typer.Option()] = None,
@@ -158,6 +159,7 @@ def submit(
             "working_dir": working_dir,
             "checkpoint_dir": checkpoint_dir,
             "launcher": launcher,
+            "team": team,
         }
         data = {**base, **{k: v for k, v in overrides.items() if v is not None}}
         if gpus is not None:
@@ -187,7 +189,7 @@ def submit(
             "--max-workers": max_workers, "--gpus": gpus, "--priority": priority,
             "--label": label, "--env": env, "--group": group, "--max-restarts": max_restarts,
             "--working-dir": working_dir, "--checkpoint-dir": checkpoint_dir,
-            "--launcher": launcher, "ARGS": args if name is not None else None,
+            "--launcher": launcher, "--team": team, "ARGS": args if name is not None else None,
         }  # fmt: skip
         given = {flag for flag, value in flags.items() if value is not None}
         fail(SpecError(flag_problems(exc.problems, given), exc.source).summary(), 2)

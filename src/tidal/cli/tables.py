@@ -20,9 +20,16 @@ from rich.text import Text
 from tidal.launch.slot_names import join_slots
 
 if TYPE_CHECKING:
-    from tidal.wire.schema import ClusterView, EventView, JobDetail, JobView
+    from tidal.wire.schema import ClusterView, EventView, JobDetail, JobView, TeamQueueView
 
-__all__ = ["cluster_table", "jobs_table", "print_job_detail", "size_text", "target_text"]
+__all__ = [
+    "cluster_table",
+    "jobs_table",
+    "print_job_detail",
+    "queues_table",
+    "size_text",
+    "target_text",
+]
 
 #: Below this many columns the jobs' reasons go on lines of their own under the table:
 #: squeezed into the last column they wrapped one word per line at 80 columns.
@@ -175,6 +182,21 @@ def cluster_table(view: ClusterView) -> Table:
             str(h.slots),
             str(used),
             ", ".join(users) or "-",
+        )
+    return table
+
+
+def queues_table(queues: Iterable[TeamQueueView]) -> Table:
+    """Each team's quota and what it holds, borrows and lends, in slots (80 columns)."""
+    table = Table(show_edge=False, pad_edge=False)
+    table.add_column("team", overflow="fold")
+    for name in ("guaranteed", "limit", "used", "borrowed", "lent"):
+        table.add_column(name, justify="right")
+    for q in queues:
+        limit = "-" if q.limit is None else str(q.limit)
+        used = Text(str(q.used), style="bold" if q.used > q.guaranteed else "")
+        table.add_row(
+            q.team, str(q.guaranteed), limit, used, str(q.borrowed or "-"), str(q.lent or "-")
         )
     return table
 

@@ -40,6 +40,7 @@ from tidal.wire.schema import (
     LoginLinkView,
     MetricsView,
     Submitted,
+    TeamQueueView,
 )
 
 __all__ = ["TERMINAL_STATES", "Client"]
@@ -293,6 +294,11 @@ class Client(WorkerVerbs):
         """A one-time link that logs a browser into the dashboard (good for one use, for a
         few minutes; the token is not in it)."""
         return LoginLinkView.model_validate(self._request("POST", "/login/links").json())
+
+    def queues(self) -> builtins.list[TeamQueueView]:
+        """Each team's queue (``tidal server --teams``); empty without teams."""
+        data = self._request("GET", "/queues").json()
+        return [TeamQueueView.model_validate(item) for item in data]
 
     def health(self) -> bool:
         """Whether the server answers its health check."""

@@ -12,6 +12,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from tidal.policy.teams import TeamUsage
+
 __all__ = ["ControllerMetrics"]
 
 #: Rescales take from well under a second (a step boundary) to minutes (a newcomer that
@@ -52,6 +54,36 @@ class ControllerMetrics:
             "Controller loop ticks that failed (a full disk, the database down, an error).",
             registry=self.registry,
         )
+
+        team = ["team"]
+        self.team_used = Gauge(
+            "tidal_team_slots_used", "Slots a team's jobs hold.", team, registry=self.registry
+        )
+        self.team_guaranteed = Gauge(
+            "tidal_team_slots_guaranteed",
+            "Slots guaranteed to a team.",
+            team,
+            registry=self.registry,
+        )
+        self.team_borrowed = Gauge(
+            "tidal_team_slots_borrowed",
+            "Slots a team holds above its guarantee.",
+            team,
+            registry=self.registry,
+        )
+        self.team_lent = Gauge(
+            "tidal_team_slots_lent",
+            "Slots of a team's guarantee that other teams hold.",
+            team,
+            registry=self.registry,
+        )
+
+    def team_slots(self, usage: TeamUsage) -> None:
+        """Set one team's gauges."""
+        self.team_used.labels(usage.team).set(usage.used)
+        self.team_guaranteed.labels(usage.team).set(usage.guaranteed)
+        self.team_borrowed.labels(usage.team).set(usage.borrowed)
+        self.team_lent.labels(usage.team).set(usage.lent)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""

@@ -130,6 +130,8 @@ class JobRequest:
     #: Slots each replica of the job's other (fixed) roles holds, each replica on one
     #: host; empty for a one-role job.
     gang_slots: tuple[int, ...] = ()
+    #: The team whose queue the job waits in (read by :mod:`tidal.policy.teams`).
+    team: str = "default"
 
     @property
     def one_slot_replicas(self) -> bool:
@@ -183,6 +185,7 @@ def job_request(
     reallocations: int = 0,
     replica_slots: int = 1,
     gang_slots: tuple[int, ...] = (),
+    team: str = "default",
 ) -> JobRequest:
     """What a policy sees of a job at ``now``: the one builder the controller and the
     simulator both call, so each field of :class:`JobRequest` is filled here.
@@ -212,6 +215,7 @@ def job_request(
         reallocations=reallocations,
         replica_slots=replica_slots,
         gang_slots=gang_slots,
+        team=team,
     )
 
 

@@ -8,7 +8,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +29,12 @@ from tidal.controller.store.server_lock import StoreLock, hold_store
 from tidal.launch.file_modes import private_files
 from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES
 from tidal.policy.api import Policy
+from tidal.policy.team_queues import TeamQueues, pool_capacity
+from tidal.policy.teams import Team, check_quotas
+from tidal.policy.whole_replicas import WholeReplicas
 from tidal.server.app import create_app
 from tidal.wire.discovery import ServerInfo, clear_server_info, write_server_info
+from tidal.wire.teams_file import load_teams
 
 __all__ = ["ApiServer", "ServerConfig", "run_server"]
 
@@ -63,6 +67,8 @@ class ServerConfig:
     log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
     #: … keeping this many earlier files (0: a full log starts over).
     log_backups: int = DEFAULT_LOG_BACKUPS
+    #: A teams file (``--teams``): the policy is shared over its team queues.
+    teams_file: Path | None = None
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -168,9 +174,18 @@ def run_server(config: ServerConfig, on_ready: OnReady | None = None) -> None:
         _run_server(config, on_ready)
 
 
+def team_policy(policy: Policy, teams: Sequence[Team], cluster: ClusterModel) -> Policy:
+    """``policy`` shared over ``teams``' queues, whose guarantees must fit ``cluster``
+    (:class:`~tidal.policy.teams.TeamQuotaError` naming the teams otherwise)."""
+    check_quotas(teams, pool_capacity(cluster.to_policy()))
+    # Whole replicas within each team: a team's slots are what its replicas are made of.
+    return TeamQueues(WholeReplicas(policy), teams)
+
+
 def _run_server(config: ServerConfig, on_ready: OnReady | None) -> None:
     # Everything that can be refused is checked before anything is written to the data dir.
     policy = load_policy(config.policy, config.policy_options)
+    teams = load_teams(config.teams_file) if config.teams_file is not None else None
     cluster = detect_local(
         config.slots,
         group=config.group,
@@ -180,7 +195,7 @@ def _run_server(config: ServerConfig, on_ready: OnReady | None) -> None:
     # One server per store: a second one is refused here, before the backend re-attaches
     # to the first one's agents or anything in the data dir changes.
     with hold_store(config.data_dir, config.db_url) as lock:
-        _serve(config, on_ready, lock, policy, cluster)
+        _serve(config, on_ready, lock, policy, cluster, teams)
 
 
 #: Seconds between checks that the server still holds its store's lock.
@@ -205,6 +220,7 @@ def _serve(
     lock: StoreLock,
     policy: Policy,
     cluster: ClusterModel,
+    teams: Sequence[Team] | None = None,
 ) -> None:
     backend = load_backend(
         config.backend, data_dir=config.data_dir, gpus=cluster.gpu, **config.backend_options
@@ -215,6 +231,8 @@ def _serve(
             if config.slots is not None:
                 log.warning("--slots is ignored: backend %s reports its hosts", config.backend)
             cluster = ClusterModel.from_hosts(backend.hosts())
+        if teams is not None:
+            policy = team_policy(policy, teams, cluster)
         data_dir = config.data_dir
         token = ensure_token(data_dir)
         store = JobStore(config.db_url) if config.db_url else JobStore.open(data_dir)

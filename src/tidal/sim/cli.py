@@ -18,12 +18,15 @@ from rich.console import Console
 from rich.table import Table
 
 from tidal.policy.registry import SIMULATED
+from tidal.policy.teams import TeamQuotaError
 from tidal.sim.engine import SimConfig, SimResult
 from tidal.sim.locations import DEFAULT_PHILLY, DEFAULT_PROFILES, DEFAULT_WORKLOADS
 from tidal.sim.profiles import load_profiles
 from tidal.sim.runner import simulate, synthetic_workload
 from tidal.sim.summary import Summary, summarise
+from tidal.sim.team_summary import TeamSummary, team_summaries
 from tidal.sim.workload import WorkloadJob, load_workload
+from tidal.wire.teams_file import load_teams
 
 log = logging.getLogger(__name__)
 console = Console()
@@ -86,6 +89,24 @@ def _summary_table(summaries: list[Summary], title: str) -> Table:
     return table
 
 
+def _team_table(summaries: list[TeamSummary]) -> Table:
+    """Per team: guarantee, jobs, average JCT, slots held and borrowed, guarantee honoured."""
+    table = Table(title="team queues")
+    for name in ("team", "guar.", "jobs", "avg JCT", "used", "borrowed", "honoured"):
+        table.add_column(name, justify="left" if name == "team" else "right")
+    for s in summaries:
+        table.add_row(
+            s.team,
+            str(s.guaranteed),
+            f"{s.finished}/{s.jobs}",
+            f"{s.avg_jct:,.0f} s",
+            f"{s.mean_used:.1f}",
+            f"{s.mean_borrowed:.1f}",
+            f"{s.honoured_share:.1%}",
+        )
+    return table
+
+
 def _write_jobs(result: SimResult, path: Path) -> None:
     """One JSON line per job."""
     with path.open("w") as handle:
@@ -130,9 +151,14 @@ def run(
     output: Annotated[
         Path | None, typer.Option("--output", help="Write per-job results (JSON lines).")
     ] = None,
+    teams: Annotated[
+        Path | None,
+        typer.Option("--teams", help="Teams file: jobs queue per team (workload column team)."),
+    ] = None,
 ) -> None:
     """Simulate one workload with one policy and print a summary."""
     _check_policy(policy)
+    team_list = _read("--teams", teams, lambda: load_teams(teams)) if teams else None
     config = SimConfig(
         nodes=nodes, gpus_per_node=gpus_per_node, interval=interval, reallocation_cost=realloc_cost
     )
@@ -148,8 +174,13 @@ def run(
             lambda: synthetic_workload(philly, model_profiles, jobs, load, config, seed),
         )
         source = f"{jobs} jobs sampled from {philly.name} (load {load}, seed {seed})"
-    result = simulate(policy, trace, model_profiles, config)
+    try:
+        result = simulate(policy, trace, model_profiles, config, team_list)
+    except TeamQuotaError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--teams") from None
     console.print(_summary_table([summarise(result)], f"{source} on {nodes}x{gpus_per_node} GPUs"))
+    if team_list is not None:
+        console.print(_team_table(team_summaries(result, trace, team_list)))
     if result.decision_seconds:
         decisions = sorted(result.decision_seconds)
         console.print(

@@ -286,6 +286,7 @@ class Simulator:
             attained_service=job.attained,
             throughput=throughput,
             reallocations=job.reallocations,
+            team=spec.team,
         )
 
     def _current_model(self, job: _Job) -> ThroughputModel:

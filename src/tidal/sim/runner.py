@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tidal.policy.registry import POLICIES, simulated_policy
+from tidal.policy.team_queues import TeamQueues, pool_capacity
+from tidal.policy.teams import Team, check_quotas
 from tidal.sim.engine import SimConfig, SimResult, Simulator, isolated_time
 from tidal.sim.profiles import ModelProfile
 from tidal.sim.workload import WorkloadJob, load_philly, synthesize_workload
@@ -16,9 +18,14 @@ def simulate(
     workload: Sequence[WorkloadJob],
     profiles: Mapping[str, ModelProfile],
     config: SimConfig,
+    teams: Sequence[Team] | None = None,
 ) -> SimResult:
-    """Replay ``workload`` through a fresh policy called ``policy_name``."""
+    """Replay ``workload`` through a fresh policy called ``policy_name``, shared over
+    ``teams``' queues when given (each job in its ``team``)."""
     policy = simulated_policy(policy_name, config.reallocation_cost)
+    if teams is not None:
+        check_quotas(teams, pool_capacity(config.cluster()))
+        policy = TeamQueues(policy, teams)
     return Simulator(policy, POLICIES[policy_name].sizing, profiles, config).run(workload)
 
 

@@ -21,10 +21,12 @@ class WorkloadJob:
     model: str
     num_replicas: int
     batch_size: int
+    #: The team whose queue the job waits in (``tidal sim run --teams``).
+    team: str = "default"
 
 
 def load_workload(path: Path) -> list[WorkloadJob]:
-    """Read a ``name,time,application,num_replicas,batch_size`` workload file."""
+    """Read a ``name,time,application,num_replicas,batch_size[,team]`` workload file."""
     with path.open(newline="") as handle:
         jobs = [
             WorkloadJob(
@@ -33,6 +35,7 @@ def load_workload(path: Path) -> list[WorkloadJob]:
                 model=row["application"],
                 num_replicas=int(row["num_replicas"]),
                 batch_size=int(row["batch_size"]),
+                team=row.get("team") or "default",
             )
             for row in csv.DictReader(handle)
         ]
@@ -45,6 +48,8 @@ class PhillyJob:
 
     num_gpus: int
     gpu_time: float
+    #: The virtual cluster that ran it: a sampled job's team.
+    cluster: str = "default"
 
 
 def load_philly(path: Path) -> list[PhillyJob]:
@@ -54,7 +59,7 @@ def load_philly(path: Path) -> list[PhillyJob]:
         for row in csv.DictReader(handle):
             gpus, gpu_time = int(float(row["num_gpus"])), float(row["gpu_time"])
             if gpus > 0 and gpu_time > 0:
-                records.append(PhillyJob(gpus, gpu_time))
+                records.append(PhillyJob(gpus, gpu_time, row.get("cluster") or "default"))
     return records
 
 
@@ -71,9 +76,10 @@ def synthesize_workload(
 
     A Philly record keeps its GPU count (capped at the cluster) and picks the model whose
     GPU-time per replica (``gpu_seconds``, measured in isolation on one GPU) is closest to
-    the record's on a log scale; the batch grows with the GPU count from the model's initial
-    batch. Arrivals are Poisson, with the rate that offers ``load`` times the cluster's GPU
-    capacity on average (using each job's one-GPU work as its demand).
+    the record's on a log scale, and its virtual cluster is its team; the batch grows with
+    the GPU count from the model's initial batch. Arrivals are Poisson, with the rate that
+    offers ``load`` times the cluster's GPU capacity on average (using each job's one-GPU
+    work as its demand).
     """
     if num_jobs <= 0:
         return []
@@ -81,7 +87,7 @@ def synthesize_workload(
     picks = rng.integers(0, len(philly), size=num_jobs)
     names = sorted(profiles)
     log_work = np.log([gpu_seconds[m] for m in names])
-    jobs: list[tuple[str, int, int, float]] = []
+    jobs: list[tuple[str, int, int, float, str]] = []
     for pick in picks:
         record = philly[int(pick)]
         model = names[int(np.argmin(np.abs(log_work - math.log(record.gpu_time))))]
@@ -89,12 +95,12 @@ def synthesize_workload(
         replicas = max(1, min(record.num_gpus, total_gpus))
         per_worker = min(profile.max_local_batch, max(profile.min_local_batch, profile.init_batch))
         batch = int(min(profile.max_batch, max(profile.init_batch, replicas * per_worker)))
-        jobs.append((model, replicas, batch, gpu_seconds[model]))
-    mean_work = float(np.mean([work for *_, work in jobs]))
+        jobs.append((model, replicas, batch, gpu_seconds[model], record.cluster))
+    mean_work = float(np.mean([work for _, _, _, work, _ in jobs]))
     rate = load * total_gpus / mean_work
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=num_jobs))
     arrivals -= arrivals[0]
     return [
-        WorkloadJob(f"{model}-{i}", float(round(arrivals[i])), model, replicas, batch)
-        for i, (model, replicas, batch, _) in enumerate(jobs)
+        WorkloadJob(f"{model}-{i}", float(round(arrivals[i])), model, replicas, batch, team)
+        for i, (model, replicas, batch, _, team) in enumerate(jobs)
     ]

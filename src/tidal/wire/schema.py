@@ -30,6 +30,7 @@ __all__ = [
     "SpecWarning",
     "StopWorkersRequest",
     "Submitted",
+    "TeamQueueView",
     "UtilisationPoint",
     "WorkerCountView",
     "WorkerView",
@@ -290,6 +291,18 @@ class ClusterView(BaseModel):
     total_slots: int
     used_slots: int
     hosts: list[HostView]
+
+
+class TeamQueueView(BaseModel):
+    """One team's queue: its quota and what it holds, borrows and lends now (slots)."""
+
+    team: str
+    guaranteed: int
+    #: Most slots the team may hold (its hard or borrowing limit); ``None``: no limit.
+    limit: int | None
+    used: int
+    borrowed: int
+    lent: int
 
 
 class HealthView(BaseModel):

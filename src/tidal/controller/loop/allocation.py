@@ -47,6 +47,7 @@ def policy_request(
         reallocations=record.reallocations,
         replica_slots=job.role.resources.slots,
         gang_slots=job.gang_slots,
+        team=job.team,
     )
 
 
@@ -88,6 +89,7 @@ def _whole(job: Job, slots: Sequence[Slot]) -> bool:
         max_slots=job.slot_range.max,
         replica_slots=job.role.resources.slots,
         gang_slots=job.gang_slots,
+        team=job.team,
     )
     return shape.one_slot_replicas or fit_replicas(shape, slots, slots) == tuple(sorted(slots))
 

@@ -34,6 +34,7 @@ from tidal.controller.loop.observe import (
     observe,
     throughput_models,
 )
+from tidal.controller.loop.team_reports import TeamReports
 from tidal.controller.prometheus import ControllerMetrics
 from tidal.controller.store.jobs import Event, JobRecord, JobStore
 from tidal.controller.store.outage import outage_of
@@ -89,6 +90,8 @@ class Controller:
         self.files = files or JobFiles(data_dir)
         self.metrics = metrics or ControllerMetrics()
         self.effects = LoopEffects(store, backend, self.metrics)
+        #: Why slots moved between teams, and each team's standing (team queues only).
+        self.teams = TeamReports(store, self.metrics)
         self._clock = clock
         self._last_tick: float | None = None
         self._lock = threading.Lock()
@@ -288,6 +291,7 @@ class Controller:
             self.effects.note_policy_error(f"invalid allocation: {message}")
             return held
         self.effects.clear()
+        self.teams.record(self.policy)
         occupied = {slot: job_id for job_id, st in statuses.items() for slot in st.alive_slots()}
         waiting = False
         least = {j.id: model[j.id].slot_range.min for j in placeable}

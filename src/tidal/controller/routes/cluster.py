@@ -16,6 +16,7 @@ from tidal.wire.schema import (
     ClusterView,
     EventView,
     HostView,
+    TeamQueueView,
     UtilisationPoint,
 )
 
@@ -66,6 +67,23 @@ def cluster(controller: ControllerDep) -> ClusterView:
         used_slots=len(holder),
         hosts=hosts,
     )
+
+
+@router.get("/queues", response_model=list[TeamQueueView])
+def queues(controller: ControllerDep) -> list[TeamQueueView]:
+    """Each team's queue: guaranteed slots, limit, and what it uses, borrows and lends
+    (``tidal server --teams``; empty without teams)."""
+    return [
+        TeamQueueView(
+            team=u.team,
+            guaranteed=u.guaranteed,
+            limit=u.limit,
+            used=u.used,
+            borrowed=u.borrowed,
+            lent=u.lent,
+        )
+        for u in controller.teams.usage
+    ]
 
 
 @router.get("/cluster/utilisation", response_model=list[UtilisationPoint])

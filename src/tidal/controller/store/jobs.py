@@ -54,7 +54,7 @@ from tidal.controller.store.requests import (
     request_to_row,
 )
 from tidal.controller.store.tables import AllocationRow, EventRow, JobRow, RequestRow, slots_json
-from tidal.model import JobState, JobStateError, check_transition, job_from_spec
+from tidal.model import DEFAULT_TEAM, JobState, JobStateError, check_transition, job_from_spec
 from tidal.policy.api import Slot
 from tidal.spec import JobSpec
 
@@ -128,7 +128,7 @@ class JobStore(JobHistory):
     def _add_jobs(self, additions: Sequence[tuple[JobSpec, float]]) -> list[JobRecord]:
         """JobStore these new jobs in one transaction (one insert per table, one change
         number each); their records, in order."""
-        jobs = [job_from_spec(spec) for spec, _ in additions]
+        jobs = [job_from_spec(spec, team=spec.team or DEFAULT_TEAM) for spec, _ in additions]
         with self._transaction(write=True) as s:
             ids = self._new_ids(s, [job.name for job in jobs])
             values: list[dict[str, Any]] = [

@@ -1,0 +1,126 @@
+"""Reclaiming a team's guarantee: by shrinking the borrower in place, beside evict-and-requeue.
+
+A real ``tidal server`` (local backend, ``--slots 8``) with two team queues, ``a`` and
+``b``, guaranteed 4 slots each. Each trial: a's elastic job (examples/digits_mlp.py,
+``--workers 1:8``, a checkpoint every 20 steps) borrows all 8 slots; then b submits a job
+of 4 workers. Team ``a`` gives its loan back either by **shrinking** its job to 4 at a step
+boundary (tidal) or by **evict** (the job is stopped and requeued, restarting from its
+checkpoint, as Kueue, KAI and Volcano take a loan back), alternating trial by trial.
+
+* **to b training**: from b's submission to b's first reported step (rank 0 reports every
+  5 steps, so this includes up to 5 of b's steps);
+* **a's lost steps**: steps a trained again after the reclaim (its step counter going
+  back to its last checkpoint); **a's pause**: the longest gap between two of a's step
+  reports from b's submission on (the rescale, or the eviction and restart).
+
+    PYTHONPATH=src:. python benchmarks/reclaim.py --trials 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT
+from tests.controller.live import start_server, stop_server, until
+
+from tidal.client import Client
+
+EXAMPLE = ROOT / "examples" / "digits_mlp.py"
+MODES = ("shrink", "evict")
+nan = float("nan")
+
+
+def _spec(name: str, workers: dict[str, int], epochs: int) -> dict[str, object]:
+    return {
+        "name": name,
+        "team": name,
+        "command": ["python", str(EXAMPLE), "--epochs", str(epochs), "--step-delay", "0.05"],
+        "workers": workers,
+        "checkpoint_every_steps": 20,
+        "env": {"TIDAL_WARM_POOL": "0"},  # both modes start b's workers cold
+    }
+
+
+def _running(client: Client, job: str) -> int:
+    return sum(w.state == "running" for w in client.get(job).worker_list)
+
+
+def trial(mode: str, tmp: Path) -> dict[str, float]:
+    """One reclaim by ``mode``; its figures."""
+    teams = tmp / "teams.yaml"
+    teams.write_text(
+        f"teams:\n  - {{name: a, guaranteed: 4, reclaim: {mode}}}\n  - {{name: b, guaranteed: 4}}\n"
+    )
+    process = start_server(tmp, "--teams", str(teams), slots=8)
+    try:
+        with Client(data_dir=tmp / "data", timeout=30) as client:
+            a = client.submit(_spec("a", {"min": 1, "max": 8}, 400)).id
+            until(lambda: _running(client, a) == 8, 300, "a on 8 workers")
+            until(lambda: len(client.metrics(a)) >= 4, 120, "a training on 8")
+            submitted = time.time()
+            b = client.submit(_spec("b", {"min": 4, "max": 4}, 400)).id
+            until(lambda: bool(client.metrics(b)), 300, "b training")
+            first = min(m.time for m in client.metrics(b))
+            try:
+                # a back at work after the reclaim: a few reports after b's first.
+                until(
+                    lambda: sum(m.time > first for m in client.metrics(a)) >= 3,
+                    300,
+                    "a training",
+                )
+            except AssertionError as exc:
+                # A borrower that never trains again is a result too: say how it ended.
+                view = client.get(a)
+                print(f"{mode}: {exc}; a is {view.state}: {view.reason}", file=sys.stderr)
+                return {"to_b_training": first - submitted, "a_lost_steps": nan, "a_pause": nan}
+            points = sorted(client.metrics(a), key=lambda m: m.time)
+        lost, top = 0, 0
+        for point in points:
+            if point.step < top:
+                lost += top - point.step
+            top = max(top, point.step)
+        after = [p.time for p in points if p.time >= submitted]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(after)]
+        return {
+            "to_b_training": first - submitted,
+            "a_lost_steps": float(lost),
+            "a_pause": max(gaps, default=float("nan")),
+        }
+    finally:
+        stop_server(process)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=2, help="trials per mode")
+    parser.add_argument("--modes", default=",".join(MODES), help="shrink,evict or one")
+    args = parser.parse_args()
+    modes = tuple(m for m in args.modes.split(",") if m in MODES)
+    results: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+    for i in range(args.trials):
+        for mode in modes if i % 2 == 0 else modes[::-1]:
+            with tempfile.TemporaryDirectory(prefix=f"reclaim-{mode}-") as tmp:
+                figures = trial(mode, Path(tmp))
+            results[mode].append(figures)
+            print(f"trial {i + 1} {mode}: {figures}", file=sys.stderr, flush=True)
+    print("| median over trials | shrink (tidal) | evict (baseline) | ratio |")
+    print("|---|---:|---:|---:|")
+    for key, label in (
+        ("to_b_training", "b's submission → b training (s)"),
+        ("a_pause", "a's longest pause (s)"),
+        ("a_lost_steps", "a's lost steps"),
+    ):
+        shrink = statistics.median(r[key] for r in results.get("shrink", [{key: nan}]))
+        evict = statistics.median(r[key] for r in results.get("evict", [{key: nan}]))
+        ratio = f"{shrink / evict:.2f}" if evict else "-"
+        print(f"| {label} | {shrink:.2f} | {evict:.2f} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()

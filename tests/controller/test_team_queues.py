@@ -1,0 +1,123 @@
+"""Team queues on a real server: the loan and its reclaim as job events, ``GET /queues``,
+``tidal queues``, the per-team gauges, and a teams file refused at start by field."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.controller.conftest import Served
+from tests.controller.fakes import FakeBackend
+from tidal.cli.main import controller_app, run_app
+from tidal.controller.cluster import ClusterModel
+from tidal.controller.loop.controller import Controller
+from tidal.controller.routes.auth import ensure_token
+from tidal.controller.store.jobs import JobStore
+from tidal.policy.fairshare import FairSharePolicy
+from tidal.server.app import create_app
+from tidal.server.process import ApiServer, team_policy
+from tidal.wire.teams_file import parse_teams
+
+TEAMS = {"teams": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}]}
+
+
+@pytest.fixture
+def teams_served(tmp_path: Path) -> Iterator[Served]:
+    """A server of 8 slots whose fairshare is shared over teams a and b (4 each)."""
+    data_dir = tmp_path / "data"
+    token = ensure_token(data_dir)
+    store = JobStore.open(data_dir)
+    backend = FakeBackend()
+    cluster = ClusterModel.single(8, name="h")
+    policy = team_policy(FairSharePolicy(), parse_teams(TEAMS), cluster)
+    controller = Controller(store, cluster, policy, backend, data_dir)
+    server = ApiServer(create_app(controller, token))
+    server.start()
+    try:
+        yield Served(server.url, token, data_dir, store, backend, controller)
+    finally:
+        server.stop()
+        store.close()
+
+
+def spec(name: str, team: str, workers: str) -> dict[str, object]:
+    return {"name": name, "command": ["python", "train.py"], "workers": workers, "team": team}
+
+
+def test_a_loan_is_reclaimed_by_shrinking_and_said_on_both_sides(
+    teams_served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = teams_served.client()
+    a = client.submit(spec("a1", "a", "1:8")).id
+    teams_served.controller.tick()
+    assert client.get(a).team == "a"
+    assert len(client.get(a).slots) == 8
+    queues = {q.team: q for q in client.queues()}
+    assert (queues["a"].used, queues["a"].borrowed, queues["b"].lent) == (8, 4, 4)
+    assert [e.message for e in client.events(a) if e.kind == "lent"] == ["lent to team a by team b"]
+
+    b = client.submit(spec("b1", "b", "4")).id
+    teams_served.controller.tick()  # a's job shrinks first …
+    teams_served.controller.tick()  # … then b's starts on the slots it gave back
+    assert (len(client.get(a).slots), len(client.get(b).slots)) == (4, 4)
+    assert client.get(a).state != "queued"  # shrunk, not preempted
+    assert [e.message for e in client.events(a) if e.kind == "reclaimed"] == [
+        "4 slot(s) reclaimed by team b"
+    ]
+    assert [e.message for e in client.events(b) if e.kind == "reclaimed"] == [
+        "reclaimed by team b from team a"
+    ]
+    queues = {q.team: q for q in client.queues()}
+    assert (queues["a"].borrowed, queues["b"].lent, queues["b"].used) == (0, 0, 4)
+
+    auth = {"Authorization": f"Bearer {teams_served.token}"}
+    metrics = httpx.get(f"{teams_served.url}/metrics", headers=auth).text
+    assert 'tidal_team_slots_used{team="b"} 4.0' in metrics
+    assert 'tidal_team_slots_guaranteed{team="a"} 4.0' in metrics
+    assert 'tidal_team_slots_borrowed{team="a"} 0.0' in metrics
+
+    code = run_app(
+        controller_app, ["queues", "--url", teams_served.url, "--token", teams_served.token]
+    )
+    out, _ = capsys.readouterr()
+    assert code == 0
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert "guaranteed" in lines[0] and "borrowed" in lines[0] and "lent" in lines[0]
+    cells = [[c for c in line.replace("│", " ").split()] for line in lines]
+    assert ["a", "4", "-", "4", "-", "-"] in cells, out
+
+
+def test_without_teams_queues_are_empty(served: Served) -> None:
+    assert served.client().queues() == []
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = run_app(controller_app, list(argv))
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("teams:\n  - name: a\n    guaranteed: -1\n", "teams[0].guaranteed"),
+        ("teams:\n  - name: a\n    gaurantee: 2\n", "teams[0].gaurantee"),
+        ("teams:\n  - {name: a}\n  - {name: a}\n", "teams[1].name: team 'a' is defined twice"),
+        (
+            "teams:\n  - {name: a, guaranteed: 6}\n  - {name: b, guaranteed: 4}\n",
+            "guaranteed quotas add up to 10 slots but the pool has 8: a (6), b (4)",
+        ),
+    ],
+)
+def test_a_bad_teams_file_is_refused_at_start_naming_the_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, named: str
+) -> None:
+    teams = tmp_path / "teams.yaml"
+    teams.write_text(text)
+    argv = ["server", "--slots", "8", "--teams", str(teams), "--data-dir", str(tmp_path / "d")]
+    code, err = run(capsys, *argv)
+    assert code == 2
+    assert "--teams" in err and named in err, err
