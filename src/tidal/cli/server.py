@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -60,6 +61,10 @@ def server(
     label: Annotated[
         list[str] | None, typer.Option(help="Node label KEY=VALUE of this host, repeatable.")
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Server config (YAML): resource groups over the hosts."),
+    ] = None,
     log_max_mb: Annotated[
         int,
         typer.Option(min=0, help="Rotate each worker's log past this many MiB (0: never)."),
@@ -74,6 +79,7 @@ def server(
     policy_options = pairs(policy_option, "--policy-option")
     # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
     from tidal.controller.plugins import PluginError
+    from tidal.controller.resource_groups import ClusterConfigError, load_cluster_config
     from tidal.controller.store.server_lock import StoreLocked
     from tidal.server.process import ServerConfig, run_server
     from tidal.wire.discovery import TOKEN_FILE, read_token
@@ -86,8 +92,14 @@ def server(
     # Alembic tells every step of creating or upgrading the store at INFO (ten lines at a
     # first start); the store says itself when it upgrades one.
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    groups = None
+    if config is not None:
+        try:
+            groups = load_cluster_config(config)
+        except ClusterConfigError as exc:
+            fail(f"--config {config}: {exc}", code=2)
     folder = data_dir or default_data_dir()
-    config = ServerConfig(
+    server_config = ServerConfig(
         data_dir=folder,
         slots=slots,
         policy=policy,
@@ -102,6 +114,7 @@ def server(
         backend_options={"ray_address": ray_address} if ray_address else {},
         log_max_bytes=log_max_mb << 20,
         log_backups=log_backups,
+        groups=groups,
     )
 
     # The token is shown once, when this start creates it: the dashboard's login asks for it.
@@ -121,7 +134,7 @@ def server(
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     try:
-        run_server(config, on_ready=ready)
+        run_server(server_config, on_ready=ready)
         SERVER_DONE.set()
     except KeyboardInterrupt:
         SERVER_DONE.set()

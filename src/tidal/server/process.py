@@ -23,6 +23,7 @@ from tidal.controller.cluster import ClusterModel, detect_local, local_address
 from tidal.controller.loop.controller import Controller
 from tidal.controller.loop.launching import JobFiles
 from tidal.controller.plugins import load_backend, load_policy
+from tidal.controller.resource_groups import ClusterConfig, apply_groups
 from tidal.controller.routes.auth import ensure_token
 from tidal.controller.store.jobs import JobStore
 from tidal.controller.store.server_lock import StoreLock, hold_store
@@ -63,6 +64,8 @@ class ServerConfig:
     log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
     #: … keeping this many earlier files (0: a full log starts over).
     log_backups: int = DEFAULT_LOG_BACKUPS
+    #: Resource groups over the hosts (``--config``); ``None``: the hosts as reported.
+    groups: ClusterConfig | None = None
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -172,6 +175,8 @@ def _run_server(config: ServerConfig, on_ready: Callable[[str], None] | None) ->
         labels=config.labels,
         address=local_address(config.host),
     )
+    if config.groups is not None:
+        cluster = ClusterModel(hosts=apply_groups(cluster.hosts, config.groups))
     # One server per store: a second one is refused here, before the backend re-attaches
     # to the first one's agents or anything in the data dir changes.
     with hold_store(config.data_dir, config.db_url) as lock:
@@ -210,6 +215,8 @@ def _serve(
             if config.slots is not None:
                 log.warning("--slots is ignored: backend %s reports its hosts", config.backend)
             cluster = ClusterModel.from_hosts(backend.hosts())
+            if config.groups is not None:
+                cluster = ClusterModel(hosts=apply_groups(cluster.hosts, config.groups))
         data_dir = config.data_dir
         token = ensure_token(data_dir)
         store = JobStore(config.db_url) if config.db_url else JobStore.open(data_dir)
@@ -217,7 +224,9 @@ def _serve(
             files = JobFiles(
                 data_dir, log_max_bytes=config.log_max_bytes, log_backups=config.log_backups
             )
-            controller = Controller(store, cluster, policy, backend, data_dir, files=files)
+            controller = Controller(
+                store, cluster, policy, backend, data_dir, files=files, groups=config.groups
+            )
             server = ApiServer(create_app(controller, token), config.host, config.port)
             lock.record(server.url)
             pid = os.getpid()
