@@ -256,6 +256,9 @@ def main() -> None:
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and threads.isdigit():
         torch.set_num_threads(int(threads))  # read at import otherwise, before the order
+    elif WorkerLimits.from_env(os.environ).cpus is not None:
+        # torch sized its pool for every CPU at import; the worker now has fewer.
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     script = order["argv"][0]
     sys.argv = list(order["argv"])
     sys.path[0] = str(Path(script).resolve().parent)
