@@ -26,6 +26,9 @@ if not os.environ.get("CI"):
     pytest.importorskip("playwright.sync_api", reason="pip install playwright")
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 
+# A loaded machine renders slowly: an assertion waits longer than the default 5 s.
+expect.set_options(timeout=30_000)
+
 
 @pytest.fixture
 def page() -> Iterator[Page]:
@@ -79,6 +82,7 @@ def test_the_usage_chart_has_one_band_per_job(served: Served, page: Page) -> Non
     )
     marks = json.loads(chart.get_attribute("data-marks") or "[]")
     assert [second, "priority"] in [m[1:] for m in marks]
+    assert [first, "preempted"] in [m[1:] for m in marks]  # its slots went to the second
     points = json.loads(chart.get_attribute("data-points") or "[]")
     top_band, bottom_band = points[1], points[2]  # drawn top band first
     assert top_band[-1] == 4 and bottom_band[-1] == 0  # the second on top of the first's 0

@@ -18,7 +18,7 @@ class UsageSeries(BaseModel):
 
 class UsageMark(BaseModel):
     """A moment worth marking on the chart: a job's priority changed (``priority``) or
-    its slots did (``rescale``)."""
+    its slots did (``started``, ``resumed``, ``rescale``, ``preempted``)."""
 
     time: float
     job_id: str

@@ -19,8 +19,9 @@ __all__ = ["MARKED", "router", "usage_view"]
 
 router = APIRouter(tags=["cluster"], route_class=ProtectedRoute)
 
-#: The events drawn as marks, by kind: a priority set by a user, slots changed by the loop.
-MARKED = ("priority", "rescale")
+#: The events drawn as marks, by kind: a priority set by a user, and each change of a
+#: job's slots by the loop (placed, resumed, rescaled, preempted).
+MARKED = ("priority", "started", "resumed", "rescale", "preempted")
 #: Marks sent at most (the latest): a chart of more is unreadable anyway.
 MAX_MARKS = 5000
 
