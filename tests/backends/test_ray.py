@@ -66,7 +66,10 @@ class RayCluster:
 
     def add_node(self) -> Any:
         """A node of 4 slots; returns once it is registered."""
-        return self.cluster.add_node(num_cpus=1, resources={"tidal_slot": SLOTS_PER_NODE})
+        # A CPU per slot: each worker's actor reserves its `resources.cpus` (1 by default).
+        return self.cluster.add_node(
+            num_cpus=SLOTS_PER_NODE, resources={"tidal_slot": SLOTS_PER_NODE}
+        )
 
     def slot_nodes(self) -> list[Any]:
         """The live nodes that offer slots."""

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tidal.launch.limits import WorkerLimits
 from tidal.launch.process import LocalProcess
 from tidal.launch.warm import ENV_WARM_POOL, WarmSpawner, warm_pool_size
+from tidal.launch.worker import last_exception
 
 pytestmark = pytest.mark.slow
 
@@ -172,3 +174,35 @@ def test_pool_size_from_the_environment() -> None:
     with pytest.raises(ValueError, match="size"):
         WarmSpawner(0)
     assert os.environ.get(ENV_WARM_POOL) is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs at least 2 CPUs")
+def test_a_warm_worker_takes_its_cpus_and_memory_limit(tmp_path: Path) -> None:
+    """A worker handed to a warm interpreter is held to its limits as a cold one is."""
+    script = tmp_path / "greedy.py"
+    script.write_text(
+        "import os\n"
+        "print('cpus', sorted(os.sched_getaffinity(0)), flush=True)\n"
+        "x = bytearray(8 << 30)\n"
+    )
+    limits = WorkerLimits(cpus=1, memory=6 << 30).env()
+    spawner = WarmSpawner(1)
+    try:
+        taken = spawner._ready[0]
+        out = Lines()
+        process = spawner.spawn(
+            worker_id="w1",
+            slot="h:1",
+            argv=["python", str(script)],
+            env={"PYTHONUNBUFFERED": "1", **limits},
+            cwd=str(tmp_path),
+            on_line=out,
+        )
+        assert process.pid == taken.pid  # it ran warm
+        assert process.wait(timeout=120) == 1
+        process.drain(timeout=10)
+    finally:
+        spawner.close()
+    text = "".join(out.lines)
+    assert f"cpus [{sorted(os.sched_getaffinity(0))[1]}]" in text, text
+    assert last_exception(text) == "MemoryError", text

@@ -123,6 +123,9 @@ class DiscoveredHost:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: The IP address its workers are reached at, if the backend knows it.
     address: str | None = None
+    #: CPUs and bytes of memory the host offers its workers (``None``: not known).
+    cpus: float | None = None
+    memory: int | None = None
 
 
 @runtime_checkable

@@ -72,6 +72,10 @@ def server(
     label: Annotated[
         list[str] | None, typer.Option(help="Node label KEY=VALUE of this host, repeatable.")
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Server config (YAML): resource groups over the hosts."),
+    ] = None,
     log_max_mb: Annotated[
         int,
         typer.Option(min=0, help="Rotate each worker's log past this many MiB (0: never)."),
@@ -90,6 +94,7 @@ def server(
     policy_options = pairs(policy_option, "--policy-option")
     # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
     from tidal.controller.plugins import PluginError
+    from tidal.controller.resource_groups import ClusterConfigError, load_cluster_config
     from tidal.controller.store.server_lock import StoreLocked
     from tidal.dashboard.login_links import LINK_TTL_S
     from tidal.policy.teams import TeamQuotaError
@@ -105,8 +110,14 @@ def server(
     # Alembic tells every step of creating or upgrading the store at INFO (ten lines at a
     # first start); the store says itself when it upgrades one.
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    groups = None
+    if config is not None:
+        try:
+            groups = load_cluster_config(config)
+        except ClusterConfigError as exc:
+            fail(f"--config {config}: {exc}", code=2)
     folder = data_dir or default_data_dir()
-    config = ServerConfig(
+    server_config = ServerConfig(
         data_dir=folder,
         slots=slots,
         policy=policy,
@@ -122,6 +133,7 @@ def server(
         log_max_bytes=log_max_mb << 20,
         log_backups=log_backups,
         teams_file=teams,
+        groups=groups,
     )
 
     # The token is shown once, when this start creates it: the dashboard's login asks for it.
@@ -148,7 +160,7 @@ def server(
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     try:
-        run_server(config, on_ready=ready)
+        run_server(server_config, on_ready=ready)
         SERVER_DONE.set()
     except KeyboardInterrupt:
         SERVER_DONE.set()

@@ -27,6 +27,9 @@ class ClusterHost:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: The IP address workers on this host are reached at (``None``: not known).
     address: str | None = None
+    #: CPUs and bytes of memory the host offers its workers (``None``: not known).
+    cpus: float | None = None
+    memory: int | None = None
 
     def matches(self, group: str | None, labels: Mapping[str, str]) -> bool:
         """Whether a job targeting ``group`` with node ``labels`` may run here."""
@@ -74,6 +77,19 @@ class ClusterModel:
         a matching host wide enough for one replica of ``replica`` slots."""
         hosts = [h for h in self.hosts if h.matches(group, labels)]
         return sum(h.slots for h in hosts) >= workers and any(h.slots >= replica for h in hosts)
+
+    def largest(self, group: str | None, labels: Mapping[str, str]) -> ClusterHost | None:
+        """The hosts matching ``group`` and ``labels`` (any host when none does) as one
+        host of the most CPUs and the most memory any of them reports (``None`` for
+        either: no host reports it), for the check that one worker fits somewhere."""
+        hosts = [h for h in self.hosts if h.matches(group, labels)] or list(self.hosts)
+        if not hosts:
+            return None
+        cpus = [h.cpus for h in hosts if h.cpus is not None]
+        memory = [h.memory for h in hosts if h.memory is not None]
+        return ClusterHost(
+            "largest", 0, cpus=max(cpus, default=None), memory=max(memory, default=None)
+        )
 
     def widest(self, group: str | None, labels: Mapping[str, str]) -> int | None:
         """Most slots one host matching ``group`` and ``labels`` has (``None``: no host
@@ -126,6 +142,8 @@ class ClusterModel:
                     group=h.group,
                     labels=dict(h.labels),
                     address=h.address,
+                    cpus=h.cpus,
+                    memory=h.memory,
                 )
                 for h in hosts
             )
@@ -208,5 +226,15 @@ def detect_local(
         group=group,
         labels=labels or {},
         address=address,
+        cpus=float(len(os.sched_getaffinity(0))),
+        memory=physical_memory(),
     )
     return ClusterModel(hosts=(host,))
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (``None`` where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None

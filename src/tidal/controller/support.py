@@ -2,7 +2,8 @@
 cannot run, is refused before anything is stored.
 
 A spec may describe more than a backend runs (a launcher it lacks, several roles on a
-backend that runs one group), or a replica wider than any host (:func:`too_wide`).
+backend that runs one group), a replica wider than any host (:func:`too_wide`), or a
+worker asking more CPUs or memory than any host has (:func:`too_big`).
 Accepting such a job would leave it queued or failing for good, so ``POST /jobs`` (and
 ``/jobs/validate``) refuse it with a 422 naming the role and field.
 A backend says what it runs with a :class:`Capabilities` (its ``capabilities``
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 
 from tidal.backends.base import LOCAL, ONE_GROUP, Capabilities
 from tidal.controller.cluster import ClusterModel
+from tidal.launch.limits import format_bytes
 from tidal.model import Job, Launcher, RestartKind, Role
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "capabilities_of",
     "entry_script",
     "missing_files",
+    "too_big",
     "too_wide",
     "torchrun_hints",
     "unsupported",
@@ -99,6 +102,36 @@ def too_wide(job: Job, cluster: ClusterModel, *, named_roles: bool = True) -> li
                     f"{where}resources.gpus",
                     f"{role.resources.gpus} GPUs per replica, all on one host: the hosts "
                     f"this job may run on have at most {widest} slot(s)",
+                )
+            )
+    return problems
+
+
+def too_big(job: Job, cluster: ClusterModel, *, named_roles: bool = True) -> list[tuple[str, str]]:
+    """Every ``(field path, message)`` for a role whose one worker asks more CPUs or
+    memory than any host ``job`` may run on has (hosts that do not report them are not
+    held against it)."""
+    largest = cluster.largest(job.placement.group, job.placement.labels)
+    if largest is None:
+        return []
+    problems: list[tuple[str, str]] = []
+    for role in job.roles:
+        where = f"roles.{role.name}." if named_roles else ""
+        cpus, memory = role.resources.cpus, role.resources.memory
+        if largest.cpus is not None and cpus > largest.cpus:
+            problems.append(
+                (
+                    f"{where}resources.cpus",
+                    f"{cpus:g} CPUs per worker: the largest host this job may run on has "
+                    f"{largest.cpus:g}",
+                )
+            )
+        if largest.memory is not None and memory is not None and memory > largest.memory:
+            problems.append(
+                (
+                    f"{where}resources.memory",
+                    f"{format_bytes(memory)} per worker: the largest host this job may run "
+                    f"on has {format_bytes(largest.memory)}",
                 )
             )
     return problems

@@ -43,6 +43,7 @@ from tidal.launch.agent_config import AgentConfig
 from tidal.launch.api import JobLaunch, JobStatus, WorkerState, WorkerStatus
 from tidal.launch.driver import GroupDriver
 from tidal.launch.file_modes import private_files
+from tidal.launch.limits import enforcement, format_bytes
 from tidal.launch.slot_names import format_slots, status_slots
 from tidal.launch.warm import WarmSpawner, script_imports
 from tidal.launch.warm_plan import available_memory, plan_warm_pool, requested_pool
@@ -259,6 +260,13 @@ def _warm_spawner(launch: JobLaunch) -> WarmSpawner | None:
 def serve(config: AgentConfig, state_dir: Path) -> int:
     """Run the job until it ends or the backend stops it; returns the exit status."""
     launch = config.launch
+    log.info(
+        "job=%s: each worker may use %g CPU(s) and %s of memory: %s",
+        launch.job_id,
+        launch.cpus,
+        format_bytes(launch.memory) if launch.memory is not None else "any amount",
+        enforcement(gpu=launch.gpu),
+    )
     spawner = _warm_spawner(launch)
     driver = GroupDriver(
         launch.job_id,

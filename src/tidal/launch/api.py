@@ -159,6 +159,9 @@ class RoleLaunch:
     ends_job: bool = True
     #: Slots one replica holds, all on one host (its GPUs).
     replica_slots: int = 1
+    #: CPUs and bytes of memory each replica may use (``None``: no memory limit).
+    cpus: float = 1.0
+    memory: int | None = None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Protocol
 
 from tidal.launch.file_modes import user_umask
+from tidal.launch.limits import (
+    WorkerLimits,
+    delegated_cgroup,
+    out_of_memory,
+    preexec,
+    remove_cgroup,
+    worker_cgroup,
+)
 from tidal.launch.log_sink import start_pump
+from tidal.launch.slot_names import slot_indices
 
 __all__ = [
     "ENV_PROCESS_TREE",
@@ -140,12 +149,22 @@ class LocalProcess:
     """A worker subprocess of this process, in its own session."""
 
     def __init__(
-        self, process: subprocess.Popen[str], reader: threading.Thread, token: str = ""
+        self,
+        process: subprocess.Popen[str],
+        reader: threading.Thread,
+        token: str = "",
+        cgroup: Path | None = None,
     ) -> None:
-        """``token``: the worker's :data:`ENV_PROCESS_TREE` value (empty: none)."""
+        """``token``: the worker's :data:`ENV_PROCESS_TREE` value (empty: none);
+        ``cgroup``: the cgroup v2 it runs in, holding its limits (``None``: none)."""
         self.process = process
         self._reader = reader
         self.token = token
+        self.cgroup = cgroup
+
+    def out_of_memory(self) -> bool:
+        """Whether the kernel killed the worker for passing its cgroup's memory limit."""
+        return out_of_memory(self.cgroup)
 
     @property
     def pid(self) -> int:
@@ -159,7 +178,10 @@ class LocalProcess:
 
     def poll(self) -> int | None:
         """Reap the subprocess if it exited."""
-        return self.process.poll()
+        code = self.process.poll()
+        if code is not None and self.cgroup is not None and not self.out_of_memory():
+            remove_cgroup(self.cgroup)  # kept while it still says the worker ran out
+        return code
 
     def kill(self) -> None:
         """SIGKILL the worker's whole tree: its session (data-loader workers) and every
@@ -170,6 +192,8 @@ class LocalProcess:
                 os.killpg(self.process.pid, signal.SIGKILL)
         if self.token:
             kill_marked(self.token)
+        if self.process.poll() is not None:
+            remove_cgroup(self.cgroup)
 
     def terminate(self) -> None:
         """SIGTERM the worker's session (it and the processes it started there)."""
@@ -202,8 +226,14 @@ class LocalSpawner:
         cwd: str | None,
         on_line: Callable[[str], None],
     ) -> LocalProcess:
-        """Start the subprocess and a thread that pumps its output to ``on_line``."""
+        """Start the subprocess and a thread that pumps its output to ``on_line``; it
+        takes the limits its environment carries (:mod:`tidal.launch.limits`) first."""
         token = f"{os.getpid()}-{worker_id}-{secrets.token_hex(8)}"
+        limits = WorkerLimits.from_env(env)
+        cgroup = None
+        if not limits.empty:
+            root = delegated_cgroup()
+            cgroup = worker_cgroup(root, token, limits) if root is not None else None
         process = subprocess.Popen(
             resolve_python(argv),
             cwd=cwd,
@@ -216,7 +246,17 @@ class LocalSpawner:
             bufsize=1,
             start_new_session=True,
             umask=user_umask(),  # the user's files are made as the user expects
+            preexec_fn=preexec(
+                limits, slot_number(slot), gpu="CUDA_VISIBLE_DEVICES" in env, cgroup=cgroup
+            ),
         )
         assert process.stdout is not None
         reader = start_pump(process.stdout, on_line, worker_id)
-        return LocalProcess(process, reader, token)
+        return LocalProcess(process, reader, token, cgroup)
+
+
+def slot_number(slot: str) -> int:
+    """The first index of a slot name (``host:2,3`` → 2; 0 when it has none): which of
+    the host's CPUs a worker is pinned to (:func:`~tidal.launch.limits.cpu_choice`)."""
+    first = slot_indices(slot)[0]
+    return int(first) if first.isdigit() else 0

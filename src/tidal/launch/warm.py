@@ -44,8 +44,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tidal.launch.file_modes import user_umask
+from tidal.launch.limits import WorkerLimits, apply_here
 from tidal.launch.log_sink import start_pump
-from tidal.launch.process import LocalProcess, LocalSpawner, resolve_python
+from tidal.launch.process import LocalProcess, LocalSpawner, resolve_python, slot_number
 from tidal.launch.warm_plan import ENV_WARM_POOL, requested_pool
 
 __all__ = ["ENV_WARM_POOL", "WarmSpawner", "main", "script_imports", "warm_pool_size"]
@@ -196,6 +197,7 @@ class WarmSpawner:
             "argv": command[1:],
             "env": {**os.environ, **env},
             "cwd": os.path.abspath(cwd) if cwd else os.getcwd(),
+            "slot": slot_number(slot),
         }
         assert process.stdin is not None
         try:
@@ -245,9 +247,18 @@ def main() -> None:
     os.chdir(order["cwd"])
     os.environ.clear()
     os.environ.update(order["env"])
+    # The worker's CPUs and memory, as a cold start takes them before its exec.
+    apply_here(
+        WorkerLimits.from_env(os.environ),
+        int(order.get("slot", 0)),
+        gpu="CUDA_VISIBLE_DEVICES" in order["env"],
+    )
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and threads.isdigit():
         torch.set_num_threads(int(threads))  # read at import otherwise, before the order
+    elif WorkerLimits.from_env(os.environ).cpus is not None:
+        # torch sized its pool for every CPU at import; the worker now has fewer.
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     script = order["argv"][0]
     sys.argv = list(order["argv"])
     sys.path[0] = str(Path(script).resolve().parent)

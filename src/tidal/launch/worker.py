@@ -23,8 +23,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tidal.launch.api import JobLaunch, RoleLaunch
+from tidal.launch.limits import ENV_CPUS, ENV_MEMORY, WorkerLimits, memory_cause
 from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES, RotatingLog
-from tidal.launch.process import Spawner, WorkerProcess
+from tidal.launch.process import LocalProcess, Spawner, WorkerProcess
 from tidal.launch.slot_names import slot_indices
 from tidal.runtime.env import (
     ENV_CHECKPOINT_DIR,
@@ -116,6 +117,10 @@ class WorkerSpec:
     #: Seconds a torchrun-launched worker gets between SIGTERM and SIGKILL when its group
     #: restarts.
     stop_grace: float = 30.0
+    #: CPUs and bytes of memory each worker may use (``None``: no limit); they reach the
+    #: worker in ``env`` (:mod:`tidal.launch.limits`), where the spawner enforces them.
+    cpus: float | None = None
+    memory: int | None = None
 
 
 def worker_spec(launch: JobLaunch, *, timeout: float, pin_gpus: bool = True) -> WorkerSpec:
@@ -125,10 +130,11 @@ def worker_spec(launch: JobLaunch, *, timeout: float, pin_gpus: bool = True) -> 
     a worker is pinned to its slots' GPUs here (``CUDA_VISIBLE_DEVICES``), when the
     launch's slots are GPUs (``False``: the backend gives each worker its GPUs itself).
     """
+    limits = WorkerLimits(cpus=launch.cpus, memory=launch.memory)
     return WorkerSpec(
         argv=list(launch.argv),
         job_id=launch.job_id,
-        env=dict(launch.env),
+        env={**launch.env, **limits.env()},
         working_dir=str(launch.working_dir) if launch.working_dir else None,
         log_dir=launch.log_dir,
         log_max_bytes=launch.log_max_bytes,
@@ -142,6 +148,8 @@ def worker_spec(launch: JobLaunch, *, timeout: float, pin_gpus: bool = True) -> 
         launcher=launch.launcher,
         role=launch.role,
         max_restarts=launch.max_restarts,
+        cpus=launch.cpus,
+        memory=launch.memory,
     )
 
 
@@ -150,14 +158,18 @@ def role_spec(
 ) -> WorkerSpec:
     """What the replicas of ``role`` of a multi-role job run: the job's ``spec`` (its id,
     logs, checkpoints) with the role's command, environment (over the job's, then
-    ``env``), working dir and launcher."""
+    ``env``), working dir, launcher and limits."""
+    limits = WorkerLimits(cpus=role.cpus, memory=role.memory)
+    inherited = {k: v for k, v in spec.env.items() if k not in (ENV_CPUS, ENV_MEMORY)}
     return replace(
         spec,
         argv=list(role.argv),
-        env={**spec.env, **role.env, **(env or {})},
+        env={**inherited, **role.env, **limits.env(), **(env or {})},
         working_dir=role.working_dir or spec.working_dir,
         launcher=role.launcher,
         role=role.name,
+        cpus=role.cpus,
+        memory=role.memory,
     )
 
 
@@ -187,10 +199,10 @@ class Worker:
     #: The exception that ended it, when it failed with a Python traceback.
     cause: str | None = None
 
-    def failed_with(self, message: str, log_dir: Path | None) -> str:
-        """Record why this worker failed (:func:`failure_cause`) and return ``message``
-        followed by it."""
-        self.cause = failure_cause(self, log_dir)
+    def failed_with(self, message: str, log_dir: Path | None, memory: int | None = None) -> str:
+        """Record why this worker failed (:func:`failure_cause`; with a ``memory`` limit,
+        that it passed it) and return ``message`` followed by it."""
+        self.cause = failure_cause(self, log_dir, memory)
         return message if self.cause is None else f"{message}: {self.cause}"
 
 
@@ -336,20 +348,24 @@ def last_error_line(text: str) -> str | None:
     return line if len(line) <= _CAUSE_CHARS else line[: _CAUSE_CHARS - 1] + "…"
 
 
-def failure_cause(worker: Worker, log_dir: Path | None) -> str | None:
+def failure_cause(worker: Worker, log_dir: Path | None, memory: int | None = None) -> str | None:
     """The exception that ended ``worker``, read from the end of its log in ``log_dir``,
     so a job's failure says why (the log has the whole traceback); else its last line
-    when that says a file or program was not found (:func:`last_error_line`)."""
+    when that says a file or program was not found (:func:`last_error_line`). A worker
+    with a ``memory`` limit that ended for want of memory (a failed allocation, or the
+    kernel's OOM killer in its cgroup) *exceeded its memory limit of 2 GiB*."""
+    oom_killed = isinstance(worker.process, LocalProcess) and worker.process.out_of_memory()
     if log_dir is None:
-        return None
+        return memory_cause(memory, None, oom_killed)
     worker.process.drain(timeout=1.0)  # its last lines may still be in the pipe
     try:
         with worker_log_path(log_dir, worker.id).open("rb") as log:
             log.seek(max(0, log.seek(0, os.SEEK_END) - _TAIL_BYTES))
             tail = log.read().decode("utf-8", errors="replace")
     except OSError:
-        return None
-    return last_exception(tail) or last_error_line(tail)
+        return memory_cause(memory, None, oom_killed)
+    exception = last_exception(tail)
+    return memory_cause(memory, exception, oom_killed) or exception or last_error_line(tail)
 
 
 def wait_for_exit(workers: Sequence[Worker], grace: float) -> None:

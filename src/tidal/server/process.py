@@ -23,6 +23,7 @@ from tidal.controller.cluster import ClusterModel, detect_local, local_address
 from tidal.controller.loop.controller import Controller
 from tidal.controller.loop.launching import JobFiles
 from tidal.controller.plugins import load_backend, load_policy
+from tidal.controller.resource_groups import ClusterConfig, apply_groups
 from tidal.controller.routes.auth import ensure_token
 from tidal.controller.store.jobs import JobStore
 from tidal.controller.store.server_lock import StoreLock, hold_store
@@ -69,6 +70,8 @@ class ServerConfig:
     log_backups: int = DEFAULT_LOG_BACKUPS
     #: A teams file (``--teams``): the policy is shared over its team queues.
     teams_file: Path | None = None
+    #: Resource groups over the hosts (``--config``); ``None``: the hosts as reported.
+    groups: ClusterConfig | None = None
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -192,6 +195,8 @@ def _run_server(config: ServerConfig, on_ready: OnReady | None) -> None:
         labels=config.labels,
         address=local_address(config.host),
     )
+    if config.groups is not None:
+        cluster = ClusterModel(hosts=apply_groups(cluster.hosts, config.groups))
     # One server per store: a second one is refused here, before the backend re-attaches
     # to the first one's agents or anything in the data dir changes.
     with hold_store(config.data_dir, config.db_url) as lock:
@@ -231,6 +236,8 @@ def _serve(
             if config.slots is not None:
                 log.warning("--slots is ignored: backend %s reports its hosts", config.backend)
             cluster = ClusterModel.from_hosts(backend.hosts())
+            if config.groups is not None:
+                cluster = ClusterModel(hosts=apply_groups(cluster.hosts, config.groups))
         if teams is not None:
             policy = team_policy(policy, teams, cluster)
         data_dir = config.data_dir
@@ -240,7 +247,9 @@ def _serve(
             files = JobFiles(
                 data_dir, log_max_bytes=config.log_max_bytes, log_backups=config.log_backups
             )
-            controller = Controller(store, cluster, policy, backend, data_dir, files=files)
+            controller = Controller(
+                store, cluster, policy, backend, data_dir, files=files, groups=config.groups
+            )
             app = create_app(controller, token)
             server = ApiServer(app, config.host, config.port)
             lock.record(server.url)

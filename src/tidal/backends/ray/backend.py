@@ -160,7 +160,19 @@ class RayBackend:
                 if not str(k).startswith("ray.io/")
             }
             address = str(node["NodeManagerAddress"])
-            hosts.append(DiscoveredHost(name, count, gpu=gpu, labels=labels, address=address))
+            cpus = resources.get("CPU")
+            memory = resources.get("memory")
+            hosts.append(
+                DiscoveredHost(
+                    name,
+                    count,
+                    gpu=gpu,
+                    labels=labels,
+                    address=address,
+                    cpus=float(cpus) if cpus is not None else None,
+                    memory=int(memory) if memory is not None else None,
+                )
+            )
             nodes[name] = _Node(str(node["NodeID"]), resource, address)
         with self._lock:
             self._hosts, self._nodes = hosts, nodes

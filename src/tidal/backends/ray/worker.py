@@ -25,6 +25,7 @@ import ray
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from tidal.launch.limits import WorkerLimits
 from tidal.launch.log_sink import MAX_LINE_CHARS
 from tidal.launch.process import resolve_python
 from tidal.launch.slot_names import slot_host, slot_indices
@@ -337,9 +338,10 @@ class RaySpawner:
     """Starts workers as :class:`WorkerActor` actors pinned to the node of their slot.
 
     ``placement`` maps a slot's host name to its Ray node id and the resource one worker
-    takes there (``tidal_slot``, or ``GPU``), or to ``None`` for a node that is gone. An
-    actor takes no CPU: the controller's slots, not Ray's CPU count, decide what runs
-    where.
+    takes there (``tidal_slot``, or ``GPU``), or to ``None`` for a node that is gone. The
+    controller's slots decide what runs where; an actor also reserves its worker's
+    ``resources.cpus`` and ``resources.memory`` (:func:`reservation`), so Ray places no
+    other task on what the worker was promised.
     """
 
     def __init__(
@@ -370,7 +372,7 @@ class RaySpawner:
             return Unplaced()
         node_id, resource = where
         options: dict[str, Any] = {
-            "num_cpus": 0,
+            **reservation(WorkerLimits.from_env(env)),
             "max_restarts": 0,
             "max_task_retries": 0,
             # Soft affinity would run the worker elsewhere; the controller chose the node.
@@ -394,6 +396,14 @@ class RaySpawner:
             on_lost=self._on_lost,
             node_gone=lambda: self._placement(host) is None,
         )
+
+
+def reservation(limits: WorkerLimits) -> dict[str, Any]:
+    """The actor options that reserve a worker's CPUs and memory on its node."""
+    options: dict[str, Any] = {"num_cpus": limits.cpus or 0}
+    if limits.memory is not None:
+        options["memory"] = limits.memory
+    return options
 
 
 _REMOTE: Any = None

@@ -36,6 +36,7 @@ from tidal.controller.loop.observe import (
 )
 from tidal.controller.loop.team_reports import TeamReports
 from tidal.controller.prometheus import ControllerMetrics
+from tidal.controller.resource_groups import ClusterConfig, apply_groups
 from tidal.controller.store.jobs import Event, JobRecord, JobStore
 from tidal.controller.store.outage import outage_of
 from tidal.launch.api import JobLaunch, JobStatus
@@ -82,8 +83,12 @@ class Controller:
         metrics: ControllerMetrics | None = None,
         clock: Callable[[], float] = time.time,
         files: JobFiles | None = None,
+        groups: ClusterConfig | None = None,
     ) -> None:
+        """``groups``: the server config's resource groups, applied to every host the
+        backend reports (:func:`~tidal.controller.resource_groups.apply_groups`)."""
         self.store = store
+        self.groups = groups
         self.cluster = cluster
         self.policy = policy
         self.backend = backend
@@ -244,6 +249,8 @@ class Controller:
             return
         try:
             cluster = ClusterModel.from_hosts(self.backend.hosts())
+            if self.groups is not None:
+                cluster = ClusterModel(hosts=apply_groups(cluster.hosts, self.groups))
         except Exception:
             # Keep the last known hosts: a slow or failing lookup must not empty the cluster.
             log.exception("backend hosts() failed")

@@ -65,6 +65,8 @@ def _role_launch(role: Role, job_id: str) -> RoleLaunch:
         policy=role.restart.policy.value,
         ends_job=role.ends_job,
         replica_slots=role.resources.slots,
+        cpus=role.resources.cpus,
+        memory=role.resources.memory,
     )
 
 

@@ -2,8 +2,9 @@
 
 ``jobs`` (submit, list, requests to change a job), ``job_scaling`` (resize a job),
 ``job_workers`` (stop some of a job's workers), ``logs``, ``cluster`` (hosts, events,
-allocations, utilisation), ``job_metrics`` (training metrics jobs report, progress),
-``prometheus`` (the controller's own metrics) and ``health``.
+allocations, utilisation), ``usage`` (every job's slots over time), ``job_metrics``
+(training metrics jobs report, progress), ``prometheus`` (the controller's own metrics)
+and ``health``.
 Handlers read the store and record what users ask for as requests
 (:mod:`tidal.controller.store.requests`); the controller loop carries them out on its next tick.
 Every route but ``/health`` needs the admin bearer token; :func:`tidal.server.app.create_app`
@@ -23,6 +24,7 @@ from tidal.controller.routes import (
     jobs,
     logs,
     prometheus,
+    usage,
 )
 
 __all__ = ["PROTECTED_ROUTERS", "PUBLIC_ROUTERS"]
@@ -36,6 +38,7 @@ PROTECTED_ROUTERS: tuple[APIRouter, ...] = (
     job_workers.router,
     logs.router,
     cluster.router,
+    usage.router,
     job_metrics.router,
     prometheus.router,
 )

@@ -14,6 +14,7 @@ from tidal.controller.support import (
     LOCAL,
     Capabilities,
     missing_files,
+    too_big,
     too_wide,
     torchrun_hints,
     unsupported,
@@ -121,5 +122,6 @@ def check_runnable(
         problems += missing_files(job, named_roles=spec.has_roles)
     if cluster is not None:
         problems += too_wide(job, cluster, named_roles=spec.has_roles)
+        problems += too_big(job, cluster, named_roles=spec.has_roles)
     if problems:
         raise SpecError(problems)

@@ -116,7 +116,9 @@ class WorkerGroup(GroupBase):
                 self._emit("released", f"{worker.id} stopped before it was admitted")
             else:
                 message = f"{worker.id} on slot {worker.slot} exited with status {code}"
-                self._emit("failed", worker.failed_with(message, self.spec.log_dir))
+                self._emit(
+                    "failed", worker.failed_with(message, self.spec.log_dir, self.spec.memory)
+                )
                 worker.failed = True
                 self._held_back.add(worker.slot)
                 if worker.id in members:

@@ -154,7 +154,9 @@ class ReplicaSet:
                 else:
                     self._over.add(worker.slot)
                 message = f"{name} on slot {worker.slot} exited with status {code}"
-                self._emit("failed", worker.failed_with(message, self.spec.log_dir))
+                self._emit(
+                    "failed", worker.failed_with(message, self.spec.log_dir, self.spec.memory)
+                )
 
     def _reconcile(self) -> None:
         occupied = {w.slot: w for w in self.live()}

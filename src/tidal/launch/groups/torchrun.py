@@ -129,7 +129,9 @@ class TorchrunGroup(GroupBase):
                 worker.failed = True
                 failed.append(worker)
                 message = f"{worker.id} on slot {worker.slot} exited with status {code}"
-                self._emit("failed", worker.failed_with(message, self.spec.log_dir))
+                self._emit(
+                    "failed", worker.failed_with(message, self.spec.log_dir, self.spec.memory)
+                )
         if failed:
             self._broken = True
             self._finishing_since = None

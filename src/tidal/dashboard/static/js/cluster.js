@@ -1,8 +1,13 @@
-// Cluster: every host's slots coloured by the job holding them, and utilisation over time.
+// Cluster: every host's slots coloured by the job holding them, utilisation over time, and
+// every job's slots over time (usage.js).
 import * as api from "./api.js";
 import { Chart, stepColumns } from "./charts.js";
 import { fill, h, jobColour, jobLink } from "./dom.js";
 import { every, POLL_MS } from "./poll.js";
+import { usage, usageCard } from "./usage.js";
+
+/** How far back the usage chart looks, in seconds. */
+const USAGE_WINDOW_S = 3600;
 
 export function render(view) {
   const summary = h("span", { class: "muted", id: "cluster-summary" });
@@ -18,9 +23,12 @@ export function render(view) {
     { label: "used", colour: "#2563eb", stepped: true, fill: true },
     { label: "total", colour: "#94a3b8", stepped: true, dash: [6, 4] },
   ], { integer: true, yLabel: "slots" });
+  const usageChart = usageCard(view);
 
   const stop = every(POLL_MS, async () => {
-    const [cluster, util, jobs] = await Promise.all([api.cluster(), api.utilisation(), api.jobs()]);
+    const since = Date.now() / 1000 - USAGE_WINDOW_S;
+    const [cluster, util, jobs, used] = await Promise.all(
+      [api.cluster(), api.utilisation(), api.jobs(), usage(since)]);
     const names = new Map(jobs.map((j) => [j.id, j.name]));
     summary.textContent = `${cluster.used_slots} of ${cluster.total_slots} slots in use · policy ${cluster.policy}`;
     fill(grid, cluster.hosts.map((host) => h("div", { class: "host-row" },
@@ -40,11 +48,13 @@ export function render(view) {
         jobLink(job, names.get(job) ?? job), h("span", { class: "muted" }, ` ${n} slot(s)`));
     }));
     const now = Date.now() / 1000;
-    const [xs, used] = stepColumns(util.map((p) => ({ time: p.time, value: p.used })), now);
-    chart.setData([xs, used, xs.map(() => cluster.total_slots)]);
+    const [xs, usedNow] = stepColumns(util.map((p) => ({ time: p.time, value: p.used })), now);
+    chart.setData([xs, usedNow, xs.map(() => cluster.total_slots)]);
+    usageChart.update(used, names);
   });
   return () => {
     stop();
     chart.destroy();
+    usageChart.destroy();
   };
 }
