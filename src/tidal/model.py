@@ -205,7 +205,8 @@ class Resources:
     one slot when it needs none (a CPU slot)."""
 
     gpus: int = 1
-    cpus: float = 1.0
+    #: CPUs, or ``None``: none reserved, the worker not confined.
+    cpus: float | None = None
     #: Bytes, or ``None`` for no limit.
     memory: int | None = None
 

@@ -223,7 +223,11 @@ class ResourcesSpec(SpecSection):
     one host, or one CPU slot when it asks for none."""
 
     gpus: Count = Field(default=1, ge=0, le=MAX_GPUS_PER_REPLICA)
-    cpus: Annotated[float, Strict()] = Field(default=1.0, gt=0, le=MAX_CPUS, allow_inf_nan=False)
+    #: CPUs per worker; unset: none reserved and the worker not confined to any (a GPU
+    #: worker's loader processes use what the host has).
+    cpus: Annotated[float, Strict()] | None = Field(
+        default=None, gt=0, le=MAX_CPUS, allow_inf_nan=False
+    )
     #: Bytes, written as ``4Gi``, ``512M`` or a plain number.
     memory: Count | None = Field(default=None, ge=0, le=MAX_MEMORY)
 

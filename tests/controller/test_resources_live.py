@@ -81,6 +81,18 @@ def test_each_worker_runs_on_the_cpus_it_asked_for(live: tuple[Client, Path]) ->
     assert [p.read_text().strip() for p in logs] == ["cpus 1", "cpus 1"]
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs at least 2 CPUs")
+def test_a_worker_that_asks_for_no_cpus_is_not_confined(live: tuple[Client, Path]) -> None:
+    # A GPU worker's loader processes need the host's CPUs: unset cpus pins nothing.
+    client, tmp_path = live
+    script = "import os; print('cpus', len(os.sched_getaffinity(0)))"
+    job = client.submit({"name": "free", "command": [sys.executable, "-c", script]})
+    view = _ended(client, job.id)
+    assert view["state"] == "succeeded", view["reason"]
+    logs = list((tmp_path / "data" / "jobs" / job.id / "logs").glob("worker-*.log"))
+    assert [p.read_text().strip() for p in logs] == [f"cpus {len(os.sched_getaffinity(0))}"]
+
+
 @pytest.mark.parametrize(
     ("resources", "field"),
     [({"cpus": 4000}, "resources.cpus"), ({"memory": "512Ti"}, "resources.memory")],

@@ -34,7 +34,7 @@ def _limits(role: Role) -> dict[str, Any]:
     limits: dict[str, Any] = {}
     if role.resources.gpus:
         limits["nvidia.com/gpu"] = role.resources.gpus
-    if role.resources.cpus != 1.0:
+    if role.resources.cpus is not None:
         limits["cpu"] = role.resources.cpus
     if role.resources.memory is not None:
         limits["memory"] = role.resources.memory

@@ -118,7 +118,7 @@ def too_big(job: Job, cluster: ClusterModel, *, named_roles: bool = True) -> lis
     for role in job.roles:
         where = f"roles.{role.name}." if named_roles else ""
         cpus, memory = role.resources.cpus, role.resources.memory
-        if largest.cpus is not None and cpus > largest.cpus:
+        if largest.cpus is not None and cpus is not None and cpus > largest.cpus:
             problems.append(
                 (
                     f"{where}resources.cpus",

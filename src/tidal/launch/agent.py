@@ -261,9 +261,9 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
     """Run the job until it ends or the backend stops it; returns the exit status."""
     launch = config.launch
     log.info(
-        "job=%s: each worker may use %g CPU(s) and %s of memory: %s",
+        "job=%s: each worker may use %s CPU(s) and %s of memory: %s",
         launch.job_id,
-        launch.cpus,
+        f"{launch.cpus:g}" if launch.cpus is not None else "any",
         format_bytes(launch.memory) if launch.memory is not None else "any amount",
         enforcement(gpu=launch.gpu),
     )

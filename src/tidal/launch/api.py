@@ -159,8 +159,8 @@ class RoleLaunch:
     ends_job: bool = True
     #: Slots one replica holds, all on one host (its GPUs).
     replica_slots: int = 1
-    #: CPUs and bytes of memory each replica may use (``None``: no memory limit).
-    cpus: float = 1.0
+    #: CPUs and bytes of memory each replica may use (``None``: not limited).
+    cpus: float | None = None
     memory: int | None = None
 
 
@@ -182,8 +182,9 @@ class JobLaunch:
     checkpoint_dir: Path | None = None
     checkpoint_every_steps: int = 0
     checkpoint_every_seconds: float = 0.0
-    #: Per-worker CPU and memory hints (bytes); a backend may use them to size its limits.
-    cpus: float = 1.0
+    #: Per-worker CPU and memory hints (bytes; ``None``: not limited); a backend may use
+    #: them to size its limits.
+    cpus: float | None = None
     memory: int | None = None
     #: Whether slots are accelerators (the backend pins each worker to its GPU).
     gpu: bool = True
