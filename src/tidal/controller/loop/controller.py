@@ -26,6 +26,7 @@ from tidal.controller.loop.allocation import allocation_problems, plan_changes, 
 from tidal.controller.loop.apply import apply_slots
 from tidal.controller.loop.backoff import Failing, Report, after_tick
 from tidal.controller.loop.deadlines import check_deadline
+from tidal.controller.loop.draining import DrainBook
 from tidal.controller.loop.effects import LoopEffects
 from tidal.controller.loop.launching import JobFiles, build_launch
 from tidal.controller.loop.observe import (
@@ -35,11 +36,13 @@ from tidal.controller.loop.observe import (
     throughput_models,
 )
 from tidal.controller.prometheus import ControllerMetrics
+from tidal.controller.store.drains import DrainSource, HostDrain
 from tidal.controller.store.jobs import Event, JobRecord, JobStore
 from tidal.controller.store.outage import outage_of
 from tidal.launch.api import JobLaunch, JobStatus
 from tidal.model import ACTIVE_STATES, Job, JobState
 from tidal.policy.api import Policy, Slot
+from tidal.policy.drain import evacuate
 from tidal.policy.whole_replicas import WholeReplicas
 
 __all__ = ["HANDOVER_INTERVAL", "Controller"]
@@ -89,6 +92,8 @@ class Controller:
         self.files = files or JobFiles(data_dir)
         self.metrics = metrics or ControllerMetrics()
         self.effects = LoopEffects(store, backend, self.metrics)
+        #: Hosts being drained (stored; a restart keeps draining them).
+        self.drains = DrainBook(store)
         self._clock = clock
         self._last_tick: float | None = None
         self._lock = threading.Lock()
@@ -271,10 +276,14 @@ class Controller:
         previous = {
             j.id: tuple(s for s in j.slots if s not in j.release_slots) for j in jobs if j.slots
         }
+        occupied = {slot: job_id for job_id, st in statuses.items() for slot in st.alive_slots()}
         try:
-            # Any policy, its answer made of whole replicas for workers of several slots.
+            # Any policy, its answer made of whole replicas for workers of several slots,
+            # asked without the slots of draining hosts.
             whole = WholeReplicas(self.policy)
-            proposed = whole.allocate(requests, self.cluster.to_policy(), previous)
+            cluster = self.drains.policy_cluster(self.cluster)
+            decision = evacuate(whole, requests, cluster, previous, now)
+            proposed = decision.allocation
         except Exception as exc:
             log.exception("policy %s failed", getattr(self.policy, "name", "?"))
             self.effects.note_policy_error(f"{type(exc).__name__}: {exc}")
@@ -288,7 +297,7 @@ class Controller:
             self.effects.note_policy_error(f"invalid allocation: {message}")
             return held
         self.effects.clear()
-        occupied = {slot: job_id for job_id, st in statuses.items() for slot in st.alive_slots()}
+        self.drains.record(decision, occupied, now)
         waiting = False
         least = {j.id: model[j.id].slot_range.min for j in placeable}
         for change in plan_changes(jobs, proposed, occupied, least):
@@ -345,6 +354,23 @@ class Controller:
 
     def _launch(self, job: JobRecord) -> JobLaunch:
         return build_launch(self.effects.model(job), self.files, gpu=self.cluster.gpu)
+
+    # -- draining hosts --------------------------------------------------------------------
+
+    def drain_host(self, host: str, *, leaves_at: float | None, source: DrainSource) -> HostDrain:
+        """Mark ``host`` leaving (going at ``leaves_at`` if known) and tick at once: its
+        jobs move off it at their next step boundary. ``UnknownHost`` if there is none."""
+        drain = self.drains.mark(
+            self.cluster, host, self._clock(), leaves_at=leaves_at, source=source
+        )
+        self.wake()
+        return drain
+
+    def undrain_host(self, host: str) -> bool:
+        """Take ``host`` back into service; ``False`` when it was not draining."""
+        back = self.drains.unmark(host, self._clock())
+        self.wake()
+        return back
 
     # -- what the API reads ----------------------------------------------------------------
 

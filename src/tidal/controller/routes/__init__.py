@@ -2,7 +2,8 @@
 
 ``jobs`` (submit, list, requests to change a job), ``job_scaling`` (resize a job),
 ``job_workers`` (stop some of a job's workers), ``logs``, ``cluster`` (hosts, events,
-allocations, utilisation), ``job_metrics`` (training metrics jobs report, progress),
+allocations, utilisation), ``host_drains`` (draining hosts, preemption notices),
+``job_metrics`` (training metrics jobs report, progress),
 ``prometheus`` (the controller's own metrics) and ``health``.
 Handlers read the store and record what users ask for as requests
 (:mod:`tidal.controller.store.requests`); the controller loop carries them out on its next tick.
@@ -17,6 +18,7 @@ from fastapi import APIRouter
 from tidal.controller.routes import (
     cluster,
     health,
+    host_drains,
     job_metrics,
     job_scaling,
     job_workers,
@@ -36,6 +38,7 @@ PROTECTED_ROUTERS: tuple[APIRouter, ...] = (
     job_workers.router,
     logs.router,
     cluster.router,
+    host_drains.router,
     job_metrics.router,
     prometheus.router,
 )
