@@ -188,3 +188,35 @@ def test_the_cli_drains_and_undrains_and_the_cluster_listing_says_so(
     assert code != 0 and "--deadline" in out
     code, out = run("undrain", "node-a")
     assert code == 0 and "node-a: in service" in out
+
+
+class NoticedBackend(FakeBackend):
+    """The in-memory backend, with a platform that drains hosts (as Ray's drain notice)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.notices: dict[str, float | None] = {}
+
+    def leaving(self) -> dict[str, float | None]:
+        return dict(self.notices)
+
+
+def test_a_backends_drain_notice_drains_the_host_once(tmp_path: Path) -> None:
+    store = JobStore.open(tmp_path)
+    try:
+        backend = NoticedBackend()
+        ctl = Controller(store, HOSTS, FairSharePolicy(), backend, tmp_path)
+        job = store.add_job(parse_spec({"name": "e", "command": "x", "workers": "1:8"}))
+        ctl.tick()
+        backend.notices = {"node-a": 2_000_000_000.0, "gone": None}
+        ctl.tick()
+        ctl.tick()
+        drains = store.drains()
+        assert list(drains) == ["node-a"]
+        assert drains["node-a"].source.value == "ray"
+        assert drains["node-a"].leaves_at == 2_000_000_000.0
+        assert [e.kind for e in store.events()].count("drain") == 1
+        got = store.get_job(job.id)
+        assert got is not None and hosts_of(got.slots) == {"node-b"}
+    finally:
+        store.close()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
-from tidal.backends.base import Backend, HostDiscovery
+from tidal.backends.base import Backend, DrainNotices, HostDiscovery
 from tidal.controller.cluster import ClusterModel, describe_change
 from tidal.controller.loop.allocation import allocation_problems, plan_changes, policy_request
 from tidal.controller.loop.apply import apply_slots
@@ -214,6 +214,7 @@ class Controller:
             elapsed = 0.0 if self._last_tick is None else max(0.0, now - self._last_tick)
             self._last_tick = now
             self._discover()
+            self._follow_notices(now)
             statuses = dict(self.backend.poll())
             active = self.store.list_jobs(states=ACTIVE_STATES)
             # Every pending request, not those of the active jobs by id: they are few
@@ -257,6 +258,20 @@ class Controller:
         self.store.add_event(None, "cluster", message)
         self.cluster = cluster
         self.metrics.slots_total.set(cluster.total_slots)
+
+    def _follow_notices(self, now: float) -> None:
+        """Drain the hosts the backend's platform says are leaving (Ray's drain notice)."""
+        if not isinstance(self.backend, DrainNotices):
+            return
+        try:
+            leaving = self.backend.leaving()
+        except Exception:
+            log.exception("backend leaving() failed")
+            return
+        for host, leaves_at in leaving.items():
+            if self.drains.covers(host, leaves_at) or self.cluster.host(host) is None:
+                continue
+            self.drains.mark(self.cluster, host, now, leaves_at=leaves_at, source=DrainSource.RAY)
 
     # -- allocating ------------------------------------------------------------------------
 

@@ -77,6 +77,15 @@ class DrainBook:
             self._told = {(j, h) for j, h in self._told if h != host}
         return back
 
+    def covers(self, host: str, leaves_at: float | None) -> bool:
+        """Whether ``host`` drains already, by ``leaves_at`` or earlier (a notice that
+        would change nothing)."""
+        with self._lock:
+            drain = self._drains.get(host)
+        if drain is None:
+            return False
+        return leaves_at is None or (drain.leaves_at is not None and drain.leaves_at <= leaves_at)
+
     def drains(self) -> dict[str, HostDrain]:
         """Every draining host, by name."""
         with self._lock:
