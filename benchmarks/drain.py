@@ -145,6 +145,11 @@ def main() -> None:
             print(f"drain {trial + 1}: empty {emptied:.2f}s gap {drains[-1][1]:.2f}s", flush=True)
             client.undrain("node-a")
         drain_lost = _lost(out)
+        print(
+            f"tidal drain: host empty p50 {_median(drains, 0):.2f}s, longest step gap p50 "
+            f"{_median(drains, 1):.2f}s, steps lost {drain_lost}",
+            flush=True,
+        )
 
         # Ray Train's way: the loop stops, this script drives the same job's backend.
         controller.stop()
@@ -160,39 +165,43 @@ def main() -> None:
                 return status is not None and not status.alive_slots()
 
             _wait(gone, args.timeout, "every worker to leave")
-            emptied = time.time() - t0
+            left = time.time()
+            emptied = left - t0
             last = _latest(out)
             assert last is not None
             backend.assign(job, B)
-            _wait(partial(_polled, backend, out, 2, t0), args.timeout, "the restart")
-            after = min((r for r in _records(out) if r["time"] > t0), key=lambda r: r["time"])
+            _wait(partial(_polled, backend, out, 2, left), args.timeout, "the restart")
+            # The first step of the restarted workers (every earlier one had left).
+            after = min((r for r in _records(out) if r["time"] > left), key=lambda r: r["time"])
             gap = after["time"] - last["time"]
             lost = last["step"] - (after["step"] - 1)
             restarts.append((emptied, gap, lost))
             print(f"restart {trial + 1}: empty {emptied:.2f}s gap {gap:.2f}s lost {lost}")
             backend.assign(job, A + B)
+    except TimeoutError as exc:
+        print(f"stopped: {exc}", flush=True)
     finally:
         controller.stop()
         server.stop()
         backend.close()
         store.close()
 
-    def median(rows: list[Any], i: int) -> float:
-        return float(statistics.median(r[i] for r in rows))
+    print(f"{len(drains)} drain(s), {len(restarts)} restart(s); data in {root}")
+    if drains and restarts:
+        print(
+            f"checkpoint + restart: host empty p50 {_median(restarts, 0):.2f}s, training "
+            f"stopped p50 {_median(restarts, 1):.2f}s, steps lost "
+            f"{sum(r[2] for r in restarts)}"
+        )
+        print(
+            f"ratio (restart / drain): host empty "
+            f"{_median(restarts, 0) / _median(drains, 0):.2f}x, training stopped "
+            f"{_median(restarts, 1) / _median(drains, 1):.2f}x"
+        )
 
-    print(f"{args.trials} trials each; data in {root}")
-    print(
-        f"tidal drain: host empty p50 {median(drains, 0):.2f}s, longest step gap p50 "
-        f"{median(drains, 1):.2f}s, steps lost {drain_lost}"
-    )
-    print(
-        f"checkpoint + restart: host empty p50 {median(restarts, 0):.2f}s, training "
-        f"stopped p50 {median(restarts, 1):.2f}s, steps lost {sum(r[2] for r in restarts)}"
-    )
-    print(
-        f"ratio (restart / drain): host empty {median(restarts, 0) / median(drains, 0):.2f}x, "
-        f"training stopped {median(restarts, 1) / median(drains, 1):.2f}x"
-    )
+
+def _median(rows: list[Any], i: int) -> float:
+    return float(statistics.median(r[i] for r in rows))
 
 
 if __name__ == "__main__":
