@@ -22,6 +22,7 @@ from sqlalchemy import Column, Engine, MetaData, String, create_engine, inspect,
 from tests.controller.postgres import Postgres
 from tidal.controller.store import migrations
 from tidal.controller.store.database import SCHEMA_VERSION
+from tidal.controller.store.drains import DrainSource, HostDrain
 from tidal.controller.store.jobs import JobRecord, JobStore
 from tidal.controller.store.requests import SetPriority
 from tidal.launch.api import WorkerState, WorkerStatus
@@ -91,6 +92,38 @@ def test_every_revision_step_applies_and_reverts(db_url: str) -> None:
         assert schema_differences(store.engine) == []
     finally:
         store.close()
+
+
+def test_a_drained_host_is_kept_across_a_reopen_and_its_table_reverts(db_url: str) -> None:
+    store = JobStore(db_url)
+    try:
+        store.mark_draining("node-a", 100.0, leaves_at=130.0, source=DrainSource.NOTICE)
+        store.mark_draining("node-b", 100.0, leaves_at=None, source=DrainSource.ADMIN)
+        # A later notice with an earlier deadline brings it forward; a later one does not.
+        store.mark_draining("node-a", 101.0, leaves_at=125.0, source=DrainSource.RAY)
+        store.mark_draining("node-a", 102.0, leaves_at=200.0, source=DrainSource.ADMIN)
+    finally:
+        store.close()
+    again = JobStore(db_url)
+    try:
+        assert again.drains() == {
+            "node-a": HostDrain("node-a", 100.0, 125.0, DrainSource.RAY),
+            "node-b": HostDrain("node-b", 100.0, None, DrainSource.ADMIN),
+        }
+        assert again.unmark_draining("node-b", 103.0)
+        assert not again.unmark_draining("node-b", 104.0)
+        assert list(again.drains()) == ["node-a"]
+        assert [e.kind for e in again.events()][-1] == "undrain"
+    finally:
+        again.close()
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            command.downgrade(migrations.config(conn), "0009")
+            assert "host_drains" not in inspect(conn).get_table_names()
+            command.upgrade(migrations.config(conn), "head")
+    finally:
+        engine.dispose()
 
 
 def _json(value: Any) -> Any:
@@ -197,6 +230,7 @@ def check_upgraded(url: str, before: dict[str, list[dict[str, Any]]], version: i
         if version == 1:
             assert after["goodput"] == []
         assert after["requests"] == []
+        assert after["host_drains"] == []  # 0011: no host was draining before
 
         jobs = {j.name: j for j in store.list_jobs()}
         assert {j.state for j in jobs.values()} == set(JobState)

@@ -32,6 +32,7 @@ __all__ = [
     "Backend",
     "Capabilities",
     "DiscoveredHost",
+    "DrainNotices",
     "HostDiscovery",
 ]
 
@@ -142,6 +143,19 @@ class HostDiscovery(Protocol):
 
     def hosts(self) -> Sequence[DiscoveredHost]:
         """Every host with at least one slot, in a stable order."""
+        ...
+
+
+@runtime_checkable
+class DrainNotices(Protocol):
+    """Optional for a backend: the hosts its platform says are about to leave (Ray's
+    node drain, a cloud's preemption notice it learns of), each with the time it goes
+    (seconds since the epoch; ``None``: not known). The controller drains each one
+    (:mod:`tidal.policy.drain`); called every tick from the loop's thread, so it must
+    answer promptly (cache what is slow to learn)."""
+
+    def leaving(self) -> Mapping[str, float | None]:
+        """Every host being drained by the platform, with the time it goes."""
         ...
 
 

@@ -20,14 +20,15 @@ from tidal.cli.options import (
     controller_app,
     emit_json,
     out,
+    parse_duration,
     with_client_options,
 )
-from tidal.cli.tables import cluster_table, jobs_table, queues_table
+from tidal.cli.tables import cluster_table, drain_lines, jobs_table, queues_table
 
 if TYPE_CHECKING:
-    from tidal.wire.schema import ClusterView
+    from tidal.wire.schema import ClusterView, HostView
 
-__all__ = ["cluster", "queues", "top"]
+__all__ = ["cluster", "drain", "queues", "top", "undrain"]
 
 
 @controller_app.command()
@@ -43,6 +44,52 @@ def cluster(
         return
     out.print(f"policy {view.policy}: {view.used_slots}/{view.total_slots} slots used")
     out.print(cluster_table(view))
+    for line in drain_lines(view, time.time()):
+        out.print(line, markup=False)
+
+
+HostArg = Annotated[str, typer.Argument(help="The host's name, as `tidal cluster` shows it.")]
+
+
+@controller_app.command()
+@with_client_options()
+def drain(
+    options: ClientOptions,
+    host: HostArg,
+    deadline: Annotated[
+        str | None,
+        typer.Option(help="The host goes within this long, e.g. 2m or 30s."),
+    ] = None,
+) -> None:
+    """Drain HOST: no new workers; its jobs move off at their next step boundary (a job
+    that cannot leave in place checkpoints before the deadline)."""
+    seconds = None
+    if deadline is not None:
+        try:
+            seconds = parse_duration(deadline)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--deadline") from None
+    client = options.client()
+    view = call(lambda: client.drain(host, seconds))
+    still = view.draining.remaining if view.draining is not None else []
+    on_it = f"; moving off it: {', '.join(still)}" if still else ""
+    _show(options, view, f"{view.name}: draining{on_it}")
+
+
+@controller_app.command()
+@with_client_options()
+def undrain(options: ClientOptions, host: HostArg) -> None:
+    """Take a drained HOST back into service."""
+    client = options.client()
+    view = call(lambda: client.undrain(host))
+    _show(options, view, f"{view.name}: in service")
+
+
+def _show(options: ClientOptions, view: HostView, message: str) -> None:
+    if options.as_json:
+        emit_json(view)
+    else:
+        out.print(message, markup=False)
 
 
 @controller_app.command()

@@ -176,7 +176,7 @@ def cluster_table(view: ClusterView) -> Table:
         users = sorted({u for u in h.used_by if u})
         used = sum(1 for u in h.used_by if u)
         table.add_row(
-            h.name,
+            h.name if h.draining is None else f"{h.name} (draining)",
             "gpu" if h.gpu else "cpu",
             h.group or "-",
             str(h.slots),
@@ -199,6 +199,24 @@ def queues_table(queues: Iterable[TeamQueueView]) -> Table:
             q.team, str(q.guaranteed), limit, used, str(q.borrowed or "-"), str(q.lent or "-")
         )
     return table
+
+
+def drain_lines(view: ClusterView, now: float) -> list[str]:
+    """One line per draining host: who asked, when it goes, what is still on it."""
+    lines = []
+    for h in view.hosts:
+        drain = h.draining
+        if drain is None:
+            continue
+        when = "" if drain.leaves_at is None else f", goes in {max(0, drain.leaves_at - now):.0f}s"
+        still = ", ".join(drain.remaining) if drain.remaining else "nothing (drained)"
+        lines.append(f"{h.name}: draining ({drain.source}{when}); still on it: {still}")
+        for order in drain.checkpoints:
+            lines.append(
+                f"  {order.job}: cannot leave in place; checkpoints in "
+                f"{max(0, order.at - now):.0f}s and resumes elsewhere"
+            )
+    return lines
 
 
 def print_job_detail(console: Console, detail: JobDetail, events: Sequence[EventView]) -> None:

@@ -35,6 +35,7 @@ from tidal.wire.schema import (
     AllocationView,
     ClusterView,
     EventView,
+    HostView,
     JobDetail,
     JobView,
     LoginLinkView,
@@ -299,6 +300,25 @@ class Client(WorkerVerbs):
         """Each team's queue (``tidal server --teams``); empty without teams."""
         data = self._request("GET", "/queues").json()
         return [TeamQueueView.model_validate(item) for item in data]
+
+    def drain(self, host: str, deadline: float | None = None) -> HostView:
+        """Drain ``host``: no new workers, and its jobs move off it at their next step
+        boundary; with ``deadline`` (seconds from now), a job that cannot leave in place
+        checkpoints before then."""
+        body = {} if deadline is None else {"deadline": deadline}
+        data = self._request("POST", f"/cluster/hosts/{host}/drain", json=body).json()
+        return HostView.model_validate(data)
+
+    def undrain(self, host: str) -> HostView:
+        """Take a drained ``host`` back into service."""
+        data = self._request("POST", f"/cluster/hosts/{host}/undrain").json()
+        return HostView.model_validate(data)
+
+    def preemption_notice(self, host: str, at: float) -> HostView:
+        """Tell the server that ``host`` goes at ``at`` (seconds since the epoch): the
+        hook a cloud integration calls on a spot or preemptible machine's notice."""
+        data = self._request("POST", f"/cluster/hosts/{host}/notice", json={"at": at}).json()
+        return HostView.model_validate(data)
 
     def health(self) -> bool:
         """Whether the server answers its health check."""

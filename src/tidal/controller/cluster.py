@@ -121,11 +121,20 @@ class ClusterModel:
         matching = sum(h.slots for h in hosts)
         return f"needs {workers} slot(s); the hosts that match have {matching}"
 
-    def to_policy(self) -> Cluster:
-        """The plain view a policy sees."""
+    def to_policy(self, leaving: Mapping[str, float | None] | None = None) -> Cluster:
+        """The plain view a policy sees; the hosts in ``leaving`` are marked leaving, each
+        at its time (``None``: not known)."""
+        leaving = leaving or {}
         return Cluster(
             hosts=tuple(
-                Host(name=h.name, slots=h.slots, group=h.group, labels=dict(h.labels))
+                Host(
+                    name=h.name,
+                    slots=h.slots,
+                    group=h.group,
+                    labels=dict(h.labels),
+                    leaving=h.name in leaving,
+                    leaves_at=leaving.get(h.name),
+                )
                 for h in self.hosts
             )
         )

@@ -22,12 +22,20 @@ Allocation = Mapping[str, tuple[Slot, ...]]
 
 @dataclass(frozen=True)
 class Host:
-    """A machine with ``slots`` interchangeable slots, optionally in a resource group."""
+    """A machine with ``slots`` interchangeable slots, optionally in a resource group.
+
+    A host marked ``leaving`` is being drained (an admin's ``tidal drain``, a cloud's
+    preemption notice): it gets no new workers and its jobs move off it, before
+    ``leaves_at`` (seconds since the epoch) when one is known; see
+    :mod:`tidal.policy.drain`.
+    """
 
     name: str
     slots: int
     group: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    leaving: bool = False
+    leaves_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,11 @@ class Cluster:
     def slots(self) -> list[Slot]:
         """Every slot of the cluster, host by host."""
         return [(h.name, i) for h in self.hosts for i in range(h.slots)]
+
+    @property
+    def leaving(self) -> dict[str, float | None]:
+        """The hosts marked leaving, each with the time it goes (``None``: not known)."""
+        return {h.name: h.leaves_at for h in self.hosts if h.leaving}
 
 
 @dataclass(frozen=True)

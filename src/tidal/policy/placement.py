@@ -9,7 +9,12 @@ so all of them share one set of placement rules:
 * new slots go to hosts the job already uses, then to the single host that fits the rest
   most tightly, and only then spread over the hosts with most free slots (fewest hosts);
 * a job with a ``group`` only ever gets hosts of that group; jobs without one may use any
-  host, and give way on a group's hosts when a job of that group needs them.
+  host, and give way on a group's hosts when a job of that group needs them;
+* where hosts carry the ``preemptible`` label (spot machines), new slots go to the other
+  hosts first: a job's first worker and a job that cannot shrink stay clear of a
+  preemption where they can, and an elastic job's slots on preemptible hosts are spread
+  over them, so that one preemption costs it the fewest workers (:func:`place` only:
+  :func:`place_packed` packs, and leaves to :func:`place` only what it cannot pack).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping
 
-from tidal.policy.api import Allocation, Cluster, JobRequest, Slot
+from tidal.policy.api import Allocation, Cluster, Host, JobRequest, Slot
 
 
 def held_counts(previous: Allocation) -> dict[str, int]:
@@ -200,16 +205,79 @@ def place(
                     free.release(host, [slot[1]])
                     short -= 1
 
-    # Largest needs first: they are the hardest to pack.
+    spot = {i for i, h in enumerate(cluster.hosts) if preemptible(h)}
+
+    def fixed(job_id: str) -> bool:
+        return jobs[job_id].min_slots >= jobs[job_id].max_slots
+
+    # Largest needs first: they are the hardest to pack; with preemptible hosts, jobs that
+    # cannot shrink before them, so that they find the hosts that stay.
     growing = sorted(
         (j for j in order if counts[j] > len(held[j])),
-        key=lambda j: (jobs[j].group is None, -(counts[j] - len(held[j])), j),
+        key=lambda j: (
+            jobs[j].group is None,
+            bool(spot) and not fixed(j),
+            -(counts[j] - len(held[j])),
+            j,
+        ),
     )
     for job_id in growing:
         need = counts[job_id] - len(held[job_id])
-        held[job_id] += _grow(free, need, held[job_id], allowed_for(job_id))
+        allowed = allowed_for(job_id)
+        if spot:
+            held[job_id] += _grow_spot_aware(free, need, held[job_id], allowed, spot, fixed(job_id))
+        else:
+            held[job_id] += _grow(free, need, held[job_id], allowed)
 
     return {job_id: tuple(sorted(slots)) for job_id, slots in held.items() if slots}
+
+
+def preemptible(host: Host) -> bool:
+    """Whether ``host`` carries the ``preemptible`` label (any value but false, 0, no):
+    a spot machine the cloud may take at short notice."""
+    value = host.labels.get("preemptible")
+    return value is not None and value.strip().lower() not in ("false", "0", "no")
+
+
+def _grow_spot_aware(
+    free: _FreeSlots,
+    need: int,
+    current: list[Slot],
+    allowed: list[int] | None,
+    spot: set[int],
+    fixed: bool,
+) -> list[Slot]:
+    """New slots for a job on a cluster with preemptible hosts.
+
+    Hosts that stay come first, for every job: there its first worker (rank 0, which
+    holds what a resumed job would need) and a job that cannot shrink (``fixed``) are safe
+    from a preemption. What does not fit there goes to preemptible hosts: a fixed job
+    packed (fewest hosts that can take it away), an elastic job spread one slot at a time
+    onto the preemptible host where it holds fewest, so that one preemption costs it the
+    fewest workers (it shrinks in place and goes on).
+    """
+    hosts = range(len(free.names)) if allowed is None else allowed
+    stable = [h for h in hosts if h not in spot]
+    spots = [h for h in hosts if h in spot]
+    on_stable = [s for s in current if free.index[s[0]] not in spot]
+    added = _grow_on_own_hosts(free, need, on_stable)
+    added += _grow(free, need - len(added), [], stable) if need > len(added) and stable else []
+    if need <= len(added) or not spots:
+        return added
+    if fixed:
+        return added + _grow(free, need - len(added), [], spots)
+    holds: dict[int, int] = {h: 0 for h in spots}
+    for name, _ in [*current, *added]:
+        if free.index[name] in holds:
+            holds[free.index[name]] += 1
+    while len(added) < need:
+        open_hosts = [h for h in spots if free.free[h]]
+        if not open_hosts:
+            break
+        host = min(open_hosts, key=lambda h: (holds[h], -len(free.free[h]), h))
+        added += [(free.names[host], i) for i in free.take(host, 1)]
+        holds[host] += 1
+    return added
 
 
 def _take_packed(free: _FreeSlots, count: int, allowed: list[int] | None) -> list[Slot] | None:

@@ -11,9 +11,12 @@ from tidal.spec_fields import MAX_WORKERS, text_problem
 
 __all__ = [
     "AllocationView",
+    "CheckpointOrderView",
     "ClusterView",
+    "DrainRequest",
     "EventView",
     "HealthView",
+    "HostDrainView",
     "HostView",
     "JobDetail",
     "JobProgress",
@@ -21,6 +24,7 @@ __all__ = [
     "LoginLinkView",
     "MetricsReport",
     "MetricsView",
+    "PreemptionNotice",
     "PriorityRequest",
     "RequestView",
     "ScaleByRequest",
@@ -273,6 +277,42 @@ class AllocationView(BaseModel):
     slots: list[tuple[str, int]]
 
 
+class DrainRequest(_Body):
+    """``POST /cluster/hosts/{host}/drain``: the host goes within ``deadline`` seconds,
+    if given (no deadline: its jobs move off as room allows)."""
+
+    deadline: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+
+
+class PreemptionNotice(_Body):
+    """``POST /cluster/hosts/{host}/notice``: a cloud's notice that the host goes at
+    ``at`` (seconds since the epoch)."""
+
+    at: float = Field(gt=0)
+
+
+class CheckpointOrderView(BaseModel):
+    """A job that cannot leave a draining host in place: it checkpoints at ``at``, before
+    the host goes at ``deadline``, and resumes elsewhere."""
+
+    job: str
+    at: float
+    deadline: float
+
+
+class HostDrainView(BaseModel):
+    """A host being drained, and what is still on it."""
+
+    requested_at: float
+    #: When the host goes (seconds since the epoch); null: not known.
+    leaves_at: float | None
+    #: Who asked: ``admin``, ``notice`` (a cloud's preemption notice) or ``ray``.
+    source: str
+    #: Jobs with a live worker on the host; empty once the host is drained.
+    remaining: list[str]
+    checkpoints: list[CheckpointOrderView]
+
+
 class HostView(BaseModel):
     """A host and which job holds each of its slots (null when free)."""
 
@@ -282,6 +322,8 @@ class HostView(BaseModel):
     group: str | None
     labels: dict[str, str]
     used_by: list[str | None]
+    #: Set while the host is being drained.
+    draining: HostDrainView | None = None
 
 
 class ClusterView(BaseModel):

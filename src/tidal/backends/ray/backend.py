@@ -32,6 +32,7 @@ from typing import Any
 import ray
 
 from tidal.backends.base import LOCAL, DiscoveredHost
+from tidal.backends.ray.drain_notices import DrainWatch
 from tidal.backends.ray.network import RayNetwork
 from tidal.backends.ray.worker import RaySpawner
 from tidal.launch.api import JobLaunch, JobStatus, read_reports, worker_logs
@@ -129,6 +130,7 @@ class RayBackend:
         self._nodes: dict[str, _Node] = {}
         self._hosts: list[DiscoveredHost] = []
         self._refreshed = 0.0
+        self._drain_watch = DrainWatch()
         self.refresh()
         log.info(
             "ray backend: %d host(s), %d slot(s); stores on %s",
@@ -184,6 +186,13 @@ class RayBackend:
             self.refresh()
         with self._lock:
             return list(self._hosts)
+
+    def leaving(self) -> dict[str, float | None]:
+        """The hosts whose nodes Ray is draining, with their deadlines
+        (:class:`~tidal.backends.base.DrainNotices`; :mod:`.drain_notices`)."""
+        with self._lock:
+            node_ids = {host: node.node_id for host, node in self._nodes.items()}
+        return self._drain_watch.leaving(node_ids)
 
     def _node(self, host: str) -> _Node | None:
         with self._lock:

@@ -20,12 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
-from tidal.backends.base import Backend, HostDiscovery
+from tidal.backends.base import Backend, DrainNotices, HostDiscovery
 from tidal.controller.cluster import ClusterModel, describe_change
 from tidal.controller.loop.allocation import allocation_problems, plan_changes, policy_request
 from tidal.controller.loop.apply import apply_slots
 from tidal.controller.loop.backoff import Failing, Report, after_tick
 from tidal.controller.loop.deadlines import check_deadline
+from tidal.controller.loop.draining import DrainBook
 from tidal.controller.loop.effects import LoopEffects
 from tidal.controller.loop.launching import JobFiles, build_launch
 from tidal.controller.loop.observe import (
@@ -37,11 +38,13 @@ from tidal.controller.loop.observe import (
 from tidal.controller.loop.team_reports import TeamReports
 from tidal.controller.prometheus import ControllerMetrics
 from tidal.controller.resource_groups import ClusterConfig, apply_groups
+from tidal.controller.store.drains import DrainSource, HostDrain
 from tidal.controller.store.jobs import Event, JobRecord, JobStore
 from tidal.controller.store.outage import outage_of
 from tidal.launch.api import JobLaunch, JobStatus
 from tidal.model import ACTIVE_STATES, Job, JobState
 from tidal.policy.api import Policy, Slot
+from tidal.policy.drain import evacuate
 from tidal.policy.whole_replicas import WholeReplicas
 
 __all__ = ["HANDOVER_INTERVAL", "Controller"]
@@ -97,6 +100,8 @@ class Controller:
         self.effects = LoopEffects(store, backend, self.metrics)
         #: Why slots moved between teams, and each team's standing (team queues only).
         self.teams = TeamReports(store, self.metrics)
+        #: Hosts being drained (stored; a restart keeps draining them).
+        self.drains = DrainBook(store)
         self._clock = clock
         self._last_tick: float | None = None
         self._lock = threading.Lock()
@@ -217,6 +222,7 @@ class Controller:
             elapsed = 0.0 if self._last_tick is None else max(0.0, now - self._last_tick)
             self._last_tick = now
             self._discover()
+            self._follow_notices(now)
             statuses = dict(self.backend.poll())
             active = self.store.list_jobs(states=ACTIVE_STATES)
             # Every pending request, not those of the active jobs by id: they are few
@@ -263,6 +269,20 @@ class Controller:
         self.cluster = cluster
         self.metrics.slots_total.set(cluster.total_slots)
 
+    def _follow_notices(self, now: float) -> None:
+        """Drain the hosts the backend's platform says are leaving (Ray's drain notice)."""
+        if not isinstance(self.backend, DrainNotices):
+            return
+        try:
+            leaving = self.backend.leaving()
+        except Exception:
+            log.exception("backend leaving() failed")
+            return
+        for host, leaves_at in leaving.items():
+            if self.drains.covers(host, leaves_at) or self.cluster.host(host) is None:
+                continue
+            self.drains.mark(self.cluster, host, now, leaves_at=leaves_at, source=DrainSource.RAY)
+
     # -- allocating ------------------------------------------------------------------------
 
     def _schedule(
@@ -281,10 +301,14 @@ class Controller:
         previous = {
             j.id: tuple(s for s in j.slots if s not in j.release_slots) for j in jobs if j.slots
         }
+        occupied = {slot: job_id for job_id, st in statuses.items() for slot in st.alive_slots()}
         try:
-            # Any policy, its answer made of whole replicas for workers of several slots.
+            # Any policy, its answer made of whole replicas for workers of several slots,
+            # asked without the slots of draining hosts.
             whole = WholeReplicas(self.policy)
-            proposed = whole.allocate(requests, self.cluster.to_policy(), previous)
+            cluster = self.drains.policy_cluster(self.cluster)
+            decision = evacuate(whole, requests, cluster, previous, now)
+            proposed = decision.allocation
         except Exception as exc:
             log.exception("policy %s failed", getattr(self.policy, "name", "?"))
             self.effects.note_policy_error(f"{type(exc).__name__}: {exc}")
@@ -299,7 +323,7 @@ class Controller:
             return held
         self.effects.clear()
         self.teams.record(self.policy)
-        occupied = {slot: job_id for job_id, st in statuses.items() for slot in st.alive_slots()}
+        self.drains.record(decision, occupied, now)
         waiting = False
         least = {j.id: model[j.id].slot_range.min for j in placeable}
         for change in plan_changes(jobs, proposed, occupied, least):
@@ -356,6 +380,23 @@ class Controller:
 
     def _launch(self, job: JobRecord) -> JobLaunch:
         return build_launch(self.effects.model(job), self.files, gpu=self.cluster.gpu)
+
+    # -- draining hosts --------------------------------------------------------------------
+
+    def drain_host(self, host: str, *, leaves_at: float | None, source: DrainSource) -> HostDrain:
+        """Mark ``host`` leaving (going at ``leaves_at`` if known) and tick at once: its
+        jobs move off it at their next step boundary. ``UnknownHost`` if there is none."""
+        drain = self.drains.mark(
+            self.cluster, host, self._clock(), leaves_at=leaves_at, source=source
+        )
+        self.wake()
+        return drain
+
+    def undrain_host(self, host: str) -> bool:
+        """Take ``host`` back into service; ``False`` when it was not draining."""
+        back = self.drains.unmark(host, self._clock())
+        self.wake()
+        return back
 
     # -- what the API reads ----------------------------------------------------------------
 

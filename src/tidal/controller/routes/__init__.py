@@ -2,9 +2,9 @@
 
 ``jobs`` (submit, list, requests to change a job), ``job_scaling`` (resize a job),
 ``job_workers`` (stop some of a job's workers), ``logs``, ``cluster`` (hosts, events,
-allocations, utilisation), ``usage`` (every job's slots over time), ``job_metrics``
-(training metrics jobs report, progress), ``prometheus`` (the controller's own metrics)
-and ``health``.
+allocations, utilisation), ``usage`` (every job's slots over time), ``host_drains``
+(draining hosts, preemption notices), ``job_metrics`` (training metrics jobs report,
+progress), ``prometheus`` (the controller's own metrics) and ``health``.
 Handlers read the store and record what users ask for as requests
 (:mod:`tidal.controller.store.requests`); the controller loop carries them out on its next tick.
 Every route but ``/health`` needs the admin bearer token; :func:`tidal.server.app.create_app`
@@ -18,6 +18,7 @@ from fastapi import APIRouter
 from tidal.controller.routes import (
     cluster,
     health,
+    host_drains,
     job_metrics,
     job_scaling,
     job_workers,
@@ -39,6 +40,7 @@ PROTECTED_ROUTERS: tuple[APIRouter, ...] = (
     logs.router,
     cluster.router,
     usage.router,
+    host_drains.router,
     job_metrics.router,
     prometheus.router,
 )

@@ -7,20 +7,24 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from tidal.controller.loop.controller import Controller
+from tidal.controller.loop.draining import DrainState
 from tidal.controller.routes.deps import ControllerDep, JobStoreDep
 from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.views import allocation_view, event_view, utilisation
 from tidal.model import JobState
 from tidal.wire.schema import (
     AllocationView,
+    CheckpointOrderView,
     ClusterView,
     EventView,
+    HostDrainView,
     HostView,
     TeamQueueView,
     UtilisationPoint,
 )
 
-__all__ = ["router"]
+__all__ = ["host_views", "router"]
 
 router = APIRouter(tags=["cluster"], route_class=ProtectedRoute)
 
@@ -42,15 +46,14 @@ def allocations(store: JobStoreDep, since: float | None = None) -> list[Allocati
     return [allocation_view(a) for a in store.allocations(since=since)]
 
 
-@router.get("/cluster", response_model=ClusterView)
-def cluster(controller: ControllerDep) -> ClusterView:
-    """Hosts, slots and who holds them."""
+def host_views(controller: Controller) -> list[HostView]:
+    """Every host, who holds its slots, and, while it drains, what is still on it."""
     holder = {
         slot: j.id
         for j in controller.store.list_jobs(states=[JobState.RUNNING, JobState.RESCALING])
         for slot in j.slots
     }
-    hosts = [
+    return [
         HostView(
             name=h.name,
             slots=h.slots,
@@ -58,13 +61,35 @@ def cluster(controller: ControllerDep) -> ClusterView:
             group=h.group,
             labels=dict(h.labels),
             used_by=[holder.get((h.name, i)) for i in range(h.slots)],
+            draining=_drain_view(controller.drains.state(h.name)),
         )
         for h in controller.cluster.hosts
     ]
+
+
+def _drain_view(state: DrainState | None) -> HostDrainView | None:
+    if state is None:
+        return None
+    return HostDrainView(
+        requested_at=state.drain.requested_at,
+        leaves_at=state.drain.leaves_at,
+        source=state.drain.source.value,
+        remaining=list(state.remaining),
+        checkpoints=[
+            CheckpointOrderView(job=o.job_id, at=o.at, deadline=o.deadline)
+            for o in state.checkpoints
+        ],
+    )
+
+
+@router.get("/cluster", response_model=ClusterView)
+def cluster(controller: ControllerDep) -> ClusterView:
+    """Hosts, slots and who holds them; draining hosts and what is still on them."""
+    hosts = host_views(controller)
     return ClusterView(
         policy=getattr(controller.policy, "name", type(controller.policy).__name__),
         total_slots=controller.cluster.total_slots,
-        used_slots=len(holder),
+        used_slots=sum(1 for h in hosts for job in h.used_by if job is not None),
         hosts=hosts,
     )
 

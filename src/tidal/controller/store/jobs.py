@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from tidal.controller.store.change_cache import ChangeCache
 from tidal.controller.store.database import number_change, number_changes, private_sqlite_url
+from tidal.controller.store.drains import HostDrains
 from tidal.controller.store.group_commit import GroupCommit
 from tidal.controller.store.history import JobHistory
 from tidal.controller.store.pages import (
@@ -96,9 +97,10 @@ _UPDATABLE = frozenset(
 )
 
 
-class JobStore(JobHistory):
-    """The controller's database: jobs and their requests, and (:class:`JobHistory`)
-    what happens to them while they run. Safe to share between threads."""
+class JobStore(JobHistory, HostDrains):
+    """The controller's database: jobs and their requests, (:class:`JobHistory`) what
+    happens to them while they run, and (:class:`HostDrains`) the hosts being drained.
+    Safe to share between threads."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)

@@ -15,6 +15,7 @@ __all__ = [
     "AllocationRow",
     "EventRow",
     "GoodputRow",
+    "HostDrainRow",
     "JobRow",
     "MetricRow",
     "RequestRow",
@@ -147,6 +148,18 @@ class GoodputRow(TableBase):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
     time: Mapped[float] = mapped_column(Float)
     report: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class HostDrainRow(TableBase):
+    """A host marked leaving: it gets no new workers and its jobs move off it."""
+
+    __tablename__ = "host_drains"
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    requested_at: Mapped[float] = mapped_column(Float)
+    #: When the host goes (seconds since the epoch); ``None``: not known.
+    leaves_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: Who marked it: ``admin``, ``notice`` (a cloud's preemption notice) or ``ray``.
+    source: Mapped[str] = mapped_column(String(40))
 
 
 def slots_json(slots: Sequence[Slot]) -> list[list[Any]]:

@@ -47,6 +47,7 @@ _STORE_TABLES = frozenset(
         "allocations",
         "metrics",
         "goodput",
+        "host_drains",
     }
 )
 #: Milliseconds a migration waits for another process's migration of the same SQLite file.

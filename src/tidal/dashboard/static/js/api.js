@@ -137,6 +137,10 @@ export const scaleOut = (id, count) =>
   api(`/jobs/${encodeURIComponent(id)}/scale-out`, { method: "POST", json: { count } });
 export const scaleIn = (id, count) =>
   api(`/jobs/${encodeURIComponent(id)}/scale-in`, { method: "POST", json: { count } });
+export const drain = (host) =>
+  api(`/cluster/hosts/${encodeURIComponent(host)}/drain`, { method: "POST", json: {} });
+export const undrain = (host) =>
+  api(`/cluster/hosts/${encodeURIComponent(host)}/undrain`, { method: "POST" });
 export const cancel = (id) => api(`/jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" });
 export const stopWorkers = (id, workers) =>
   api(`/jobs/${encodeURIComponent(id)}/workers/stop`, { method: "POST", json: { workers } });

@@ -9,6 +9,15 @@ import { usage, usageCard } from "./usage.js";
 /** How far back the usage chart looks, in seconds. */
 const USAGE_WINDOW_S = 3600;
 
+// While a host drains: who asked, when it goes, which jobs are still on it.
+function drainState(host) {
+  const d = host.draining;
+  if (!d) return "";
+  const goes = d.leaves_at ? `, goes in ${Math.max(0, Math.round(d.leaves_at - Date.now() / 1000))}s` : "";
+  const still = d.remaining.length ? `still on it: ${d.remaining.join(", ")}` : "drained";
+  return h("div", { class: "small draining" }, `draining (${d.source}${goes}) · ${still}`);
+}
+
 export function render(view) {
   const summary = h("span", { class: "muted", id: "cluster-summary" });
   const grid = h("div", { class: "slot-grid", id: "slot-grid" });
@@ -33,7 +42,13 @@ export function render(view) {
     summary.textContent = `${cluster.used_slots} of ${cluster.total_slots} slots in use · policy ${cluster.policy}`;
     fill(grid, cluster.hosts.map((host) => h("div", { class: "host-row" },
       h("div", { class: "host-name" }, host.name,
-        h("div", { class: "muted small" }, [host.gpu ? "GPU" : "CPU", host.group].filter(Boolean).join(" · "))),
+        h("div", { class: "muted small" }, [host.gpu ? "GPU" : "CPU", host.group].filter(Boolean).join(" · ")),
+        drainState(host),
+        h("button", {
+          class: "small", dataset: { host: host.name },
+          title: host.draining ? "Put the host back in service" : "Move every job off this host at its next step boundary",
+          onclick: () => (host.draining ? api.undrain(host.name) : api.drain(host.name)).catch((e) => alert(e.message)),
+        }, host.draining ? "Undrain" : "Drain")),
       h("div", { class: "slots" }, host.used_by.map((job, i) => job
         ? h("a", {
           class: "slot used", href: `#/jobs/${encodeURIComponent(job)}`, title: `${host.name}:${i} — ${job}`,
