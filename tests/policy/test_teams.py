@@ -221,3 +221,16 @@ def test_guarantees_per_resource_group() -> None:
     answer = TeamQueues(FairSharePolicy(), teams).allocate(jobs, cluster, {})
     assert (len(answer["a1"]), len(answer["b1"])) == (3, 1)
     assert all(host == "g0" for slots in answer.values() for host, _ in slots)
+
+
+def test_a_pool_that_shrank_below_the_guarantees_is_shared_in_their_proportions() -> None:
+    # Guarantees checked against 8 slots at start; a host drained or lost leaves 4.
+    teams = [Team("a", guaranteed={None: 6}), Team("b", guaranteed={None: 2})]
+    jobs = [
+        JobRequest(job_id="a1", min_slots=1, max_slots=8, submitted_at=0.0, team="a"),
+        JobRequest(job_id="b1", min_slots=1, max_slots=8, submitted_at=1.0, team="b"),
+    ]
+    four = Cluster((Host("h1", 4),))
+    decision = decide(FairSharePolicy(), teams, jobs, four, {})
+    assert {j: len(s) for j, s in decision.allocation.items()} == {"a1": 3, "b1": 1}
+    assert_valid(decision.allocation, four)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from tidal.policy.api import Allocation, Cluster, Host, JobRequest, Policy, Slot
 from tidal.policy.budget import slot_cap
-from tidal.policy.teams import Team, TeamUsage, check_quotas, loans, team_shares
+from tidal.policy.teams import Team, TeamUsage, fit_quotas, loans, team_shares
 
 __all__ = ["TeamDecision", "TeamNote", "TeamQueues", "decide", "pool_capacity"]
 
@@ -73,10 +73,10 @@ def decide(
     """Share ``cluster`` over teams, then over each team's jobs by ``inner``.
 
     A job of a team not in ``teams`` queues in a team of that name with no guarantee, weight
-    1 and no limit. Raises :class:`~tidal.policy.teams.TeamQuotaError` when the guarantees
-    add up to more than a pool holds.
+    1 and no limit. Guarantees that add up to more than a pool now holds (hosts drained or
+    lost since they were checked) are cut in proportion (:func:`fit_quotas`).
     """
-    check_quotas(teams, pool_capacity(cluster))
+    teams = fit_quotas(teams, pool_capacity(cluster))
     known = {t.name: t for t in teams}
     for job in jobs:
         known.setdefault(job.team, Team(job.team))

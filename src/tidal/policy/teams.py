@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 __all__ = [
     "Team",
@@ -102,6 +102,39 @@ def check_quotas(teams: Sequence[Team], capacity: Mapping[str | None, int]) -> N
             raise TeamQuotaError(
                 f"guaranteed quotas add up to {total} slots but {where} has {room}: {each}"
             )
+
+
+def fit_quotas(teams: Sequence[Team], capacity: Mapping[str | None, int]) -> tuple[Team, ...]:
+    """``teams`` with their guarantees cut, in proportion, to what each pool holds now.
+
+    Guarantees that fitted the pool at start stop fitting when hosts leave it (drained,
+    lost): the rest of the pool is then shared in the same proportions, rather than
+    scheduling stopping. Each cut guarantee is rounded down and the slots left go to the
+    largest remainders (ties to the lower name), so the answer is deterministic.
+    """
+    cut: dict[str, dict[str | None, int]] = {t.name: dict(t.guaranteed) for t in teams}
+    pools = sorted({p for t in teams for p in t.guaranteed if p is not None})
+    for pool in pools:
+        _scale(cut, pool, capacity.get(pool, 0))
+    grouped = sum(n for g in cut.values() for p, n in g.items() if p is not None)
+    _scale(cut, None, max(0, capacity.get(None, 0) - grouped))
+    return tuple(replace(t, guaranteed=cut[t.name]) for t in teams)
+
+
+def _scale(cut: dict[str, dict[str | None, int]], pool: str | None, room: int) -> None:
+    """Cut every team's guarantee in ``pool`` so that together they fit ``room``."""
+    wanted = {name: max(0, g.get(pool, 0)) for name, g in cut.items()}
+    total = sum(wanted.values())
+    if total <= room:
+        return
+    exact = {name: n * room / total for name, n in wanted.items()}
+    given = {name: int(x) for name, x in exact.items()}
+    order = sorted(exact, key=lambda name: (given[name] - exact[name], name))
+    for name in order[: room - sum(given.values())]:
+        given[name] += 1
+    for name, n in given.items():
+        if pool in cut[name]:
+            cut[name][pool] = n
 
 
 def team_shares(
