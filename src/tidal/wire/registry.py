@@ -36,6 +36,7 @@ __all__ = [
     "TrainRequest",
     "check_params",
     "coerce_param",
+    "is_url",
     "parse_dataset_ref",
     "parse_param_flag",
 ]
@@ -219,6 +220,15 @@ def parse_param_flag(text: str) -> ParamSpec:
     if match["choices"] is not None:
         fields["choices"] = [c.strip() for c in match["choices"].split(",") if c.strip()]
     return ParamSpec.model_validate(fields)
+
+
+#: ``scheme://...``: a location the workers read from a store, not the host's files.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(location: str) -> bool:
+    """Whether a dataset's ``location`` is a URL rather than a path."""
+    return bool(_URL.match(location))
 
 
 def parse_dataset_ref(ref: str) -> tuple[str, int | None]:

@@ -3,7 +3,8 @@
 ``jobs`` (submit, list, requests to change a job), ``job_scaling`` (resize a job),
 ``job_workers`` (stop some of a job's workers), ``logs``, ``cluster`` (hosts, events,
 allocations, utilisation), ``job_metrics`` (training metrics jobs report, progress),
-``prometheus`` (the controller's own metrics) and ``health``.
+``prometheus`` (the controller's own metrics), ``registry`` (datasets and models),
+``training`` (a job from a model's form) and ``health``.
 Handlers read the store and record what users ask for as requests
 (:mod:`tidal.controller.store.requests`); the controller loop carries them out on its next tick.
 Every route but ``/health`` needs the admin bearer token; :func:`tidal.server.app.create_app`
@@ -23,6 +24,8 @@ from tidal.controller.routes import (
     jobs,
     logs,
     prometheus,
+    registry,
+    training,
 )
 
 __all__ = ["PROTECTED_ROUTERS", "PUBLIC_ROUTERS"]
@@ -38,4 +41,6 @@ PROTECTED_ROUTERS: tuple[APIRouter, ...] = (
     cluster.router,
     job_metrics.router,
     prometheus.router,
+    registry.router,
+    training.router,
 )
