@@ -448,6 +448,9 @@ def test_the_registry_keeps_lineage_both_ways_and_refuses_deleting_what_is_used(
         assert (version.version, version.job_id, version.checkpoint) == (1, job.id, "/ckpt/1")
         assert version.metrics == {"loss": 1.0, "accuracy": 0.5}
         assert (version.params, version.dataset) == ({"lr": 0.5}, "digits:1")
+        # A worker's last report may land after the job ended: the version takes it.
+        store.add_metrics_many(job.id, [(3, 0.0, {"loss": 0.5})])
+        assert store.model_versions("m")[0].metrics == {"loss": 0.5, "accuracy": 0.5}
         dataset = store.dataset("digits")
         assert dataset is not None
         assert [v.used_by for v in dataset.versions] == [["m:1"], []]

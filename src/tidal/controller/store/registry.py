@@ -47,6 +47,7 @@ __all__ = [
     "UnknownEntry",
     "insert_runs",
     "record_output",
+    "refresh_output_metrics",
 ]
 
 
@@ -287,11 +288,7 @@ def record_output(s: Session, job_id: str, now: float) -> None:
     latest = s.scalar(
         select(func.max(ModelVersionRow.version)).where(ModelVersionRow.model == run.model)
     )
-    metrics: dict[str, float] = {}
-    for values in s.scalars(
-        select(MetricRow.values).where(MetricRow.job_id == job_id).order_by(MetricRow.step)
-    ):
-        metrics.update(values or {})
+    metrics = _final_metrics(s, job_id)
     s.add(
         ModelVersionRow(
             model=run.model,
@@ -304,6 +301,27 @@ def record_output(s: Session, job_id: str, now: float) -> None:
             created_at=now,
         )
     )
+
+
+def refresh_output_metrics(s: Session, job_id: str) -> None:
+    """Metrics of a succeeded job arrived: its model version's final metrics take them
+    (a worker's last report may reach the store after the job ended)."""
+    version = s.scalars(select(ModelVersionRow).where(ModelVersionRow.job_id == job_id)).first()
+    if version is not None:
+        s.flush()
+        version.metrics = _final_metrics(s, job_id)
+
+
+def _final_metrics(s: Session, job_id: str) -> dict[str, float]:
+    """The latest value (by step) of each metric the job reported."""
+    metrics: dict[str, float] = {}
+    for values in s.scalars(
+        select(MetricRow.values)
+        .where(MetricRow.job_id == job_id)
+        .order_by(MetricRow.step, MetricRow.id)
+    ):
+        metrics.update(values or {})
+    return metrics
 
 
 def _users(s: Session, version_ids: Sequence[int]) -> str:

@@ -216,7 +216,7 @@ class ModelVersionRow(TableBase):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     model: Mapped[str] = mapped_column(ForeignKey("models.name"), index=True)
     version: Mapped[int] = mapped_column(Integer)
-    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), nullable=True)
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), nullable=True, index=True)
     checkpoint: Mapped[str | None] = mapped_column(Text, nullable=True)
     metrics: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)
     params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

@@ -81,6 +81,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("model", "version", name="uq_model_versions"),
     )
     op.create_index("ix_model_versions_model", "model_versions", ["model"])
+    op.create_index("ix_model_versions_job_id", "model_versions", ["job_id"])
     op.create_index(
         "ix_model_versions_dataset_version_id", "model_versions", ["dataset_version_id"]
     )
