@@ -3,6 +3,7 @@
 import * as clusterPage from "./cluster.js";
 import * as jobPage from "./job.js";
 import * as jobsPage from "./jobs.js";
+import * as modelsPage from "./models.js";
 import * as submitPage from "./submit.js";
 
 const ROUTES = [
@@ -10,6 +11,8 @@ const ROUTES = [
   [/^#\/cluster$/, clusterPage, "cluster"],
   [/^#\/submit$/, submitPage, "submit"],
   [/^#\/jobs$/, jobsPage, "jobs"],
+  [/^#\/models\/([^/]+)$/, modelsPage, "models"],
+  [/^#\/models$/, modelsPage, "models"],
 ];
 
 const view = document.getElementById("view");
