@@ -463,3 +463,31 @@ def test_the_registry_keeps_lineage_both_ways_and_refuses_deleting_what_is_used(
         assert dataset is not None and [v.version for v in dataset.versions] == [1]
     finally:
         store.close()
+
+
+def test_servers_registering_one_new_dataset_at_once_number_its_versions(db_url: str) -> None:
+    # Two connections inserting the same new dataset: one waits or retries, none fails,
+    # and the versions are 1..n with none given twice.
+    store = JobStore(db_url)
+    start = threading.Barrier(4)
+    numbers: list[int] = []
+    errors: list[BaseException] = []
+
+    def register(i: int) -> None:
+        try:
+            start.wait(30)
+            body = DatasetIn(name="shared", location=f"/data/{i}")
+            numbers.append(store.add_dataset_version(body, None, None).version)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        assert sorted(numbers) == [1, 2, 3, 4]
+    finally:
+        store.close()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tidal.controller.store.database import Database
@@ -49,6 +50,10 @@ __all__ = [
     "record_output",
     "refresh_output_metrics",
 ]
+
+
+#: Attempts at registering a dataset version that raced another server's.
+_RACES = 3
 
 
 class UnknownEntry(LookupError):
@@ -100,6 +105,19 @@ class ModelRegistry(Database):
     ) -> DatasetVersionView:
         """Register ``body`` as a new dataset (version 1) or its dataset's next version."""
         now = time.time() if now is None else now
+        for attempt in range(_RACES):
+            try:
+                return self._add_dataset_version(body, size, checksum, now, owner)
+            except IntegrityError:
+                # Another server registered the same new name (or version number) first:
+                # its row is there now, so the next attempt takes the version after it.
+                if attempt == _RACES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _add_dataset_version(
+        self, body: DatasetIn, size: int | None, checksum: str | None, now: float, owner: str
+    ) -> DatasetVersionView:
         with self._transaction(write=True) as s:
             dataset = s.get(DatasetRow, body.name, with_for_update=True)
             if dataset is None:
@@ -197,6 +215,13 @@ class ModelRegistry(Database):
         """Register a model; :class:`RegistryConflict` if the name is taken,
         :class:`UnknownEntry` (``dataset``) if its dataset is not registered."""
         now = time.time() if now is None else now
+        try:
+            return self._add_model(body, now, owner)
+        except IntegrityError:
+            # Registered by another request between the check and the insert.
+            raise RegistryConflict(f"model {body.name} is already registered") from None
+
+    def _add_model(self, body: ModelIn, now: float, owner: str) -> ModelView:
         with self._transaction(write=True) as s:
             if s.get(ModelRow, body.name) is not None:
                 raise RegistryConflict(f"model {body.name} is already registered")
