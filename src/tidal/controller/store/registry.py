@@ -10,7 +10,6 @@ with its :class:`ModelRun`, in the job's transaction; when the job succeeds,
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +19,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tidal.controller.store.database import Database
+from tidal.controller.store.registry_views import (
+    dataset_version_view,
+    dataset_view,
+    model_view,
+    version_views,
+)
 from tidal.controller.store.tables import (
     DatasetRow,
     DatasetVersionRow,
@@ -38,7 +43,6 @@ from tidal.wire.registry import (
     ModelIn,
     ModelVersionView,
     ModelView,
-    ParamSpec,
 )
 
 __all__ = [
@@ -144,20 +148,20 @@ class ModelRegistry(Database):
             )
             s.add(row)
             s.flush()
-            return _dataset_version_view(row, [])
+            return dataset_version_view(row, [])
 
     def datasets(self) -> list[DatasetView]:
         """Every dataset, by name, with its versions."""
         with self._transaction() as s:
             names = list(s.scalars(select(DatasetRow.name).order_by(DatasetRow.name)))
-            return [_dataset_view(s, name) for name in names]
+            return [dataset_view(s, name) for name in names]
 
     def dataset(self, name: str) -> DatasetView | None:
         """The dataset ``name`` with its versions and what was trained on each."""
         with self._transaction() as s:
             if s.get(DatasetRow, name) is None:
                 return None
-            return _dataset_view(s, name)
+            return dataset_view(s, name)
 
     def choose_dataset(
         self, name: str, version: int | None, field_name: str = "dataset"
@@ -241,18 +245,18 @@ class ModelRegistry(Database):
             )
             s.add(row)
             s.flush()
-            return _model_view(s, row)
+            return model_view(s, row)
 
     def models(self) -> list[ModelView]:
         """Every model, by name."""
         with self._transaction() as s:
-            return [_model_view(s, r) for r in s.scalars(select(ModelRow).order_by(ModelRow.name))]
+            return [model_view(s, r) for r in s.scalars(select(ModelRow).order_by(ModelRow.name))]
 
     def model(self, name: str) -> ModelView | None:
         """The model ``name``, if registered."""
         with self._transaction() as s:
             row = s.get(ModelRow, name)
-            return _model_view(s, row) if row is not None else None
+            return model_view(s, row) if row is not None else None
 
     def model_versions(self, name: str) -> list[ModelVersionView]:
         """The model's versions, oldest first; :class:`UnknownEntry` if no such model."""
@@ -264,7 +268,7 @@ class ModelRegistry(Database):
                 .where(ModelVersionRow.model == name)
                 .order_by(ModelVersionRow.version)
             )
-            return _version_views(s, list(rows))
+            return version_views(s, list(rows))
 
     def set_alias(self, model: str, alias: str, version: int) -> ModelView:
         """Point ``alias`` of ``model`` at ``version`` (moving it if it pointed elsewhere)."""
@@ -285,7 +289,7 @@ class ModelRegistry(Database):
             else:
                 current.version = version
             s.flush()
-            return _model_view(s, row)
+            return model_view(s, row)
 
 
 def insert_runs(s: Session, runs: Sequence[tuple[str, ModelRun]]) -> None:
@@ -372,102 +376,3 @@ def _users(s: Session, version_ids: Sequence[int]) -> str:
     )
     found += [f"version {v} is read by job {job_id}" for v, job_id in reading]
     return "; ".join(found)
-
-
-def _dataset_version_view(row: DatasetVersionRow, used_by: list[str]) -> DatasetVersionView:
-    return DatasetVersionView(
-        dataset=row.dataset,
-        version=row.version,
-        location=row.location,
-        format=row.format,
-        size=row.size,
-        checksum=row.checksum,
-        description=row.description,
-        created_at=row.created_at,
-        used_by=used_by,
-    )
-
-
-def _dataset_view(s: Session, name: str) -> DatasetView:
-    row = s.get(DatasetRow, name)
-    assert row is not None
-    versions = list(
-        s.scalars(
-            select(DatasetVersionRow)
-            .where(DatasetVersionRow.dataset == name)
-            .order_by(DatasetVersionRow.version)
-        )
-    )
-    used: dict[int | None, list[str]] = defaultdict(list)
-    for version_id, model, version in s.execute(
-        select(ModelVersionRow.dataset_version_id, ModelVersionRow.model, ModelVersionRow.version)
-        .where(ModelVersionRow.dataset_version_id.in_([v.id for v in versions]))
-        .order_by(ModelVersionRow.model, ModelVersionRow.version)
-    ):
-        used[version_id].append(f"{model}:{version}")
-    return DatasetView(
-        name=row.name,
-        owner=row.owner,
-        description=row.description,
-        created_at=row.created_at,
-        versions=[_dataset_version_view(v, used[v.id]) for v in versions],
-    )
-
-
-def _aliases(s: Session, model: str) -> dict[str, int]:
-    return {
-        a.alias: a.version
-        for a in s.scalars(
-            select(ModelAliasRow).where(ModelAliasRow.model == model).order_by(ModelAliasRow.alias)
-        )
-    }
-
-
-def _model_view(s: Session, row: ModelRow) -> ModelView:
-    latest = s.scalar(
-        select(func.max(ModelVersionRow.version)).where(ModelVersionRow.model == row.name)
-    )
-    return ModelView(
-        name=row.name,
-        framework=row.framework,
-        code=row.code,
-        entry_point=row.entry_point,
-        params=[ParamSpec.model_validate(p) for p in row.params or []],
-        dataset=row.dataset,
-        description=row.description,
-        owner=row.owner,
-        tags=dict(row.tags or {}),
-        created_at=row.created_at,
-        aliases=_aliases(s, row.name),
-        latest_version=int(latest) if latest is not None else None,
-    )
-
-
-def _version_views(s: Session, rows: list[ModelVersionRow]) -> list[ModelVersionView]:
-    ids = {r.dataset_version_id for r in rows if r.dataset_version_id is not None}
-    datasets: dict[int, str] = {
-        i: f"{d}:{v}"
-        for i, d, v in s.execute(
-            select(
-                DatasetVersionRow.id, DatasetVersionRow.dataset, DatasetVersionRow.version
-            ).where(DatasetVersionRow.id.in_(list(ids)))
-        )
-    }
-    aliases: dict[int, list[str]] = defaultdict(list)
-    for model in {r.model for r in rows}:
-        for alias, version in _aliases(s, model).items():
-            aliases[version].append(alias)
-    return [
-        ModelVersionView(
-            model=r.model,
-            version=r.version,
-            job_id=r.job_id,
-            checkpoint=r.checkpoint,
-            metrics=dict(r.metrics or {}),
-            params=dict(r.params or {}),
-            dataset=datasets.get(r.dataset_version_id) if r.dataset_version_id else None,
-            aliases=aliases[r.version],
-            created_at=r.created_at,
-        )
-        for r in rows
-    ]
