@@ -24,10 +24,12 @@ from tidal.controller.store import migrations
 from tidal.controller.store.database import SCHEMA_VERSION
 from tidal.controller.store.drains import DrainSource, HostDrain
 from tidal.controller.store.jobs import JobRecord, JobStore
+from tidal.controller.store.registry import ModelRun, RegistryConflict
 from tidal.controller.store.requests import SetPriority
 from tidal.launch.api import WorkerState, WorkerStatus
 from tidal.model import JobState
 from tidal.spec import parse_spec
+from tidal.wire.registry import DatasetIn, ModelIn
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RELEASES = {1: FIXTURES / "release_v1.db", 2: FIXTURES / "release_v2.db"}
@@ -277,6 +279,10 @@ def check_upgraded(url: str, before: dict[str, list[dict[str, Any]]], version: i
         store.add_request(new.id, SetPriority(7))
         assert [p.request for p in store.pending_requests()[new.id]] == [SetPriority(7)]
         assert len(store.events()) == len(before["events"]) + 1
+        # The registry (revision 0012) starts empty and takes entries.
+        assert store.datasets() == [] and store.models() == []
+        store.add_dataset_version(DatasetIn(name="d", location="/data/d"), None, None)
+        assert [v.version for v in store.datasets()[0].versions] == [1]
     finally:
         store.close()
 
@@ -450,3 +456,72 @@ def test_a_model_change_becomes_a_revision_that_applies(
             assert compare_metadata(context, models) == []
     finally:
         engine.dispose()
+
+
+def test_the_registry_keeps_lineage_both_ways_and_refuses_deleting_what_is_used(
+    db_url: str,
+) -> None:
+    # Revision 0012's tables on each database: a run's output becomes a model version
+    # pointing at its dataset version, which then names the version trained on it.
+    store = JobStore(db_url)
+    try:
+        store.add_dataset_version(DatasetIn(name="digits", location="/data/a"), 10, "ab" * 32)
+        second = store.add_dataset_version(DatasetIn(name="digits", location="/data/b"), 5, None)
+        assert second.version == 2
+        store.add_model(ModelIn(name="m", code="/code", entry_point="t.py", dataset="digits"))
+        chosen = store.choose_dataset("digits", 1)
+        job = store.add_job(
+            parse_spec({"name": "m", "command": "x"}),
+            run=ModelRun("m", {"lr": 0.5}, chosen.id, "/ckpt/1"),
+        )
+        store.add_metrics(job.id, 1, {"loss": 2.0, "accuracy": 0.5})
+        store.add_metrics(job.id, 2, {"loss": 1.0})
+        store.update_job(job.id, state=JobState.RUNNING)
+        store.update_job(job.id, state=JobState.SUCCEEDED)
+        (version,) = store.model_versions("m")
+        assert (version.version, version.job_id, version.checkpoint) == (1, job.id, "/ckpt/1")
+        assert version.metrics == {"loss": 1.0, "accuracy": 0.5}
+        assert (version.params, version.dataset) == ({"lr": 0.5}, "digits:1")
+        # A worker's last report may land after the job ended: the version takes it.
+        store.add_metrics_many(job.id, [(3, 0.0, {"loss": 0.5})])
+        assert store.model_versions("m")[0].metrics == {"loss": 0.5, "accuracy": 0.5}
+        dataset = store.dataset("digits")
+        assert dataset is not None
+        assert [v.used_by for v in dataset.versions] == [["m:1"], []]
+        store.set_alias("m", "champion", 1)
+        assert store.model_versions("m")[0].aliases == ["champion"]
+        with pytest.raises(RegistryConflict, match=r"version 1 trained model version m:1"):
+            store.delete_dataset("digits", 1)
+        store.delete_dataset("digits", 2)  # nothing uses it
+        dataset = store.dataset("digits")
+        assert dataset is not None and [v.version for v in dataset.versions] == [1]
+    finally:
+        store.close()
+
+
+def test_servers_registering_one_new_dataset_at_once_number_its_versions(db_url: str) -> None:
+    # Two connections inserting the same new dataset: one waits or retries, none fails,
+    # and the versions are 1..n with none given twice.
+    store = JobStore(db_url)
+    start = threading.Barrier(4)
+    numbers: list[int] = []
+    errors: list[BaseException] = []
+
+    def register(i: int) -> None:
+        try:
+            start.wait(30)
+            body = DatasetIn(name="shared", location=f"/data/{i}")
+            numbers.append(store.add_dataset_version(body, None, None).version)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        assert sorted(numbers) == [1, 2, 3, 4]
+    finally:
+        store.close()

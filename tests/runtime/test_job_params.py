@@ -99,3 +99,12 @@ def test_a_launched_script_reads_them_without_loading_torch() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [{"epochs": 4, "lr": 0.1}, "/data/d1", False]
+
+
+def test_the_server_and_the_script_name_the_same_variables() -> None:
+    # The server (wire layer) sets them and the script (runtime layer) reads them; the two
+    # layers cannot import each other's constant, so this holds them together.
+    from tidal.runtime import env
+    from tidal.wire import registry
+
+    assert (registry.ENV_PARAMS, registry.ENV_DATASET) == (env.ENV_PARAMS, env.ENV_DATASET)

@@ -28,6 +28,7 @@ from tidal.client.errors import (
     ServerUnavailable,
     problems,
 )
+from tidal.client.registry import RegistryVerbs
 from tidal.client.worker_verbs import WorkerVerbs
 from tidal.spec import JobSpec
 from tidal.wire.discovery import default_data_dir, read_server_info, read_token
@@ -51,13 +52,14 @@ TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 _PAGE = 1000
 
 
-class Client(WorkerVerbs):
+class Client(WorkerVerbs, RegistryVerbs):
     """A connection to a tidal server.
 
     ``url`` and ``token`` default to ``$TIDAL_URL`` / ``$TIDAL_TOKEN``, then to what the
     server wrote into ``data_dir`` (default ``$TIDAL_DATA_DIR`` or ``~/.tidal``). The
     worker verbs (``launch_workers``, ``await_workers``, ``stop_workers``,
-    ``list_workers``, ``run_cluster``) are :class:`~tidal.client.worker_verbs.WorkerVerbs`.
+    ``list_workers``, ``run_cluster``) are :class:`~tidal.client.worker_verbs.WorkerVerbs`;
+    the registry's (datasets, models, ``train``) :class:`~tidal.client.registry.RegistryVerbs`.
     """
 
     def __init__(

@@ -4,7 +4,8 @@
 ``job_workers`` (stop some of a job's workers), ``logs``, ``cluster`` (hosts, events,
 allocations, utilisation), ``usage`` (every job's slots over time), ``host_drains``
 (draining hosts, preemption notices), ``job_metrics`` (training metrics jobs report,
-progress), ``prometheus`` (the controller's own metrics) and ``health``.
+progress), ``prometheus`` (the controller's own metrics), ``registry`` (datasets and
+models), ``training`` (a job from a model's form) and ``health``.
 Handlers read the store and record what users ask for as requests
 (:mod:`tidal.controller.store.requests`); the controller loop carries them out on its next tick.
 Every route but ``/health`` needs the admin bearer token; :func:`tidal.server.app.create_app`
@@ -25,6 +26,8 @@ from tidal.controller.routes import (
     jobs,
     logs,
     prometheus,
+    registry,
+    training,
     usage,
 )
 
@@ -43,4 +46,6 @@ PROTECTED_ROUTERS: tuple[APIRouter, ...] = (
     host_drains.router,
     job_metrics.router,
     prometheus.router,
+    registry.router,
+    training.router,
 )

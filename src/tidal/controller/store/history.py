@@ -22,6 +22,7 @@ from tidal.controller.store.records import (
     MetricRecord,
     WorkerRecord,
 )
+from tidal.controller.store.registry import refresh_output_metrics
 from tidal.controller.store.tables import (
     AllocationRow,
     EventRow,
@@ -174,7 +175,8 @@ class JobHistory(Database):
         """Record training metrics a job reported at ``step``."""
         now = time.time() if now is None else now
         with self._transaction(write=True) as s:
-            if s.get(JobRow, job_id) is None:
+            job = s.get(JobRow, job_id)
+            if job is None:
                 raise KeyError(job_id)
             s.add(
                 MetricRow(
@@ -184,6 +186,8 @@ class JobHistory(Database):
                     values={k: float(v) for k, v in values.items()},
                 )
             )
+            if job.state == JobState.SUCCEEDED.value:
+                refresh_output_metrics(s, job_id)
 
     def add_metrics_many(
         self, job_id: str, points: Sequence[tuple[int, float, Mapping[str, float]]]
@@ -192,7 +196,8 @@ class JobHistory(Database):
         if not points:
             return
         with self._transaction(write=True) as s:
-            if s.get(JobRow, job_id) is None:
+            job = s.get(JobRow, job_id)
+            if job is None:
                 raise KeyError(job_id)
             s.add_all(
                 MetricRow(
@@ -203,6 +208,8 @@ class JobHistory(Database):
                 )
                 for step, at, values in points
             )
+            if job.state == JobState.SUCCEEDED.value:
+                refresh_output_metrics(s, job_id)
 
     def set_goodput(self, job_id: str, report: Mapping[str, Any], now: float | None = None) -> None:
         """Keep ``report`` as the job's newest goodput report."""

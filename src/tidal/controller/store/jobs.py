@@ -48,6 +48,7 @@ from tidal.controller.store.records import (
     MetricRecord,
     WorkerRecord,
 )
+from tidal.controller.store.registry import ModelRegistry, ModelRun, insert_runs, record_output
 from tidal.controller.store.requests import (
     PendingRequest,
     UserRequest,
@@ -97,10 +98,11 @@ _UPDATABLE = frozenset(
 )
 
 
-class JobStore(JobHistory, HostDrains):
+class JobStore(JobHistory, HostDrains, ModelRegistry):
     """The controller's database: jobs and their requests, (:class:`JobHistory`) what
-    happens to them while they run, and (:class:`HostDrains`) the hosts being drained.
-    Safe to share between threads."""
+    happens to them while they run, (:class:`HostDrains`) the hosts being drained and
+    (:class:`ModelRegistry`) the datasets and models they train. Safe to share between
+    threads."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -110,7 +112,9 @@ class JobStore(JobHistory, HostDrains):
         #: Records read before, reused while their row has not changed: the loop reads
         #: every active job each tick, and a tick follows each request.
         self.records: ChangeCache[JobRecord] = ChangeCache()
-        self._additions: GroupCommit[tuple[JobSpec, float], JobRecord] = GroupCommit(self._add_jobs)
+        self._additions: GroupCommit[tuple[JobSpec, float, ModelRun | None], JobRecord] = (
+            GroupCommit(self._add_jobs)
+        )
 
     @classmethod
     def open(cls, data_dir: Path) -> JobStore:
@@ -120,17 +124,22 @@ class JobStore(JobHistory, HostDrains):
 
     # -- jobs -----------------------------------------------------------------------------
 
-    def add_job(self, spec: JobSpec, now: float | None = None) -> JobRecord:
+    def add_job(
+        self, spec: JobSpec, now: float | None = None, *, run: ModelRun | None = None
+    ) -> JobRecord:
         """JobStore a new queued job; its id is ``<name>-<6 hex digits>``. Jobs added at the
-        same time by several threads are committed together (:mod:`.group_commit`)."""
-        record = self._additions.add((spec, time.time() if now is None else now))
+        same time by several threads are committed together (:mod:`.group_commit`).
+        ``run``: the job trains a model, whose next version its output becomes."""
+        record = self._additions.add((spec, time.time() if now is None else now, run))
         self._requested()
         return record
 
-    def _add_jobs(self, additions: Sequence[tuple[JobSpec, float]]) -> list[JobRecord]:
+    def _add_jobs(
+        self, additions: Sequence[tuple[JobSpec, float, ModelRun | None]]
+    ) -> list[JobRecord]:
         """JobStore these new jobs in one transaction (one insert per table, one change
         number each); their records, in order."""
-        jobs = [job_from_spec(spec, team=spec.team or DEFAULT_TEAM) for spec, _ in additions]
+        jobs = [job_from_spec(spec, team=spec.team or DEFAULT_TEAM) for spec, _, _ in additions]
         with self._transaction(write=True) as s:
             ids = self._new_ids(s, [job.name for job in jobs])
             values: list[dict[str, Any]] = [
@@ -164,7 +173,7 @@ class JobStore(JobHistory, HostDrains):
                     "updated_at": now,
                     "change": 0,
                 }
-                for job_id, job, (spec, now) in zip(ids, jobs, additions, strict=True)
+                for job_id, job, (spec, now, _) in zip(ids, jobs, additions, strict=True)
             ]
             # Core inserts, one executemany per table: the ORM's unit of work cost more
             # per job than the database did.
@@ -183,6 +192,9 @@ class JobStore(JobHistory, HostDrains):
                     for row in values
                 ],
             )
+            runs = [(i, run) for i, (_, _, run) in zip(ids, additions, strict=True) if run]
+            if runs:
+                insert_runs(s, runs)
             number_changes(s, ids)
             return [JobRecord.of_row(JobRow(**row)) for row in values]
 
@@ -405,6 +417,8 @@ def _update_row(
         s.execute(delete(RequestRow).where(RequestRow.id.in_(list(applied))))
     if new.terminal and not old.terminal:
         s.execute(delete(RequestRow).where(RequestRow.job_id == job_id))
+        if new is JobState.SUCCEEDED:
+            record_output(s, job_id, now)
     for key, value in changes.items():
         if key == "release_slots":
             value = slots_json(value)

@@ -5,7 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Float,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM
@@ -13,11 +24,17 @@ from tidal.policy.api import Slot
 
 __all__ = [
     "AllocationRow",
+    "DatasetRow",
+    "DatasetVersionRow",
     "EventRow",
     "GoodputRow",
     "HostDrainRow",
     "JobRow",
     "MetricRow",
+    "ModelAliasRow",
+    "ModelRow",
+    "ModelRunRow",
+    "ModelVersionRow",
     "RequestRow",
     "SchemaVersionRow",
     "TableBase",
@@ -160,6 +177,92 @@ class HostDrainRow(TableBase):
     leaves_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     #: Who marked it: ``admin``, ``notice`` (a cloud's preemption notice) or ``ray``.
     source: Mapped[str] = mapped_column(String(40))
+
+
+class DatasetRow(TableBase):
+    """A registered dataset; its versions are :class:`DatasetVersionRow`."""
+
+    __tablename__ = "datasets"
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(80))
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class DatasetVersionRow(TableBase):
+    __tablename__ = "dataset_versions"
+    __table_args__ = (UniqueConstraint("dataset", "version", name="uq_dataset_versions"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dataset: Mapped[str] = mapped_column(ForeignKey("datasets.name"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    location: Mapped[str] = mapped_column(Text)
+    format: Mapped[str] = mapped_column(String(63), default="")
+    #: Bytes and SHA-256 of a local path's files at registration; ``None`` for a URL.
+    size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    checksum: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ModelRow(TableBase):
+    """A registered model: its code, how it runs, its parameters and its dataset."""
+
+    __tablename__ = "models"
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    framework: Mapped[str] = mapped_column(String(63))
+    code: Mapped[str] = mapped_column(Text)
+    entry_point: Mapped[str] = mapped_column(Text)
+    #: The declared parameters (:class:`tidal.wire.registry.ParamSpec` as JSON).
+    params: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    dataset: Mapped[str | None] = mapped_column(ForeignKey("datasets.name"), nullable=True)
+    owner: Mapped[str] = mapped_column(String(80))
+    description: Mapped[str] = mapped_column(Text, default="")
+    tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ModelVersionRow(TableBase):
+    """A finished training job's output: its checkpoint, metrics and lineage."""
+
+    __tablename__ = "model_versions"
+    __table_args__ = (UniqueConstraint("model", "version", name="uq_model_versions"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model: Mapped[str] = mapped_column(ForeignKey("models.name"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), nullable=True, index=True)
+    checkpoint: Mapped[str | None] = mapped_column(Text, nullable=True)
+    metrics: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    #: The dataset version it was trained on: deleting that version is refused.
+    dataset_version_id: Mapped[int | None] = mapped_column(
+        ForeignKey("dataset_versions.id"), nullable=True, index=True
+    )
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ModelAliasRow(TableBase):
+    __tablename__ = "model_aliases"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["model", "version"], ["model_versions.model", "model_versions.version"]
+        ),
+    )
+    model: Mapped[str] = mapped_column(ForeignKey("models.name"), primary_key=True)
+    alias: Mapped[str] = mapped_column(String(63), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+
+
+class ModelRunRow(TableBase):
+    """A job started from a model: what its output is registered with when it succeeds."""
+
+    __tablename__ = "model_runs"
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    model: Mapped[str] = mapped_column(ForeignKey("models.name"), index=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    dataset_version_id: Mapped[int | None] = mapped_column(
+        ForeignKey("dataset_versions.id"), nullable=True, index=True
+    )
+    checkpoint: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 def slots_json(slots: Sequence[Slot]) -> list[list[Any]]:

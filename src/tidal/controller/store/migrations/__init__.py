@@ -48,6 +48,12 @@ _STORE_TABLES = frozenset(
         "metrics",
         "goodput",
         "host_drains",
+        "datasets",
+        "dataset_versions",
+        "models",
+        "model_versions",
+        "model_aliases",
+        "model_runs",
     }
 )
 #: Milliseconds a migration waits for another process's migration of the same SQLite file.

@@ -4,6 +4,7 @@ import * as api from "./api.js";
 import * as clusterPage from "./cluster.js";
 import * as jobPage from "./job.js";
 import * as jobsPage from "./jobs.js";
+import * as modelsPage from "./models.js";
 import * as submitPage from "./submit.js";
 
 // [hash, page, nav link, whether the page needs the job list read before it draws].
@@ -15,6 +16,8 @@ const ROUTES = [
   [/^#\/cluster$/, clusterPage, "cluster", false],
   [/^#\/submit$/, submitPage, "submit", false],
   [/^#\/jobs$/, jobsPage, "jobs", false],
+  [/^#\/models\/([^/]+)$/, modelsPage, "models", false],
+  [/^#\/models$/, modelsPage, "models", false],
 ];
 
 const view = document.getElementById("view");
