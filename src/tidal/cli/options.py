@@ -93,7 +93,7 @@ class ClientOptions:
         from tidal.client import Client, ClientError
 
         try:
-            return Client(url=self.url, token=self.token, data_dir=self.data_dir)
+            return Client(url=self.url, token=self.token, data_dir=self.data_dir, via="cli")
         except ClientError as exc:
             fail(str(exc))
 

@@ -30,7 +30,7 @@ from tidal.client.errors import (
 )
 from tidal.client.worker_verbs import WorkerVerbs
 from tidal.spec import JobSpec
-from tidal.wire.discovery import default_data_dir, read_server_info, read_token
+from tidal.wire.discovery import SOURCE_HEADER, default_data_dir, read_server_info, read_token
 from tidal.wire.schema import (
     AllocationView,
     ClusterView,
@@ -63,6 +63,7 @@ class Client(WorkerVerbs):
         token: str | None = None,
         data_dir: Path | str | None = None,
         timeout: float = 10.0,
+        via: str = "api",
     ) -> None:
         folder = Path(data_dir) if data_dir is not None else default_data_dir()
         url = url or os.environ.get("TIDAL_URL")
@@ -74,7 +75,10 @@ class Client(WorkerVerbs):
                 )
             url = info.url
         token = token or os.environ.get("TIDAL_TOKEN") or read_token(folder)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # ``via``: where the server's audit trail says changes come from (``cli``, ``api``).
+        headers = {SOURCE_HEADER: via}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         self.url = url.rstrip("/")
         #: Names this client's launches: ``list_workers`` and a bare ``stop_workers()``
         #: read this session's workers, and workers see it as ``CDSW_MASTER_ID``.

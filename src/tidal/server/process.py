@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from tidal.backends.base import HostDiscovery
 from tidal.controller.cluster import ClusterModel, detect_local, local_address
+from tidal.controller.credentials import ServerKey
 from tidal.controller.loop.controller import Controller
 from tidal.controller.loop.launching import JobFiles
 from tidal.controller.plugins import load_backend, load_policy
@@ -218,7 +219,8 @@ def _serve(
                 data_dir, log_max_bytes=config.log_max_bytes, log_backups=config.log_backups
             )
             controller = Controller(store, cluster, policy, backend, data_dir, files=files)
-            server = ApiServer(create_app(controller, token), config.host, config.port)
+            key = ServerKey.in_data_dir(data_dir)
+            server = ApiServer(create_app(controller, token, key), config.host, config.port)
             lock.record(server.url)
             pid = os.getpid()
             controller.start(config.interval)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 __all__ = [
     "SERVER_FILE",
+    "SOURCE_HEADER",
     "TOKEN_FILE",
     "ServerInfo",
     "clear_server_info",
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 
 SERVER_FILE = "server.json"
 TOKEN_FILE = "token"
+#: The header the CLI (``cli``) and the SDK (``api``) send to say where a change comes
+#: from, for the audit trail.
+SOURCE_HEADER = "X-Tidal-Client"
 
 
 def default_data_dir() -> Path:

@@ -3,10 +3,12 @@
 ``jobs`` (submit, list, requests to change a job), ``job_scaling`` (resize a job),
 ``job_workers`` (stop some of a job's workers), ``logs``, ``cluster`` (hosts, events,
 allocations, utilisation), ``job_metrics`` (training metrics jobs report, progress),
-``prometheus`` (the controller's own metrics) and ``health``.
+``prometheus`` (the controller's own metrics), ``users`` (users and their tokens) and
+``health``.
 Handlers read the store and record what users ask for as requests
 (:mod:`tidal.controller.store.requests`); the controller loop carries them out on its next tick.
-Every route but ``/health`` needs the admin bearer token; :func:`tidal.server.app.create_app`
+Every route but ``/health`` needs a user's token, and the user's role must allow it
+(:mod:`~tidal.controller.routes.auth`); :func:`tidal.server.app.create_app`
 puts the routers and the dashboard together.
 """
 
@@ -23,6 +25,7 @@ from tidal.controller.routes import (
     jobs,
     logs,
     prometheus,
+    users,
 )
 
 __all__ = ["PROTECTED_ROUTERS", "PUBLIC_ROUTERS"]
@@ -38,4 +41,5 @@ PROTECTED_ROUTERS: tuple[APIRouter, ...] = (
     cluster.router,
     job_metrics.router,
     prometheus.router,
+    users.router,
 )

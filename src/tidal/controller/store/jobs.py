@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
@@ -54,7 +54,14 @@ from tidal.controller.store.requests import (
     request_to_row,
 )
 from tidal.controller.store.tables import AllocationRow, EventRow, JobRow, RequestRow, slots_json
-from tidal.model import JobState, JobStateError, check_transition, job_from_spec
+from tidal.model import (
+    DEFAULT_OWNER,
+    DEFAULT_TEAM,
+    JobState,
+    JobStateError,
+    check_transition,
+    job_from_spec,
+)
 from tidal.policy.api import Slot
 from tidal.spec import JobSpec
 
@@ -96,6 +103,16 @@ _UPDATABLE = frozenset(
 )
 
 
+class _Addition(NamedTuple):
+    """A job to add: its spec, when, whose, and through what it was submitted."""
+
+    spec: JobSpec
+    now: float
+    owner: str
+    team: str
+    source: str | None
+
+
 class JobStore(JobHistory):
     """The controller's database: jobs and their requests, and (:class:`JobHistory`)
     what happens to them while they run. Safe to share between threads."""
@@ -108,7 +125,7 @@ class JobStore(JobHistory):
         #: Records read before, reused while their row has not changed: the loop reads
         #: every active job each tick, and a tick follows each request.
         self.records: ChangeCache[JobRecord] = ChangeCache()
-        self._additions: GroupCommit[tuple[JobSpec, float], JobRecord] = GroupCommit(self._add_jobs)
+        self._additions: GroupCommit[_Addition, JobRecord] = GroupCommit(self._add_jobs)
 
     @classmethod
     def open(cls, data_dir: Path) -> JobStore:
@@ -118,17 +135,28 @@ class JobStore(JobHistory):
 
     # -- jobs -----------------------------------------------------------------------------
 
-    def add_job(self, spec: JobSpec, now: float | None = None) -> JobRecord:
-        """JobStore a new queued job; its id is ``<name>-<6 hex digits>``. Jobs added at the
-        same time by several threads are committed together (:mod:`.group_commit`)."""
-        record = self._additions.add((spec, time.time() if now is None else now))
+    def add_job(
+        self,
+        spec: JobSpec,
+        now: float | None = None,
+        *,
+        owner: str = DEFAULT_OWNER,
+        team: str = DEFAULT_TEAM,
+        source: str | None = None,
+    ) -> JobRecord:
+        """JobStore a new queued job of ``owner`` in ``team``, submitted through ``source``;
+        its id is ``<name>-<6 hex digits>``. Jobs added at the same time by several threads
+        are committed together (:mod:`.group_commit`)."""
+        record = self._additions.add(
+            _Addition(spec, time.time() if now is None else now, owner, team, source)
+        )
         self._requested()
         return record
 
-    def _add_jobs(self, additions: Sequence[tuple[JobSpec, float]]) -> list[JobRecord]:
+    def _add_jobs(self, additions: Sequence[_Addition]) -> list[JobRecord]:
         """JobStore these new jobs in one transaction (one insert per table, one change
         number each); their records, in order."""
-        jobs = [job_from_spec(spec) for spec, _ in additions]
+        jobs = [job_from_spec(a.spec, owner=a.owner, team=a.team) for a in additions]
         with self._transaction(write=True) as s:
             ids = self._new_ids(s, [job.name for job in jobs])
             values: list[dict[str, Any]] = [
@@ -162,7 +190,7 @@ class JobStore(JobHistory):
                     "updated_at": now,
                     "change": 0,
                 }
-                for job_id, job, (spec, now) in zip(ids, jobs, additions, strict=True)
+                for job_id, job, (spec, now, *_) in zip(ids, jobs, additions, strict=True)
             ]
             # Core inserts, one executemany per table: the ORM's unit of work cost more
             # per job than the database did.
@@ -177,8 +205,10 @@ class JobStore(JobHistory):
                         "kind": "submitted",
                         "message": "",
                         "data": {},
+                        "actor": row["owner"],
+                        "source": addition.source,
                     }
-                    for row in values
+                    for row, addition in zip(values, additions, strict=True)
                 ],
             )
             number_changes(s, ids)
@@ -345,6 +375,8 @@ class JobStore(JobHistory):
                         kind=event.kind,
                         message=event.message,
                         data=dict(event.data or {}),
+                        actor=event.actor,
+                        source=event.source,
                     )
                 )
             s.flush()
@@ -420,6 +452,8 @@ def _update_row(
                 kind=event.kind,
                 message=event.message,
                 data=dict(event.data or {}),
+                actor=event.actor,
+                source=event.source,
             )
         )
     row.updated_at = now

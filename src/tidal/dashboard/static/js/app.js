@@ -1,5 +1,6 @@
 // The app shell: a hash router over the pages. Each page module exports
 // `render(view, params)` and returns a function that stops it (timers, streams, charts).
+import { api } from "./api.js";
 import * as clusterPage from "./cluster.js";
 import * as jobPage from "./job.js";
 import * as jobsPage from "./jobs.js";
@@ -31,6 +32,13 @@ function route() {
   }
   stop = page.render(view, ...params) || null;
 }
+
+// Who is logged in, beside the logout button: "ana (member, team vision)".
+api("/me")
+  .then((me) => {
+    document.getElementById("who").textContent = `${me.name} (${me.role}, team ${me.team})`;
+  })
+  .catch(() => {});
 
 document.getElementById("logout").addEventListener("click", async () => {
   await fetch("/logout", { method: "POST", credentials: "same-origin" });
