@@ -33,6 +33,7 @@ from tidal.cli import server as _server
 from tidal.cli import submit as _submit  # noqa: F401
 from tidal.cli import jobs as _jobs  # noqa: F401
 from tidal.cli import cluster as _cluster  # noqa: F401
+from tidal.cli import users as _users
 
 # isort: on
 from tidal.cli.options import controller_app, err
@@ -42,6 +43,8 @@ from tidal.cli.workers import workers_app
 __all__ = ["app", "controller_app", "main", "run_app"]
 
 controller_app.add_typer(workers_app, name="workers")
+controller_app.add_typer(_users.user_app, name="user")
+controller_app.add_typer(_users.token_app, name="token")
 
 app = typer.Typer(
     name="tidal",
