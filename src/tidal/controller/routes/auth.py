@@ -104,7 +104,7 @@ def register_data_dir_token(store: JobStore, key: ServerKey, token: str) -> None
     # A data dir whose key was replaced leaves its former token's name behind.
     name = next(n for n in _data_dir_token_names() if n not in taken)
     store.add_token(admin.name, name, digest)
-    log.info("registered the data dir's token as user %r's", admin.name)
+    log.info("registered the data dir's token for user %r", admin.name)
 
 
 def _data_dir_token_names() -> Iterator[str]:
