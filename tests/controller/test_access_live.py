@@ -234,6 +234,10 @@ def test_logs_and_metrics_are_for_the_team_and_admins(scene: Scene) -> None:
         for who in ("ana", "vic", "admin"):
             answer = httpx.get(f"{scene.url}{path}", headers=scene.as_(who))
             assert answer.status_code == 200, (who, path)
+    scene.store.add_metrics(scene.job, 1, {"loss": 0.5})
+    for who, seen in (("bob", []), ("ana", [scene.job]), ("admin", [scene.job])):
+        progress = httpx.get(f"{scene.url}/progress", headers=scene.as_(who)).json()
+        assert [p["job_id"] for p in progress] == seen, who
     # The job itself is visible to every user.
     assert httpx.get(f"{scene.url}/jobs/{scene.job}", headers=scene.as_("bob")).status_code == 200
 

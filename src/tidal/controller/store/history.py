@@ -277,13 +277,15 @@ class JobHistory(Accounts):
                 )
             ]
 
-    def latest_metrics(self) -> list[MetricRecord]:
-        """Each job's most recently reported metrics (one record per job that reported)."""
+    def latest_metrics(self, team: str | None = None) -> list[MetricRecord]:
+        """Each job's most recently reported metrics (one record per job that reported),
+        of ``team``'s jobs only if given."""
         latest = select(func.max(MetricRow.id)).group_by(MetricRow.job_id)
+        query = select(MetricRow).where(MetricRow.id.in_(latest)).order_by(MetricRow.job_id)
+        if team is not None:
+            query = query.where(MetricRow.job_id.in_(select(JobRow.id).where(JobRow.team == team)))
         with self._transaction() as s:
             return [
                 MetricRecord(job_id=r.job_id, step=r.step, time=r.time, values=r.values)
-                for r in s.scalars(
-                    select(MetricRow).where(MetricRow.id.in_(latest)).order_by(MetricRow.job_id)
-                )
+                for r in s.scalars(query)
             ]
