@@ -11,7 +11,7 @@ from fastapi import APIRouter, HTTPException, Request, status
 from tidal.controller.credentials import new_secret
 from tidal.controller.routes.auth import PrincipalDep, TokenAuth
 from tidal.controller.routes.deps import JobStoreDep
-from tidal.controller.routes.errors import ProtectedRoute
+from tidal.controller.routes.errors import ACCOUNT_ERRORS, ProtectedRoute
 from tidal.controller.store.accounts import AccountError, TokenRecord, UserRecord
 from tidal.wire.accounts import NewToken, TokenRequest, TokenView, UserRequest, UserView
 
@@ -46,7 +46,7 @@ def _refused(exc: AccountError) -> HTTPException:
     return HTTPException(status_code=code, detail=str(exc))
 
 
-@router.get("/me", response_model=UserView)
+@router.get("/me", response_model=UserView, responses=ACCOUNT_ERRORS)
 def me(who: PrincipalDep, store: JobStoreDep) -> UserView:
     """The user the request's token or session stands for."""
     user = store.user(who.user)
@@ -61,7 +61,9 @@ def list_users(store: JobStoreDep) -> list[UserView]:
     return [_user_view(u) for u in store.users()]
 
 
-@router.post("/users", response_model=UserView, status_code=status.HTTP_201_CREATED)
+@router.post(
+    "/users", response_model=UserView, status_code=status.HTTP_201_CREATED, responses=ACCOUNT_ERRORS
+)
 def add_user(body: UserRequest, store: JobStoreDep, who: PrincipalDep) -> UserView:
     """Add a user (409 if the name is taken)."""
     try:
@@ -78,7 +80,7 @@ def add_user(body: UserRequest, store: JobStoreDep, who: PrincipalDep) -> UserVi
     return _user_view(user)
 
 
-@router.delete("/users/{name}", response_model=UserView)
+@router.delete("/users/{name}", response_model=UserView, responses=ACCOUNT_ERRORS)
 def remove_user(name: str, request: Request, store: JobStoreDep, who: PrincipalDep) -> UserView:
     """Remove a user and revoke their tokens and sessions (their jobs stay)."""
     try:
@@ -96,7 +98,12 @@ def list_tokens(store: JobStoreDep, user: str | None = None) -> list[TokenView]:
     return [_token_view(t) for t in store.tokens(user)]
 
 
-@router.post("/tokens", response_model=NewToken, status_code=status.HTTP_201_CREATED)
+@router.post(
+    "/tokens",
+    response_model=NewToken,
+    status_code=status.HTTP_201_CREATED,
+    responses=ACCOUNT_ERRORS,
+)
 def create_token(
     body: TokenRequest, request: Request, store: JobStoreDep, who: PrincipalDep
 ) -> NewToken:
@@ -115,7 +122,7 @@ def create_token(
     return NewToken(**_token_view(record).model_dump(), token=token)
 
 
-@router.post("/tokens/{user}/{name}/revoke", response_model=TokenView)
+@router.post("/tokens/{user}/{name}/revoke", response_model=TokenView, responses=ACCOUNT_ERRORS)
 def revoke_token(
     user: str, name: str, request: Request, store: JobStoreDep, who: PrincipalDep
 ) -> TokenView:
