@@ -194,7 +194,10 @@ def as_revised(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     a replica of the one role a job had, ``worker``, at an unknown index; 0007 gives every
     job an empty list of slots to give up and no stopped replicas; 0008 records no further
     slot of any stored worker (each held one); 0009 names a job's bounds and target
-    ``min_slots``, ``max_slots`` and ``target_slots``."""
+    ``min_slots``, ``max_slots`` and ``target_slots``; 0010 records no actor (nor its
+    source) of any stored event."""
+    if table == "events":
+        return [{**row, "actor": None, "source": None} for row in rows]
     if table == "workers":
         return [{**row, "role": "worker", "replica_index": None, "slots": []} for row in rows]
     if table != "jobs":
@@ -233,6 +236,13 @@ def check_upgraded(url: str, before: dict[str, list[dict[str, Any]]], version: i
             assert after["goodput"] == []
         assert after["requests"] == []
         assert after["host_drains"] == []  # 0011: no host was draining before
+        # The single admin every stored job names becomes a user; no token is stored
+        # (the server registers the data dir's token, hashed with its key, when it starts).
+        assert [(u["name"], u["role"], u["team"]) for u in after["users"]] == [
+            ("admin", "admin", "default")
+        ]
+        assert after["tokens"] == []
+        assert after["sessions"] == []
 
         jobs = {j.name: j for j in store.list_jobs()}
         assert {j.state for j in jobs.values()} == set(JobState)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.dashboard.conftest import Served
-from tidal.controller.routes.auth import CSRF_HEADER, TOKEN_COOKIE
+from tidal.controller.routes.auth import CSRF_HEADER, SESSION_COOKIE
 from tidal.dashboard import STATIC_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ def test_wrong_token_is_refused_without_a_cookie(served: Served) -> None:
         response = login(served, token)
         assert response.status_code == 401
         assert response.json() == {"detail": "wrong token"}
-        assert TOKEN_COOKIE not in response.cookies
+        assert SESSION_COOKIE not in response.cookies
     form = httpx.post(f"{served.url}/login", data={"token": "nope"}, timeout=5)
     assert form.status_code == 401
 
@@ -44,11 +44,18 @@ def test_login_sets_an_http_only_cookie_that_opens_the_app_and_the_api(served: S
     response = login(served, served.token)
     assert response.status_code == 204
     cookie = response.headers["set-cookie"]
-    assert f"{TOKEN_COOKIE}=" in cookie
+    assert f"{SESSION_COOKIE}=" in cookie
     assert "httponly" in cookie.lower()
     assert "samesite=strict" in cookie.lower()
+    session = response.cookies[SESSION_COOKIE]
+    # The cookie is a session id, not the token.
+    assert served.token not in cookie
+    assert session != served.token
     with httpx.Client(base_url=served.url, timeout=5) as browser:
-        browser.cookies.set(TOKEN_COOKIE, served.token)
+        # The token itself as a cookie admits nothing.
+        browser.cookies.set(SESSION_COOKIE, served.token)
+        assert browser.get("/jobs").status_code == 401
+        browser.cookies.set(SESSION_COOKIE, session)
         index = browser.get("/")
         assert index.status_code == 200
         assert '<main id="view">' in index.text
@@ -59,7 +66,8 @@ def test_login_sets_an_http_only_cookie_that_opens_the_app_and_the_api(served: S
         assert served.store.list_jobs() == []
         made = browser.post("/jobs", json=SPEC, headers={CSRF_HEADER: "1"})
         assert made.status_code == 201
-        browser.cookies.set(TOKEN_COOKIE, "wrong")
+        assert browser.get("/me").json()["name"] == "admin"
+        browser.cookies.set(SESSION_COOKIE, "wrong")
         assert browser.get("/jobs").status_code == 401
 
 
@@ -67,13 +75,39 @@ def test_login_form_post_works_without_javascript(served: Served) -> None:
     response = httpx.post(f"{served.url}/login", data={"token": served.token}, timeout=5)
     assert response.status_code == 303
     assert response.headers["location"] == "/"
-    assert TOKEN_COOKIE in response.cookies
+    assert SESSION_COOKIE in response.cookies
 
 
 def test_logout_clears_the_cookie(served: Served) -> None:
     response = httpx.post(f"{served.url}/logout", timeout=5)
     assert response.status_code == 204
-    assert f'{TOKEN_COOKIE}=""' in response.headers["set-cookie"]
+    assert f'{SESSION_COOKIE}=""' in response.headers["set-cookie"]
+
+
+def test_logout_ends_the_session_in_the_server(served: Served) -> None:
+    session = login(served, served.token).cookies[SESSION_COOKIE]
+    with httpx.Client(base_url=served.url, timeout=5) as browser:
+        browser.cookies.set(SESSION_COOKIE, session)
+        assert browser.get("/jobs").status_code == 200
+        assert browser.post("/logout").status_code == 204
+    # A copy of the cookie kept from before the logout admits nothing any more.
+    with httpx.Client(base_url=served.url, timeout=5) as copy:
+        copy.cookies.set(SESSION_COOKIE, session)
+        assert copy.get("/jobs").status_code == 401
+        assert copy.get("/", follow_redirects=False).status_code == 303
+
+
+def test_revoking_its_token_ends_the_session(served: Served) -> None:
+    admin = {"Authorization": f"Bearer {served.token}"}
+    made = httpx.post(f"{served.url}/tokens", json={"name": "laptop"}, headers=admin, timeout=5)
+    assert made.status_code == 201
+    session = login(served, made.json()["token"]).cookies[SESSION_COOKIE]
+    with httpx.Client(base_url=served.url, timeout=5) as browser:
+        browser.cookies.set(SESSION_COOKIE, session)
+        assert browser.get("/jobs").status_code == 200
+        revoked = httpx.post(f"{served.url}/tokens/admin/laptop/revoke", headers=admin, timeout=5)
+        assert revoked.status_code == 200
+        assert browser.get("/jobs").status_code == 401
 
 
 def test_assets_are_served_and_nothing_is_fetched_from_elsewhere(served: Served) -> None:

@@ -34,6 +34,7 @@ from tidal.cli import submit as _submit  # noqa: F401
 from tidal.cli import jobs as _jobs  # noqa: F401
 from tidal.cli import cluster as _cluster  # noqa: F401
 from tidal.cli import registry as _registry
+from tidal.cli import users as _users
 
 # isort: on
 from tidal.cli.options import controller_app, err
@@ -45,6 +46,8 @@ __all__ = ["app", "controller_app", "main", "run_app"]
 controller_app.add_typer(workers_app, name="workers")
 controller_app.add_typer(_registry.dataset_app, name="dataset")
 controller_app.add_typer(_registry.model_app, name="model")
+controller_app.add_typer(_users.user_app, name="user")
+controller_app.add_typer(_users.token_app, name="token")
 
 app = typer.Typer(
     name="tidal",

@@ -93,9 +93,16 @@ class ClientOptions:
         from tidal.client import Client, ClientError
 
         try:
-            return Client(url=self.url, token=self.token, data_dir=self.data_dir)
+            return Client(url=self.url, token=self.token, data_dir=self.data_dir, via="cli")
         except ClientError as exc:
             fail(str(exc))
+
+    def show_data(self, data: Any, message: str) -> None:
+        """Print a result: ``message`` for people, ``data`` as JSON with ``--json``."""
+        if self.as_json:
+            emit_json(data)
+        else:
+            out.print(message, markup=False)
 
     def show(self, view: JobView, message: str) -> None:
         """Print a changed job: ``message`` for people, the job as JSON with ``--json``."""

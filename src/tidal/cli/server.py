@@ -146,6 +146,8 @@ def server(
         token = read_token(folder) if first_start else None
         where = f"token: [bold]{token}[/]" if token else f"token in {folder / TOKEN_FILE}"
         out.print(f"dashboard: [bold]{url}/[/] ({where})", soft_wrap=True, highlight=False)
+        if not login_link:  # the data dir's token is revoked: no link logs in as admin
+            return
         # The link on a line of its own: whole for a terminal to open it, whatever the width.
         out.print(
             f"log in once within {LINK_TTL_S / 60:.0f} minutes (`tidal login-link` makes more):",

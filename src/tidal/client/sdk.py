@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from tidal.client.account_verbs import AccountVerbs
 from tidal.client.errors import (
     AuthError,
     ClientError,
@@ -31,7 +32,13 @@ from tidal.client.errors import (
 from tidal.client.registry import RegistryVerbs
 from tidal.client.worker_verbs import WorkerVerbs
 from tidal.spec import JobSpec
-from tidal.wire.discovery import default_data_dir, read_server_info, read_token
+from tidal.wire.discovery import (
+    SOURCE_HEADER,
+    default_data_dir,
+    read_login,
+    read_server_info,
+    read_token,
+)
 from tidal.wire.schema import (
     AllocationView,
     ClusterView,
@@ -52,7 +59,7 @@ TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 _PAGE = 1000
 
 
-class Client(WorkerVerbs, RegistryVerbs):
+class Client(WorkerVerbs, RegistryVerbs, AccountVerbs):
     """A connection to a tidal server.
 
     ``url`` and ``token`` default to ``$TIDAL_URL`` / ``$TIDAL_TOKEN``, then to what the
@@ -68,18 +75,31 @@ class Client(WorkerVerbs, RegistryVerbs):
         token: str | None = None,
         data_dir: Path | str | None = None,
         timeout: float = 10.0,
+        via: str = "api",
     ) -> None:
         folder = Path(data_dir) if data_dir is not None else default_data_dir()
         url = url or os.environ.get("TIDAL_URL")
+        login = None
         if url is None:
             info = read_server_info(folder)
-            if info is None:
+            login = None if info is not None else read_login()
+            if info is None and login is None:
                 raise ServerUnavailable(
-                    f"no server found in {folder}; start one with `tidal server`"
+                    f"no server found in {folder}; start one with `tidal server`, "
+                    "or `tidal login` to one elsewhere"
                 )
-            url = info.url
+            url = info.url if info is not None else login.url  # type: ignore[union-attr]
+        # The data dir's token belongs with the data dir's server; else what `tidal
+        # login` stored (for the server it named).
         token = token or os.environ.get("TIDAL_TOKEN") or read_token(folder)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if not token:
+            login = login or read_login()
+            if login is not None and login.url.rstrip("/") == url.rstrip("/"):
+                token = login.token
+        # ``via``: where the server's audit trail says changes come from (``cli``, ``api``).
+        headers = {SOURCE_HEADER: via}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         self.url = url.rstrip("/")
         #: Names this client's launches: ``list_workers`` and a bare ``stop_workers()``
         #: read this session's workers, and workers see it as ``CDSW_MASTER_ID``.
@@ -278,10 +298,18 @@ class Client(WorkerVerbs, RegistryVerbs):
 
     # -- cluster ------------------------------------------------------------------------
 
-    def events(self, job: str | None = None, limit: int = 1000) -> builtins.list[EventView]:
-        """Events in time order, of one job or of all."""
-        path = f"/jobs/{job}/events" if job else "/events"
-        data = self._request("GET", path, params={"limit": limit}).json()
+    def events(
+        self, job: str | None = None, limit: int = 1000, actor: str | None = None
+    ) -> builtins.list[EventView]:
+        """Events in time order, of one job or of all; with ``actor``, that user's
+        changes only."""
+        path = f"/jobs/{job}/events" if job and not actor else "/events"
+        params: dict[str, Any] = {"limit": limit}
+        if actor:
+            params["actor"] = actor
+            if job:
+                params["job"] = job
+        data = self._request("GET", path, params=params).json()
         return [EventView.model_validate(item) for item in data]
 
     def allocations(self, job: str | None = None) -> builtins.list[AllocationView]:

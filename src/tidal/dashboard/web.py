@@ -1,9 +1,11 @@
-"""Routes of the dashboard: its pages, the login that turns the token into a cookie, assets.
+"""Routes of the dashboard: its pages, the login that opens a session, assets.
 
 ``/`` is the single-page app (its views are ``#/jobs``, ``#/jobs/<id>``, ``#/cluster``,
 ``#/submit``), ``/login`` the page that takes the token (or a one-time login link:
 :mod:`tidal.dashboard.login_links`), ``/ui/...`` the static assets.
-The API routes stay where they are; the pages call them with the cookie.
+The API routes stay where they are; the pages call them with the cookie. The cookie holds
+a session id, never a token: the store keeps the id's keyed hash, the session ends at
+logout, at its expiry, when its token is revoked or its user removed.
 """
 
 from __future__ import annotations
@@ -11,14 +13,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
+from functools import partial
 from pathlib import Path
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, FastAPI, Request, status
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 
-from tidal.controller.routes.auth import TOKEN_COOKIE, BearerAuth
+from tidal.controller.credentials import new_secret
+from tidal.controller.routes.auth import SESSION_COOKIE, TokenAuth
+from tidal.controller.store.accounts import Identity
 from tidal.dashboard.login_links import LoginLinks, mount_login_links
 
 __all__ = ["STATIC_DIR", "mount_dashboard"]
@@ -28,8 +35,8 @@ log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 #: A wrong token costs the guesser this long, so the login cannot be brute-forced quickly.
 _REFUSAL_DELAY_S = 0.3
-#: The browser forgets the login after this long (the token itself does not expire).
-_COOKIE_MAX_AGE_S = 7 * 24 * 3600
+#: A session ends after this long (or sooner, when its token expires).
+SESSION_MAX_AGE_S = 7 * 24 * 3600
 #: Pages must never be served stale after an upgrade; assets are small enough to revalidate.
 _NO_CACHE = {"Cache-Control": "no-cache"}
 
@@ -57,12 +64,24 @@ async def _given_token(request: Request) -> str | None:
     return token.strip() if isinstance(token, str) else None
 
 
-def _keep_login(request: Request, response: Response, token: str) -> None:
-    # The browser keeps the token in an HttpOnly cookie: scripts on the page cannot read it.
+async def _open_session(
+    auth: TokenAuth, request: Request, response: Response, found: Identity
+) -> None:
+    """Open a session for ``found``'s token: the store keeps its id's keyed hash, the
+    browser the id in an HttpOnly cookie (scripts on the page cannot read it)."""
+    session = new_secret()
+    now = time.time()
+    ends = now + SESSION_MAX_AGE_S
+    if found.expires_at is not None:
+        ends = min(ends, found.expires_at)
+    await run_in_threadpool(
+        auth.store.add_session, auth.key.digest(session), found.token_id, ends, now
+    )
+    log.info("dashboard login of user %r", found.user.name)
     response.set_cookie(
-        TOKEN_COOKIE,
-        token,
-        max_age=_COOKIE_MAX_AGE_S,
+        SESSION_COOKIE,
+        session,
+        max_age=max(1, int(ends - now)),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
@@ -70,7 +89,7 @@ def _keep_login(request: Request, response: Response, token: str) -> None:
     )
 
 
-def mount_dashboard(app: FastAPI, auth: BearerAuth, token: str) -> None:
+def mount_dashboard(app: FastAPI, auth: TokenAuth) -> None:
     """Serve the dashboard from ``app``: pages at ``/`` and ``/login``, assets at ``/ui``,
     one-time login links at ``/login/link`` (their store is ``app.state.login_links``)."""
     router = APIRouter(include_in_schema=False)
@@ -78,22 +97,25 @@ def mount_dashboard(app: FastAPI, auth: BearerAuth, token: str) -> None:
     @router.get("/")
     def index(request: Request) -> Response:
         """The app, or the login page for a browser that has not logged in."""
-        if not auth.check(request.cookies.get(TOKEN_COOKIE)):
+        if auth.identify_session(request.cookies.get(SESSION_COOKIE)) is None:
             return RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
         return _page("index.html")
 
     @router.get("/login")
     def login_page() -> Response:
-        """The page that asks for the token the server printed at its first start."""
+        """The page that asks for a user's token (the admin's: printed at the server's
+        first start)."""
         return _page("login.html")
 
     @router.post("/login")
     async def login(request: Request) -> Response:
-        """Check the token and keep it in an HttpOnly cookie; 401 when it is wrong.
+        """Check the token and open a session, its id in an HttpOnly cookie; 401 when the
+        token is unknown, revoked or expired.
 
         A plain form post (a browser without JavaScript) is sent on to the app."""
         given = await _given_token(request)
-        if not auth.check(given):
+        found = await run_in_threadpool(auth.identify, given)
+        if found is None:
             log.warning("dashboard login refused from %s", request.client)
             await asyncio.sleep(_REFUSAL_DELAY_S)
             return JSONResponse(
@@ -105,19 +127,22 @@ def mount_dashboard(app: FastAPI, auth: BearerAuth, token: str) -> None:
             if _is_form(request)
             else Response(status_code=status.HTTP_204_NO_CONTENT)
         )
-        _keep_login(request, response, given or "")
+        await _open_session(auth, request, response, found)
         return response
 
     @router.post("/logout")
-    def logout() -> Response:
-        """Forget the login in this browser."""
+    def logout(request: Request) -> Response:
+        """End the session (in the store: its id no longer admits anyone) and forget it
+        in this browser."""
+        session = request.cookies.get(SESSION_COOKIE)
+        if session:
+            auth.store.end_session(auth.key.digest(session))
+            auth.forget()
         response = Response(status_code=status.HTTP_204_NO_CONTENT)
-        response.delete_cookie(TOKEN_COOKIE, path="/")
+        response.delete_cookie(SESSION_COOKIE, path="/")
         return response
 
     app.include_router(router)
-    mount_login_links(
-        app, auth, LoginLinks(), lambda request, response: _keep_login(request, response, token)
-    )
+    mount_login_links(app, auth, LoginLinks(), partial(_open_session, auth))
     # Assets are public: they hold no data, and the login page needs its own CSS and JS.
     app.mount("/ui", StaticFiles(directory=STATIC_DIR), name="dashboard")

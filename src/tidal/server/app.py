@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,9 +11,10 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI
 
 import tidal
+from tidal.controller.credentials import ServerKey
 from tidal.controller.loop.controller import Controller
 from tidal.controller.routes import PROTECTED_ROUTERS, PUBLIC_ROUTERS
-from tidal.controller.routes.auth import BearerAuth
+from tidal.controller.routes.auth import TokenAuth, register_data_dir_token
 from tidal.controller.routes.deps import unreadable_job_response
 from tidal.controller.routes.limits import install_request_guards
 from tidal.controller.store.change_cache import ChangeCache
@@ -28,8 +30,15 @@ __all__ = ["API_THREADS", "create_app"]
 API_THREADS = 8
 
 
-def create_app(controller: Controller, token: str) -> FastAPI:
-    """The API and dashboard for ``controller``, admitting requests that carry ``token``."""
+def create_app(controller: Controller, token: str, key: ServerKey | None = None) -> FastAPI:
+    """The API and dashboard for ``controller``, admitting the tokens of its store's users;
+    ``token`` (the data dir's) is the user ``admin``'s. ``key`` hashes tokens for the store
+    (the data dir's, :meth:`ServerKey.in_data_dir`; by default one kept in memory only)."""
+    if not token:
+        raise ValueError("an empty token would admit everyone")
+    if key is None:
+        key = ServerKey(secrets.token_bytes(32))
+    register_data_dir_token(controller.store, key, token)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -48,12 +57,13 @@ def create_app(controller: Controller, token: str) -> FastAPI:
     #: Set when the server begins to shut down: open log streams end then, instead of
     #: holding the shutdown until they are cut.
     app.state.stopping = threading.Event()
-    auth = BearerAuth(token)
+    auth = TokenAuth(controller.store, key)
+    app.state.auth = auth
     for router in PUBLIC_ROUTERS:
         app.include_router(router)
     for router in PROTECTED_ROUTERS:
         app.include_router(router, dependencies=[Depends(auth)])
-    mount_dashboard(app, auth, token)
+    mount_dashboard(app, auth)
     app.add_exception_handler(UnreadableJobError, unreadable_job_response)
     install_request_guards(app, store_location=controller.store.location)
     return app

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from tidal.backends.base import HostDiscovery
 from tidal.controller.cluster import ClusterModel, detect_local, local_address
+from tidal.controller.credentials import ServerKey
 from tidal.controller.loop.controller import Controller
 from tidal.controller.loop.launching import JobFiles
 from tidal.controller.plugins import load_backend, load_policy
@@ -250,7 +251,8 @@ def _serve(
             controller = Controller(
                 store, cluster, policy, backend, data_dir, files=files, groups=config.groups
             )
-            app = create_app(controller, token)
+            key = ServerKey.in_data_dir(data_dir)
+            app = create_app(controller, token, key)
             server = ApiServer(app, config.host, config.port)
             lock.record(server.url)
             pid = os.getpid()
@@ -265,7 +267,9 @@ def _serve(
                     "serving %s (policy %s, %d slots)", server.url, policy.name, cluster.total_slots
                 )
                 if on_ready is not None:
-                    on_ready(server.url, app.state.login_links.make(server.url).url)
+                    admin = app.state.auth.identify(token)
+                    link = app.state.login_links.make(server.url, admin) if admin else None
+                    on_ready(server.url, link.url if link else "")
                 server.serve()
             finally:
                 watching.set()

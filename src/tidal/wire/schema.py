@@ -266,6 +266,10 @@ class EventView(BaseModel):
     kind: str
     message: str
     data: dict[str, Any]
+    #: The user who made the change (null: the server) and through what (``cli``,
+    #: ``api``, ``dashboard``).
+    actor: str | None = None
+    source: str | None = None
 
 
 class AllocationView(BaseModel):

@@ -5,10 +5,12 @@
 allocations, utilisation), ``usage`` (every job's slots over time), ``host_drains``
 (draining hosts, preemption notices), ``job_metrics`` (training metrics jobs report,
 progress), ``prometheus`` (the controller's own metrics), ``registry`` (datasets and
-models), ``training`` (a job from a model's form) and ``health``.
+models), ``training`` (a job from a model's form), ``users`` (users and their tokens) and
+``health``.
 Handlers read the store and record what users ask for as requests
 (:mod:`tidal.controller.store.requests`); the controller loop carries them out on its next tick.
-Every route but ``/health`` needs the admin bearer token; :func:`tidal.server.app.create_app`
+Every route but ``/health`` needs a user's token, and the user's role must allow it
+(:mod:`~tidal.controller.routes.auth`); :func:`tidal.server.app.create_app`
 puts the routers and the dashboard together.
 """
 
@@ -29,6 +31,7 @@ from tidal.controller.routes import (
     registry,
     training,
     usage,
+    users,
 )
 
 __all__ = ["PROTECTED_ROUTERS", "PUBLIC_ROUTERS"]
@@ -48,4 +51,5 @@ PROTECTED_ROUTERS: tuple[APIRouter, ...] = (
     prometheus.router,
     registry.router,
     training.router,
+    users.router,
 )

@@ -35,9 +35,11 @@ def events(
     job: str | None = None,
     since: float | None = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+    actor: Annotated[str | None, Query(max_length=80)] = None,
 ) -> list[EventView]:
-    """Events of all jobs (and the controller's own) in time order."""
-    return [event_view(e) for e in store.events(job, since=since, limit=limit)]
+    """Events of all jobs (and the controller's own) in time order; with ``actor``, the
+    changes that user made only."""
+    return [event_view(e) for e in store.events(job, since=since, limit=limit, actor=actor)]
 
 
 @router.get("/allocations", response_model=list[AllocationView])

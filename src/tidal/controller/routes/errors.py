@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.types import Receive, Scope, Send
 
 __all__ = [
+    "ACCOUNT_ERRORS",
     "AUTH_ERRORS",
     "DocumentedRoute",
     "ErrorBody",
@@ -72,8 +73,16 @@ def _as_json(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 #: Answered by every route behind the bearer token.
 AUTH_ERRORS: Responses = {
-    401: _error("No bearer token, or not the admin's."),
-    403: _error("Authenticated by the dashboard's cookie without the anti-forgery header."),
+    401: _error("No bearer token or session, or one unknown, revoked or expired."),
+    403: _error(
+        "The user's role or team does not allow it (the detail says why), or a change "
+        "authenticated by the dashboard's cookie without the anti-forgery header."
+    ),
+}
+#: Answered by the routes on users and tokens.
+ACCOUNT_ERRORS: Responses = {
+    404: _error("No user (or token) of that name."),
+    409: _error("The name is taken, or the change would leave no admin."),
 }
 _JOB_ERRORS: Responses = {
     404: _error("No job (or worker) of that name."),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
+from tidal.controller.access import Role
+from tidal.controller.routes.auth import PrincipalDep
 from tidal.controller.routes.deps import JobStoreDep, job_or_404
 from tidal.controller.routes.errors import ProtectedRoute
 from tidal.wire.schema import JobProgress, MetricsReport, MetricsView
@@ -32,9 +34,11 @@ def job_metrics(ref: str, store: JobStoreDep) -> list[MetricsView]:
 
 
 @router.get("/progress", response_model=list[JobProgress], tags=["jobs"])
-def progress(store: JobStoreDep) -> list[JobProgress]:
-    """Each job's latest training metrics: what the jobs table shows as progress."""
+def progress(store: JobStoreDep, who: PrincipalDep) -> list[JobProgress]:
+    """Each job's latest training metrics: what the jobs table shows as progress (of the
+    caller's team's jobs, for all but admins: metrics are the team's)."""
+    team = None if who.role is Role.ADMIN else who.team
     return [
         JobProgress(job_id=m.job_id, step=m.step, time=m.time, values=dict(m.values))
-        for m in store.latest_metrics()
+        for m in store.latest_metrics(team)
     ]

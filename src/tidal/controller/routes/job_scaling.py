@@ -12,6 +12,8 @@ import time
 
 from fastapi import APIRouter, HTTPException
 
+from tidal.controller.access import Principal
+from tidal.controller.routes.auth import PrincipalDep
 from tidal.controller.routes.deps import JobStoreDep, invalid, job_or_404
 from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.jobs import ask
@@ -47,14 +49,14 @@ def _workers(job: JobRecord, slots: int) -> int:
 
 
 @router.post("/jobs/{ref}/scale", response_model=JobView)
-def scale(ref: str, body: ScaleRequest, store: JobStoreDep) -> JobView:
+def scale(ref: str, body: ScaleRequest, store: JobStoreDep, who: PrincipalDep) -> JobView:
     """Ask for exactly ``workers`` workers (of ``role``, when given)."""
     job = job_or_404(store, ref)
     if body.role is not None:
-        return _scale_role(store, job, body.role, body.workers)
+        return _scale_role(store, job, body.role, body.workers, who)
     if _width(job) > 1:
         # Workers of several slots each: ``workers`` counts replicas, not slots.
-        return _scale_role(store, job, job.job.role.name, body.workers)
+        return _scale_role(store, job, job.job.role.name, body.workers, who)
     if not job.min_slots <= body.workers <= job.max_slots:
         raise invalid(
             "workers",
@@ -65,10 +67,13 @@ def scale(ref: str, body: ScaleRequest, store: JobStoreDep) -> JobView:
         job,
         Resize(body.workers, "scale"),
         Event("scale", f"target {body.workers} worker(s)", {"to": body.workers}),
+        who,
     )
 
 
-def _scale_role(store: JobStore, job: JobRecord, role_name: str, replicas: int) -> JobView:
+def _scale_role(
+    store: JobStore, job: JobRecord, role_name: str, replicas: int, who: Principal
+) -> JobView:
     """A job's slots are its fixed roles' replicas plus its elastic role's: asking the
     elastic role for ``replicas`` asks the job for that many plus the fixed ones."""
     try:
@@ -100,11 +105,12 @@ def _scale_role(store: JobStore, job: JobRecord, role_name: str, replicas: int) 
             f"target {replicas} replica(s) of {role_name} ({workers} worker(s) in all{held})",
             {"to": target, "role": role_name, "replicas": replicas},
         ),
+        who,
     )
 
 
 @router.post("/jobs/{ref}/scale-out", response_model=JobView)
-def scale_out(ref: str, body: ScaleByRequest, store: JobStoreDep) -> JobView:
+def scale_out(ref: str, body: ScaleByRequest, store: JobStoreDep, who: PrincipalDep) -> JobView:
     """Grow by ``count`` workers; with ``timeout_s``, rolled back if not reached in time."""
     job = job_or_404(store, ref)
     _holding(job)
@@ -122,11 +128,12 @@ def scale_out(ref: str, body: ScaleByRequest, store: JobStoreDep) -> JobView:
         job,
         Resize(target, "scale_out", deadline),
         Event("scale_out", f"target {_workers(job, target)} worker(s)", {"to": target}),
+        who,
     )
 
 
 @router.post("/jobs/{ref}/scale-in", response_model=JobView)
-def scale_in(ref: str, body: ScaleByRequest, store: JobStoreDep) -> JobView:
+def scale_in(ref: str, body: ScaleByRequest, store: JobStoreDep, who: PrincipalDep) -> JobView:
     """Shrink by ``count`` workers."""
     job = job_or_404(store, ref)
     _holding(job)
@@ -143,4 +150,5 @@ def scale_in(ref: str, body: ScaleByRequest, store: JobStoreDep) -> JobView:
         job,
         Resize(target, "scale_in"),
         Event("scale_in", f"target {_workers(job, target)} worker(s)", {"to": target}),
+        who,
     )

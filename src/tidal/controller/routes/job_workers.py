@@ -12,6 +12,7 @@ from dataclasses import replace
 from fastapi import APIRouter, HTTPException
 
 from tidal.controller.loop.worker_stops import StopRefused, plan_stop
+from tidal.controller.routes.auth import PrincipalDep
 from tidal.controller.routes.deps import JobStoreDep, invalid, job_or_404
 from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.jobs import ask, fresh
@@ -25,7 +26,9 @@ router = APIRouter(tags=["jobs"], route_class=ProtectedRoute)
 
 
 @router.post("/jobs/{ref}/workers/stop", response_model=JobView)
-def stop_workers(ref: str, body: StopWorkersRequest, store: JobStoreDep) -> JobView:
+def stop_workers(
+    ref: str, body: StopWorkersRequest, store: JobStoreDep, who: PrincipalDep
+) -> JobView:
     """Stop the workers ``workers`` names; the job goes on without them, giving up exactly
     their slots (:mod:`tidal.controller.loop.worker_stops` says which workers can be stopped)."""
     job = job_or_404(store, ref)
@@ -54,4 +57,5 @@ def stop_workers(ref: str, body: StopWorkersRequest, store: JobStoreDep) -> JobV
             f"stop worker(s) {stopped}",
             {"workers": list(decision.worker_ids), "role": decision.role, "fixed": decision.fixed},
         ),
+        who,
     )

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from functools import partial
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
@@ -16,7 +17,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import Field, TypeAdapter
 
+from tidal.controller.access import Principal, priority_refusal, submit_team
 from tidal.controller.cluster import ClusterModel
+from tidal.controller.routes.auth import PrincipalDep
 from tidal.controller.routes.deps import ControllerDep, JobStoreDep, invalid, job_or_404
 from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.job_status import RoleStatus, conditions, role_statuses
@@ -104,8 +107,12 @@ def _current(store: JobStore, job: JobRecord) -> JobView:
     return job_view(current, None, pending)
 
 
-def ask(store: JobStore, job: JobRecord, request: UserRequest, event: Event) -> JobView:
-    """Record ``request`` for the loop; 409 when the job is over."""
+def ask(
+    store: JobStore, job: JobRecord, request: UserRequest, event: Event, who: Principal
+) -> JobView:
+    """Record ``request`` for the loop, and its event as ``who``'s; 409 when the job is
+    over."""
+    event = replace(event, actor=who.user, source=who.source)
     try:
         store.add_request(job.id, request, expect=ACTIVE_STATES, event=event)
     except JobStateError as exc:
@@ -119,15 +126,22 @@ def ask(store: JobStore, job: JobRecord, request: UserRequest, event: Event) -> 
     response_model=Submitted,
     openapi_extra=SPEC_BODY,
 )
-async def submit(request: Request, store: JobStoreDep) -> Response:
-    """Submit a job from a spec: JSON, or YAML text with ``Content-Type: application/yaml``."""
+async def submit(request: Request, store: JobStoreDep, who: PrincipalDep) -> Response:
+    """Submit a job from a spec: JSON, or YAML text with ``Content-Type: application/yaml``.
+    The job is the caller's, in the caller's team (an admin may name another: ``team``)."""
     try:
         spec, warnings = await parse_spec_body(
             request, *await spec_text(request), _can(request), _cluster(request)
         )
     except SpecError as exc:
         return spec_problem_response(exc)
-    job = await run_in_threadpool(store.add_job, spec)
+    team, team_refusal = submit_team(who, spec.team)
+    refusal = priority_refusal(who, spec.priority) or team_refusal
+    if refusal is not None:
+        raise HTTPException(status_code=status.HTTP_403_FORBIDDEN, detail=refusal)
+    job = await run_in_threadpool(
+        partial(store.add_job, owner=who.user, team=team, source=who.source), spec
+    )
     # Built from the stored job without validating it again (as the listing's views are).
     view = Submitted.model_construct(
         **dict(job_view(job)), warnings=[SpecWarning(path=p, msg=m) for p, m in warnings]
@@ -315,22 +329,27 @@ def _role_statuses(job: JobRecord, workers: Sequence[WorkerRecord]) -> list[Role
 
 
 @router.post("/jobs/{ref}/cancel", response_model=JobView, status_code=202)
-def cancel(ref: str, store: JobStoreDep) -> JobView:
+def cancel(ref: str, store: JobStoreDep, who: PrincipalDep) -> JobView:
     """Ask for the job to be cancelled; its workers stop on the controller's next tick."""
     job = job_or_404(store, ref)
-    return ask(store, job, Cancel(), Event("cancel_requested"))
+    return ask(store, job, Cancel(), Event("cancel_requested"), who)
 
 
 @router.put("/jobs/{ref}/priority", response_model=JobView)
-def set_priority(ref: str, body: PriorityRequest, store: JobStoreDep) -> JobView:
-    """Change the job's priority; the next allocation takes it into account."""
+def set_priority(ref: str, body: PriorityRequest, store: JobStoreDep, who: PrincipalDep) -> JobView:
+    """Change the job's priority; the next allocation takes it into account. A member
+    may set one within :data:`~tidal.controller.access.MEMBER_PRIORITIES`."""
     job = job_or_404(store, ref)
+    refusal = priority_refusal(who, body.priority)
+    if refusal is not None:
+        raise HTTPException(status_code=status.HTTP_403_FORBIDDEN, detail=refusal)
     before = _current(store, job).priority
     return ask(
         store,
         job,
         SetPriority(body.priority),
         Event("priority", f"{before} → {body.priority}", {"from": before, "to": body.priority}),
+        who,
     )
 
 

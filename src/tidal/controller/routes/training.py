@@ -21,6 +21,7 @@ from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
+from tidal.controller.routes.auth import PrincipalDep
 from tidal.controller.routes.deps import JobStoreDep
 from tidal.controller.routes.errors import ErrorBody, ProtectedRoute
 from tidal.controller.routes.registry import NameArg, refused
@@ -94,7 +95,7 @@ def _request_field(path: str) -> str:
     responses={404: {"model": ErrorBody, "description": "No model of that name."}},
 )
 async def train(
-    name: NameArg, body: TrainRequest, request: Request, store: JobStoreDep
+    name: NameArg, body: TrainRequest, request: Request, store: JobStoreDep, who: PrincipalDep
 ) -> Response:
     """Train a model: a job running its entry point with these parameters (the model's
     defaults for the others), on its dataset or the one named. 422 naming each field
@@ -133,7 +134,9 @@ async def train(
     except SpecError as exc:
         raise refused([(_request_field(p), m) for p, m in exc.problems]) from None
     run = ModelRun(name, dict(params), dataset.id if dataset else None, str(run_dir))
-    job = await run_in_threadpool(lambda: store.add_job(spec, run=run))
+    job = await run_in_threadpool(
+        lambda: store.add_job(spec, owner=who.user, team=who.team, source=who.source, run=run)
+    )
     view = Submitted.model_construct(**dict(job_view(job)), warnings=[])
     return Response(
         status_code=status.HTTP_201_CREATED,

@@ -161,7 +161,14 @@ def _request_view(pending: PendingRequest) -> RequestView:
 def event_view(e: EventRecord) -> EventView:
     """An event as the API shows it."""
     return EventView(
-        id=e.id, job_id=e.job_id, time=e.time, kind=e.kind, message=e.message, data=dict(e.data)
+        id=e.id,
+        job_id=e.job_id,
+        time=e.time,
+        kind=e.kind,
+        message=e.message,
+        data=dict(e.data),
+        actor=e.actor,
+        source=e.source,
     )
 
 

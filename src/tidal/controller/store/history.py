@@ -13,7 +13,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from tidal.controller.store.database import Database, number_change
+from tidal.controller.store.accounts import Accounts
+from tidal.controller.store.database import number_change
 from tidal.controller.store.queries import events_query, goodput_query, rows, workers_query
 from tidal.controller.store.records import (
     AllocationRecord,
@@ -39,8 +40,9 @@ from tidal.policy.api import Slot
 __all__ = ["JobHistory"]
 
 
-class JobHistory(Database):
-    """The store's records of jobs at run time; the base of
+class JobHistory(Accounts):
+    """The store's records of jobs at run time (over its users and tokens,
+    :class:`~tidal.controller.store.accounts.Accounts`); the base of
     :class:`~tidal.controller.store.jobs.Store`, which adds the jobs and their requests."""
 
     # -- workers --------------------------------------------------------------------------
@@ -117,25 +119,54 @@ class JobHistory(Database):
         message: str = "",
         data: Mapping[str, Any] | None = None,
         now: float | None = None,
+        *,
+        actor: str | None = None,
+        source: str | None = None,
     ) -> None:
         """Record an event on its own (job changes record theirs in
-        :meth:`~tidal.controller.store.jobs.Store.update_job`)."""
+        :meth:`~tidal.controller.store.jobs.Store.update_job`); ``actor``: the user who
+        made the change, through ``source``."""
         now = time.time() if now is None else now
         with self._transaction(write=True) as s:
             s.add(
-                EventRow(job_id=job_id, time=now, kind=kind, message=message, data=dict(data or {}))
+                EventRow(
+                    job_id=job_id,
+                    time=now,
+                    kind=kind,
+                    message=message,
+                    data=dict(data or {}),
+                    actor=actor,
+                    source=source,
+                )
             )
 
     def events(
-        self, job_id: str | None = None, since: float | None = None, limit: int = 1000
+        self,
+        job_id: str | None = None,
+        since: float | None = None,
+        limit: int = 1000,
+        *,
+        actor: str | None = None,
     ) -> list[EventRecord]:
-        """Events in time order (the latest ``limit``), optionally for one job only."""
-        query = events_query(by_job=job_id is not None, since=since is not None)
+        """Events in time order (the latest ``limit``), optionally for one job only and
+        of one user's changes only (``actor``)."""
+        query = events_query(
+            by_job=job_id is not None, since=since is not None, by_actor=actor is not None
+        )
         with self._transaction() as s:
-            found = rows(s, query, {"job_id": job_id, "since": since, "limit": limit})
+            found = rows(
+                s, query, {"job_id": job_id, "since": since, "limit": limit, "actor": actor}
+            )
         return [
             EventRecord(
-                id=r.id, job_id=r.job_id, time=r.time, kind=r.kind, message=r.message, data=r.data
+                id=r.id,
+                job_id=r.job_id,
+                time=r.time,
+                kind=r.kind,
+                message=r.message,
+                data=r.data,
+                actor=r.actor,
+                source=r.source,
             )
             for r in reversed(found)
         ]
@@ -253,13 +284,15 @@ class JobHistory(Database):
                 )
             ]
 
-    def latest_metrics(self) -> list[MetricRecord]:
-        """Each job's most recently reported metrics (one record per job that reported)."""
+    def latest_metrics(self, team: str | None = None) -> list[MetricRecord]:
+        """Each job's most recently reported metrics (one record per job that reported),
+        of ``team``'s jobs only if given."""
         latest = select(func.max(MetricRow.id)).group_by(MetricRow.job_id)
+        query = select(MetricRow).where(MetricRow.id.in_(latest)).order_by(MetricRow.job_id)
+        if team is not None:
+            query = query.where(MetricRow.job_id.in_(select(JobRow.id).where(JobRow.team == team)))
         with self._transaction() as s:
             return [
                 MetricRecord(job_id=r.job_id, step=r.step, time=r.time, values=r.values)
-                for r in s.scalars(
-                    select(MetricRow).where(MetricRow.id.in_(latest)).order_by(MetricRow.job_id)
-                )
+                for r in s.scalars(query)
             ]

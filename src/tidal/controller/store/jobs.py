@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
@@ -56,7 +56,14 @@ from tidal.controller.store.requests import (
     request_to_row,
 )
 from tidal.controller.store.tables import AllocationRow, EventRow, JobRow, RequestRow, slots_json
-from tidal.model import DEFAULT_TEAM, JobState, JobStateError, check_transition, job_from_spec
+from tidal.model import (
+    DEFAULT_OWNER,
+    DEFAULT_TEAM,
+    JobState,
+    JobStateError,
+    check_transition,
+    job_from_spec,
+)
 from tidal.policy.api import Slot
 from tidal.spec import JobSpec
 
@@ -98,6 +105,18 @@ _UPDATABLE = frozenset(
 )
 
 
+class _Addition(NamedTuple):
+    """A job to add: its spec, when, whose, and through what it was submitted."""
+
+    spec: JobSpec
+    now: float
+    owner: str
+    team: str
+    source: str | None
+    #: The job trains a model, whose next version its output becomes.
+    run: ModelRun | None = None
+
+
 class JobStore(JobHistory, HostDrains, ModelRegistry):
     """The controller's database: jobs and their requests, (:class:`JobHistory`) what
     happens to them while they run, (:class:`HostDrains`) the hosts being drained and
@@ -112,9 +131,7 @@ class JobStore(JobHistory, HostDrains, ModelRegistry):
         #: Records read before, reused while their row has not changed: the loop reads
         #: every active job each tick, and a tick follows each request.
         self.records: ChangeCache[JobRecord] = ChangeCache()
-        self._additions: GroupCommit[tuple[JobSpec, float, ModelRun | None], JobRecord] = (
-            GroupCommit(self._add_jobs)
-        )
+        self._additions: GroupCommit[_Addition, JobRecord] = GroupCommit(self._add_jobs)
 
     @classmethod
     def open(cls, data_dir: Path) -> JobStore:
@@ -125,21 +142,31 @@ class JobStore(JobHistory, HostDrains, ModelRegistry):
     # -- jobs -----------------------------------------------------------------------------
 
     def add_job(
-        self, spec: JobSpec, now: float | None = None, *, run: ModelRun | None = None
+        self,
+        spec: JobSpec,
+        now: float | None = None,
+        *,
+        owner: str = DEFAULT_OWNER,
+        team: str | None = None,
+        source: str | None = None,
+        run: ModelRun | None = None,
     ) -> JobRecord:
-        """JobStore a new queued job; its id is ``<name>-<6 hex digits>``. Jobs added at the
-        same time by several threads are committed together (:mod:`.group_commit`).
-        ``run``: the job trains a model, whose next version its output becomes."""
-        record = self._additions.add((spec, time.time() if now is None else now, run))
+        """JobStore a new queued job of ``owner`` in ``team`` (``None``: the spec's team, else
+        the default team), submitted through ``source``; its id is ``<name>-<6 hex
+        digits>``. Jobs added at the same time by several threads are committed together
+        (:mod:`.group_commit`). ``run``: the job trains a model, whose next version its
+        output becomes."""
+        team = team or spec.team or DEFAULT_TEAM
+        record = self._additions.add(
+            _Addition(spec, time.time() if now is None else now, owner, team, source, run)
+        )
         self._requested()
         return record
 
-    def _add_jobs(
-        self, additions: Sequence[tuple[JobSpec, float, ModelRun | None]]
-    ) -> list[JobRecord]:
+    def _add_jobs(self, additions: Sequence[_Addition]) -> list[JobRecord]:
         """JobStore these new jobs in one transaction (one insert per table, one change
         number each); their records, in order."""
-        jobs = [job_from_spec(spec, team=spec.team or DEFAULT_TEAM) for spec, _, _ in additions]
+        jobs = [job_from_spec(a.spec, owner=a.owner, team=a.team) for a in additions]
         with self._transaction(write=True) as s:
             ids = self._new_ids(s, [job.name for job in jobs])
             values: list[dict[str, Any]] = [
@@ -173,7 +200,7 @@ class JobStore(JobHistory, HostDrains, ModelRegistry):
                     "updated_at": now,
                     "change": 0,
                 }
-                for job_id, job, (spec, now, _) in zip(ids, jobs, additions, strict=True)
+                for job_id, job, (spec, now, *_) in zip(ids, jobs, additions, strict=True)
             ]
             # Core inserts, one executemany per table: the ORM's unit of work cost more
             # per job than the database did.
@@ -188,11 +215,13 @@ class JobStore(JobHistory, HostDrains, ModelRegistry):
                         "kind": "submitted",
                         "message": "",
                         "data": {},
+                        "actor": row["owner"],
+                        "source": addition.source,
                     }
-                    for row in values
+                    for row, addition in zip(values, additions, strict=True)
                 ],
             )
-            runs = [(i, run) for i, (_, _, run) in zip(ids, additions, strict=True) if run]
+            runs = [(i, a.run) for i, a in zip(ids, additions, strict=True) if a.run]
             if runs:
                 insert_runs(s, runs)
             number_changes(s, ids)
@@ -359,6 +388,8 @@ class JobStore(JobHistory, HostDrains, ModelRegistry):
                         kind=event.kind,
                         message=event.message,
                         data=dict(event.data or {}),
+                        actor=event.actor,
+                        source=event.source,
                     )
                 )
             s.flush()
@@ -436,6 +467,8 @@ def _update_row(
                 kind=event.kind,
                 message=event.message,
                 data=dict(event.data or {}),
+                actor=event.actor,
+                source=event.source,
             )
         )
     row.updated_at = now

@@ -87,10 +87,12 @@ def heads_query(
 
 
 @cache
-def events_query(*, by_job: bool, since: bool) -> Select[Any]:
+def events_query(*, by_job: bool, since: bool, by_actor: bool = False) -> Select[Any]:
     """The latest ``limit`` events, newest first, of job ``job_id`` if ``by_job``, at or
-    after ``since`` if ``since``."""
+    after ``since`` if ``since``, made by user ``actor`` if ``by_actor``."""
     query = select(_EVENTS).order_by(_EVENTS.c.time.desc(), _EVENTS.c.id.desc())
+    if by_actor:
+        query = query.where(_EVENTS.c.actor == bindparam("actor"))
     if by_job:
         query = query.where(_EVENTS.c.job_id == bindparam("job_id"))
     if since:

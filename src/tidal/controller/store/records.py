@@ -164,6 +164,10 @@ class EventRecord:
     kind: str
     message: str
     data: Mapping[str, Any]
+    #: Who made the change (``None``: the server) and through what (``cli``, ``api``,
+    #: ``dashboard``).
+    actor: str | None = None
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -203,3 +207,6 @@ class Event:
     kind: str
     message: str = ""
     data: Mapping[str, Any] | None = None
+    #: Who asked for the change and through what (``None``: the server's own).
+    actor: str | None = None
+    source: str | None = None

@@ -37,7 +37,10 @@ __all__ = [
     "ModelVersionRow",
     "RequestRow",
     "SchemaVersionRow",
+    "SessionRow",
     "TableBase",
+    "TokenRow",
+    "UserRow",
     "WorkerRow",
     "slots_json",
     "slots_of",
@@ -129,6 +132,47 @@ class EventRow(TableBase):
     kind: Mapped[str] = mapped_column(String(40))
     message: Mapped[str] = mapped_column(Text, default="")
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    #: Who made the change (a user's name; ``None``: the server itself) and through what
+    #: (``cli``, ``api``, ``dashboard``).
+    actor: Mapped[str | None] = mapped_column(String(80), nullable=True, index=True)
+    source: Mapped[str | None] = mapped_column(String(16), nullable=True)
+
+
+class UserRow(TableBase):
+    """Someone who may use the server: a role (``admin``, ``member``, ``viewer``) and a
+    team, whose jobs a member may change."""
+
+    __tablename__ = "users"
+    name: Mapped[str] = mapped_column(String(80), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    team: Mapped[str] = mapped_column(String(80), default=DEFAULT_TEAM)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class TokenRow(TableBase):
+    """A user's named API token, kept only as its keyed hash (HMAC-SHA256, hex)."""
+
+    __tablename__ = "tokens"
+    __table_args__ = (Index("ix_tokens_user_name", "user", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(63))
+    user: Mapped[str] = mapped_column(ForeignKey("users.name"))
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class SessionRow(TableBase):
+    """A dashboard login: the browser holds the session id, the store its keyed hash."""
+
+    __tablename__ = "sessions"
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(ForeignKey("users.name"))
+    token_id: Mapped[int] = mapped_column(ForeignKey("tokens.id"), index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class AllocationRow(TableBase):

@@ -51,6 +51,13 @@ async function route() {
   stop = page.render(view, ...params) || null;
 }
 
+// Who is logged in, beside the logout button: "ana (member, team vision)".
+api.api("/me")
+  .then((me) => {
+    document.getElementById("who").textContent = `${me.name} (${me.role}, team ${me.team})`;
+  })
+  .catch(() => {});
+
 document.getElementById("logout").addEventListener("click", async () => {
   await fetch("/logout", { method: "POST", credentials: "same-origin" });
   location.href = "/login";

@@ -276,7 +276,8 @@ export function render(view, id) {
       const stall = e.data && typeof e.data.stall_s === "number" ? `${e.data.stall_s.toFixed(2)} s` : "";
       return h("tr", { class: `event ${kind}`, dataset: { kind: e.kind } },
         timeCell(e.time), h("td", {}, h("span", { class: "event-kind" }, e.kind)),
-        h("td", { class: "message" }, e.message), h("td", { class: "num" }, stall));
+        h("td", { class: "message" }, e.message, e.actor ? h("span", { class: "muted actor" }, ` · ${e.actor} (${e.source || "?"})`) : ""),
+        h("td", { class: "num" }, stall));
     }));
   }
 

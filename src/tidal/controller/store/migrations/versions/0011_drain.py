@@ -1,7 +1,7 @@
 """Record the hosts being drained, so a server restart keeps draining them.
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 Create Date: 2026-11-27
 
 A host marked leaving (``tidal drain``, a cloud's preemption notice, Ray's drain notice)
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 

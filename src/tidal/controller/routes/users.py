@@ -1,0 +1,136 @@
+"""Users and their tokens: ``/me`` for everyone, the rest for admins (the route guard in
+:mod:`~tidal.controller.routes.auth` refuses others before these run). A token is shown
+once, in the answer that creates it; the store keeps its keyed hash only."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, HTTPException, Request, status
+
+from tidal.controller.credentials import new_secret
+from tidal.controller.routes.auth import PrincipalDep, TokenAuth
+from tidal.controller.routes.deps import JobStoreDep
+from tidal.controller.routes.errors import ACCOUNT_ERRORS, ProtectedRoute
+from tidal.controller.store.accounts import AccountError, TokenRecord, UserRecord
+from tidal.wire.accounts import NewToken, TokenRequest, TokenView, UserRequest, UserView
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["users"], route_class=ProtectedRoute)
+
+
+def _user_view(u: UserRecord) -> UserView:
+    return UserView(name=u.name, role=u.role, team=u.team, created_at=u.created_at)
+
+
+def _token_view(t: TokenRecord) -> TokenView:
+    return TokenView(
+        id=t.id,
+        name=t.name,
+        user=t.user,
+        created_at=t.created_at,
+        expires_at=t.expires_at,
+        revoked_at=t.revoked_at,
+    )
+
+
+def _auth(request: Request) -> TokenAuth:
+    auth: TokenAuth = request.app.state.auth
+    return auth
+
+
+def _refused(exc: AccountError) -> HTTPException:
+    missing = str(exc).startswith("no ")
+    code = status.HTTP_404_NOT_FOUND if missing else status.HTTP_409_CONFLICT
+    return HTTPException(status_code=code, detail=str(exc))
+
+
+@router.get("/me", response_model=UserView, responses=ACCOUNT_ERRORS)
+def me(who: PrincipalDep, store: JobStoreDep) -> UserView:
+    """The user the request's token or session stands for."""
+    user = store.user(who.user)
+    if user is None:
+        raise HTTPException(status_code=status.HTTP_404_NOT_FOUND, detail="no such user")
+    return _user_view(user)
+
+
+@router.get("/users", response_model=list[UserView])
+def list_users(store: JobStoreDep) -> list[UserView]:
+    """Every user, by name."""
+    return [_user_view(u) for u in store.users()]
+
+
+@router.post(
+    "/users", response_model=UserView, status_code=status.HTTP_201_CREATED, responses=ACCOUNT_ERRORS
+)
+def add_user(body: UserRequest, store: JobStoreDep, who: PrincipalDep) -> UserView:
+    """Add a user (409 if the name is taken)."""
+    try:
+        user = store.add_user(body.name, body.role, body.team)
+    except AccountError as exc:
+        raise _refused(exc) from None
+    store.add_event(
+        None,
+        "user_added",
+        f"{user.name} ({user.role}, team {user.team})",
+        actor=who.user,
+        source=who.source,
+    )
+    return _user_view(user)
+
+
+@router.delete("/users/{name}", response_model=UserView, responses=ACCOUNT_ERRORS)
+def remove_user(name: str, request: Request, store: JobStoreDep, who: PrincipalDep) -> UserView:
+    """Remove a user and revoke their tokens and sessions (their jobs stay)."""
+    try:
+        user = store.remove_user(name)
+    except AccountError as exc:
+        raise _refused(exc) from None
+    _auth(request).forget()
+    store.add_event(None, "user_removed", user.name, actor=who.user, source=who.source)
+    return _user_view(user)
+
+
+@router.get("/tokens", response_model=list[TokenView])
+def list_tokens(store: JobStoreDep, user: str | None = None) -> list[TokenView]:
+    """Tokens (of ``user`` if given): names and dates, never the tokens."""
+    return [_token_view(t) for t in store.tokens(user)]
+
+
+@router.post(
+    "/tokens",
+    response_model=NewToken,
+    status_code=status.HTTP_201_CREATED,
+    responses=ACCOUNT_ERRORS,
+)
+def create_token(
+    body: TokenRequest, request: Request, store: JobStoreDep, who: PrincipalDep
+) -> NewToken:
+    """Create a token; the answer holds it, and no later one will."""
+    owner = body.user or who.user
+    token = new_secret()
+    now = time.time()
+    expires = None if body.expires_in_s is None else now + body.expires_in_s
+    try:
+        record = store.add_token(owner, body.name, _auth(request).key.digest(token), expires, now)
+    except AccountError as exc:
+        raise _refused(exc) from None
+    store.add_event(
+        None, "token_created", f"{owner}/{body.name}", actor=who.user, source=who.source
+    )
+    return NewToken(**_token_view(record).model_dump(), token=token)
+
+
+@router.post("/tokens/{user}/{name}/revoke", response_model=TokenView, responses=ACCOUNT_ERRORS)
+def revoke_token(
+    user: str, name: str, request: Request, store: JobStoreDep, who: PrincipalDep
+) -> TokenView:
+    """Revoke a token and end the dashboard sessions opened with it."""
+    try:
+        record = store.revoke_token(user, name)
+    except AccountError as exc:
+        raise _refused(exc) from None
+    _auth(request).forget()
+    store.add_event(None, "token_revoked", f"{user}/{name}", actor=who.user, source=who.source)
+    return _token_view(record)

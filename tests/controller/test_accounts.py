@@ -1,0 +1,105 @@
+"""The store's users, tokens and sessions (SQLite and PostgreSQL), and the pure decisions
+of who may do what."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidal.controller.access import (
+    Principal,
+    Role,
+    admin_refusal,
+    change_refusal,
+    priority_refusal,
+    read_refusal,
+    submit_refusal,
+)
+from tidal.controller.credentials import ServerKey
+from tidal.controller.store.accounts import AccountError
+from tidal.controller.store.jobs import JobStore
+
+KEY = ServerKey(b"k" * 32)
+
+
+def test_tokens_identify_their_user_until_revoked_or_expired(db_url: str) -> None:
+    store = JobStore(db_url)
+    try:
+        assert [u.name for u in store.users()] == ["admin"]
+        store.add_user("ana", "member", "vision", now=1.0)
+        store.add_token("ana", "laptop", KEY.digest("secret-a"), now=1.0)
+        store.add_token("ana", "ci", KEY.digest("secret-b"), expires_at=100.0, now=1.0)
+        found = store.identify_token(KEY.digest("secret-a"), now=50.0)
+        assert found is not None and (found.user.name, found.user.team) == ("ana", "vision")
+        assert store.identify_token(KEY.digest("secret-b"), now=99.0) is not None
+        assert store.identify_token(KEY.digest("secret-b"), now=100.0) is None  # expired
+        assert store.identify_token(KEY.digest("guess"), now=50.0) is None
+        with pytest.raises(AccountError, match="has a token named 'laptop' already"):
+            store.add_token("ana", "laptop", KEY.digest("other"), now=2.0)
+
+        token = found.token_id
+        store.add_session(KEY.digest("session-1"), token, expires_at=80.0, now=50.0)
+        store.add_session(KEY.digest("session-2"), token, expires_at=80.0, now=50.0)
+        assert store.identify_session(KEY.digest("session-1"), now=60.0) is not None
+        assert store.identify_session(KEY.digest("session-1"), now=80.0) is None  # ended
+        assert store.end_session(KEY.digest("session-1"), now=61.0)
+        assert store.identify_session(KEY.digest("session-1"), now=62.0) is None
+        assert store.identify_session(KEY.digest("session-2"), now=62.0) is not None
+
+        store.revoke_token("ana", "laptop", now=70.0)
+        assert store.identify_token(KEY.digest("secret-a"), now=71.0) is None
+        # Its sessions end with it.
+        assert store.identify_session(KEY.digest("session-2"), now=71.0) is None
+        assert store.has_token(KEY.digest("secret-a"))  # remembered, so never registered again
+        with pytest.raises(AccountError, match="no live token"):
+            store.revoke_token("ana", "laptop", now=72.0)
+        # The name is free again once revoked.
+        store.add_token("ana", "laptop", KEY.digest("secret-c"), now=73.0)
+
+        store.remove_user("ana")
+        assert store.identify_token(KEY.digest("secret-c"), now=74.0) is None
+        assert store.tokens("ana") == []
+        with pytest.raises(AccountError, match="last admin"):
+            store.remove_user("admin")
+    finally:
+        store.close()
+
+
+def test_the_store_holds_keyed_hashes_that_depend_on_the_key() -> None:
+    other = ServerKey(b"o" * 32)
+    assert KEY.digest("t") != other.digest("t")
+    assert len(KEY.digest("t")) == 64 and "t" not in repr(KEY)
+    with pytest.raises(ValueError, match="32 bytes"):
+        ServerKey(b"short")
+
+
+def _who(role: Role, team: str = "vision") -> Principal:
+    return Principal(user="u", role=role, team=team, token_id=1)
+
+
+@pytest.mark.parametrize(
+    ("role", "team", "allowed"),
+    [
+        (Role.ADMIN, "nlp", True),
+        (Role.MEMBER, "vision", True),
+        (Role.MEMBER, "nlp", False),
+        (Role.VIEWER, "vision", False),
+    ],
+)
+def test_who_may_change_a_job_of_team_vision(role: Role, team: str, allowed: bool) -> None:
+    refusal = change_refusal(_who(role, team), "vision")
+    assert (refusal is None) is allowed
+    if refusal is not None:
+        assert "'u'" in refusal
+
+
+def test_reads_submissions_administration_and_priorities() -> None:
+    assert read_refusal(_who(Role.VIEWER), "vision") is None
+    assert read_refusal(_who(Role.MEMBER, "nlp"), "vision") is not None
+    assert read_refusal(_who(Role.ADMIN, "nlp"), "vision") is None
+    assert submit_refusal(_who(Role.MEMBER)) is None
+    assert submit_refusal(_who(Role.VIEWER)) is not None
+    assert admin_refusal(_who(Role.MEMBER)) is not None
+    assert admin_refusal(_who(Role.ADMIN)) is None
+    assert priority_refusal(_who(Role.MEMBER), 10_000) is None
+    assert priority_refusal(_who(Role.MEMBER), 10_001) is not None
+    assert priority_refusal(_who(Role.ADMIN), 1_000_000) is None
