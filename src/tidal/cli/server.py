@@ -50,6 +50,17 @@ def server(
         str | None,
         typer.Option(help="With --backend ray: the cluster to join (ADDRESS or auto)."),
     ] = None,
+    autoscale: Annotated[
+        bool,
+        typer.Option(
+            "--autoscale",
+            help="With --backend ray: ask Ray's autoscaler for the slots the jobs would use.",
+        ),
+    ] = False,
+    max_slots: Annotated[
+        int | None,
+        typer.Option(min=1, help="With --autoscale: the most slots to ask for in all."),
+    ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 0,
     db_url: Annotated[
@@ -70,12 +81,19 @@ def server(
     ] = DEFAULT_LOG_BACKUPS,
 ) -> None:
     """Run the controller and its REST API until interrupted."""
+    if autoscale and backend == "local":
+        raise typer.BadParameter(
+            f"needs --backend ray (it asks Ray's autoscaler for nodes), not {backend!r}",
+            param_hint="--autoscale",
+        )
+    if max_slots is not None and not autoscale:
+        raise typer.BadParameter("only with --autoscale", param_hint="--max-slots")
     labels = pairs(label, "--label")
     policy_options = pairs(policy_option, "--policy-option")
     # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
     from tidal.controller.plugins import PluginError
     from tidal.controller.store.server_lock import StoreLocked
-    from tidal.server.process import ServerConfig, run_server
+    from tidal.server.process import AutoscaleUnsupported, ServerConfig, run_server
     from tidal.wire.discovery import TOKEN_FILE, read_token
 
     logging.basicConfig(
@@ -102,6 +120,8 @@ def server(
         backend_options={"ray_address": ray_address} if ray_address else {},
         log_max_bytes=log_max_mb << 20,
         log_backups=log_backups,
+        autoscale=autoscale,
+        max_slots=max_slots,
     )
 
     # The token is shown once, when this start creates it: the dashboard's login asks for it.
@@ -127,6 +147,8 @@ def server(
         SERVER_DONE.set()
     except StoreLocked as exc:
         fail(str(exc))
+    except AutoscaleUnsupported as exc:
+        raise typer.BadParameter(str(exc), param_hint="--autoscale") from None
     except PluginError as exc:
         hint = "--policy" if "policy" in str(exc) else "--backend"
         raise typer.BadParameter(str(exc), param_hint=hint) from None

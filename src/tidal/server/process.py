@@ -18,11 +18,12 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from tidal.backends.base import HostDiscovery
+from tidal.backends.base import ClusterScaling, HostDiscovery
 from tidal.controller.cluster import ClusterModel, detect_local, local_address
+from tidal.controller.loop.cluster_scaling import ClusterRequests
 from tidal.controller.loop.controller import Controller
 from tidal.controller.loop.launching import JobFiles
-from tidal.controller.plugins import load_backend, load_policy
+from tidal.controller.plugins import PluginError, load_backend, load_policy
 from tidal.controller.routes.auth import ensure_token
 from tidal.controller.store.jobs import JobStore
 from tidal.controller.store.server_lock import StoreLock, hold_store
@@ -32,7 +33,7 @@ from tidal.policy.api import Policy
 from tidal.server.app import create_app
 from tidal.wire.discovery import ServerInfo, clear_server_info, write_server_info
 
-__all__ = ["ApiServer", "ServerConfig", "run_server"]
+__all__ = ["ApiServer", "AutoscaleUnsupported", "ServerConfig", "run_server"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,14 @@ class ServerConfig:
     log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
     #: … keeping this many earlier files (0: a full log starts over).
     log_backups: int = DEFAULT_LOG_BACKUPS
+    #: Tell the backend's cluster how many slots the jobs would use (``--autoscale``).
+    autoscale: bool = False
+    #: The most slots asked for in all (``--max-slots``; ``None``: no cap).
+    max_slots: int | None = None
+
+
+class AutoscaleUnsupported(PluginError):
+    """``--autoscale`` with a backend whose cluster cannot grow on request."""
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -205,6 +214,10 @@ def _serve(
         config.backend, data_dir=config.data_dir, gpus=cluster.gpu, **config.backend_options
     )
     try:
+        if config.autoscale and not isinstance(backend, ClusterScaling):
+            raise AutoscaleUnsupported(
+                f"backend {config.backend!r} cannot grow its cluster (use --backend ray)"
+            )
         if isinstance(backend, HostDiscovery):
             # The backend knows the cluster (e.g. Ray's nodes): its hosts, not this one's.
             if config.slots is not None:
@@ -217,7 +230,14 @@ def _serve(
             files = JobFiles(
                 data_dir, log_max_bytes=config.log_max_bytes, log_backups=config.log_backups
             )
-            controller = Controller(store, cluster, policy, backend, data_dir, files=files)
+            scaling = (
+                ClusterRequests(backend, store, config.max_slots)
+                if config.autoscale and isinstance(backend, ClusterScaling)
+                else None
+            )
+            controller = Controller(
+                store, cluster, policy, backend, data_dir, files=files, scaling=scaling
+            )
             server = ApiServer(create_app(controller, token), config.host, config.port)
             lock.record(server.url)
             pid = os.getpid()
