@@ -14,6 +14,7 @@ from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop.cluster_scaling import ClusterRequests
 from tidal.controller.loop.controller import Controller
 from tidal.controller.store.jobs import JobStore
+from tidal.controller.store.requests import Resize
 from tidal.model import JobState
 from tidal.policy.api import Policy
 from tidal.policy.fairshare import FairSharePolicy
@@ -100,6 +101,20 @@ def test_a_job_wanting_8_on_4_slots_grows_the_cluster_and_the_request_ends_with_
     ctl.tick()
     assert store.get_job(a) is not None and store.get_job(a).state is JobState.SUCCEEDED  # type: ignore[union-attr]
     assert backend.requests == [8, 0]
+
+
+def test_a_job_scaled_down_shrinks_the_request(store: JobStore, tmp_path: Path) -> None:
+    """`tidal scale` below what the job held: the request follows, so the idle node can go."""
+    ctl, backend = _controller(store, tmp_path)
+    a = _submit(store, "a", "1:8")
+    ctl.tick()
+    backend.host_list = [DiscoveredHost("n1", 4), DiscoveredHost("n2", 4)]
+    ctl.tick()
+    assert backend.requests == [8]
+    store.add_request(a, Resize(4, "scale"))
+    ctl.tick()
+    assert len(backend.alive(a)) == 4
+    assert backend.requests == [8, 4]
 
 
 def test_a_queued_job_too_big_for_the_cluster_asks_for_its_minimum(
