@@ -3,14 +3,16 @@
 A real local Ray cluster whose autoscaler starts and stops nodes
 (``tests/backends/ray_autoscaling.py``: a head of 4 ``tidal_slot``, at most one more node of
 4, Ray's fake multi-node provider, idle timeout 3 s) and ``tidal server --backend ray
---autoscale --max-slots 8`` on it. Each trial submits tests/scripts/elastic_digits.py with
-``--workers 1:8``; it starts on the head's 4 slots and the server asks Ray for 8.
+--autoscale --max-slots 8`` on it. One job of tests/scripts/elastic_digits.py
+(``--workers 1:8``, held at 4) trains on the head. Each trial scales it to 8
+(``tidal scale``): the server asks Ray for 8 slots, a node is added and the job grows onto
+it; then back to 4, and the idle node is removed before the next trial.
 
 * **asked**: the ``autoscale`` event in which the server asked for 8 slots;
 * **node**: the ``cluster`` event in which the new node's slots appeared;
-* **trains**: the first step the job trained at world 8 (its step lines are stamped with
-  ``time.time()``), i.e. with the new node's workers;
-* **released**: from the job's cancellation to the node's slots leaving the cluster.
+* **trains**: the first step the job trained at world 8 after the trial began (its step
+  lines are stamped with ``time.time()``), i.e. with the new node's workers;
+* **released**: from the scale back to 4 to the node's slots leaving the cluster.
 
 The baseline, in the same run and on the same cluster: Ray's own route to a node, without
 tidal. 8 actors of one ``tidal_slot`` each (4 fit the head, 4 wait for a node) whose one
@@ -51,22 +53,27 @@ def _spec(out: Path) -> dict[str, object]:
             "--out",
             str(out),
             "--epochs",
-            "1000",
+            "100000",
             "--step-delay",
             "0.05",
         ],
-        "workers": {"min": 1, "max": 8},
+        "workers": {"min": 1, "max": 8, "initial": SLOTS_PER_NODE},
     }
 
 
-def _first_at_world(out: Path, world: int) -> float | None:
-    """When the job first completed a step at ``world`` workers (``None``: not yet)."""
+def _first_at_world(out: Path, world: int, after: float) -> float | None:
+    """When the job first completed a step at ``world`` workers after ``after`` (``None``:
+    not yet). Each worker's file is read from its end: the step lines are many."""
     times = []
     for path in out.glob("steps-*.jsonl"):
-        for line in path.read_text().splitlines():
-            if line.endswith("}"):
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 400_000))
+            lines = fh.read().decode(errors="replace").splitlines()
+        for line in lines:
+            if line.startswith("{") and line.endswith("}"):
                 record = json.loads(line)
-                if record["world"] == world:
+                if record["world"] == world and float(record["time"]) > after:
                     times.append(float(record["time"]))
                     break
     return min(times) if times else None
@@ -79,19 +86,20 @@ def _event_after(client: Client, kind: str, since_id: int, test: object) -> tupl
     raise LookupError(kind)
 
 
-def _tidal_trial(client: Client, out: Path) -> tuple[float, float, float]:
-    """(asked → node, asked → trains on it, cancel → node released) in seconds."""
+def _tidal_trial(client: Client, job: str, out: Path) -> tuple[float, float, float]:
+    """(asked → node, asked → trains on it, scaled back → node released) in seconds."""
     last = max((e.id for e in client.events(limit=1000)), default=0)
-    job = client.submit(_spec(out)).id
-    wait_until(lambda: _first_at_world(out, 2 * SLOTS_PER_NODE) is not None, 300, "world 8")
+    began = time.time()
+    client.scale(job, 2 * SLOTS_PER_NODE)
+    wait_until(lambda: _first_at_world(out, 2 * SLOTS_PER_NODE, began) is not None, 600, "world 8")
     _, asked = _event_after(client, "autoscale", last, lambda e: e.data["wanted_slots"] == 8)
     _, node = _event_after(client, "cluster", last, lambda e: True)
-    trains = _first_at_world(out, 2 * SLOTS_PER_NODE)
+    trains = _first_at_world(out, 2 * SLOTS_PER_NODE, began)
     assert trains is not None
-    cancelled = time.time()
-    client.cancel(job)
-    wait_until(lambda: client.cluster().total_slots == SLOTS_PER_NODE, 120, "the node released")
-    return node - asked, trains - asked, time.time() - cancelled
+    shrunk = time.time()
+    client.scale(job, SLOTS_PER_NODE)
+    wait_until(lambda: client.cluster().total_slots == SLOTS_PER_NODE, 300, "the node released")
+    return node - asked, trains - asked, time.time() - shrunk
 
 
 def _baseline_trial(address: str) -> float:
@@ -118,7 +126,7 @@ def _baseline_trial(address: str) -> float:
     try:
         began = time.time()
         actors = [Trainer.remote() for _ in range(2 * SLOTS_PER_NODE)]  # type: ignore[attr-defined]
-        ray.get([a.step.remote() for a in actors], timeout=300)
+        ray.get([a.step.remote() for a in actors], timeout=600)
         took = time.time() - began
         for actor in actors:
             ray.kill(actor)
@@ -154,21 +162,30 @@ def main() -> None:
         )
         try:
             with Client(data_dir=base / "data", timeout=30) as client:
+                out = base / "job"
+                out.mkdir()
+                job = client.submit(_spec(out)).id
+                wait_until(
+                    lambda: _first_at_world(out, SLOTS_PER_NODE, 0.0) is not None,
+                    900,
+                    "the job training on the head's 4 slots",
+                )
                 for trial in range(args.trials):
-                    out = base / f"job{trial}"
-                    out.mkdir()
-                    row = _tidal_trial(client, out)
+                    row = _tidal_trial(client, job, out)
                     tidal_rows.append(row)
                     print(
                         f"trial {trial}: tidal asked → node {row[0]:.1f}s, → training on it "
-                        f"{row[1]:.1f}s; released {row[2]:.1f}s after the job ended",
+                        f"{row[1]:.1f}s; released {row[2]:.1f}s after the job shrank",
                         flush=True,
                     )
+                client.cancel(job)
+                client.wait(job, timeout=120)
+                for trial in range(args.trials):
                     took = _baseline_trial(cluster.address)
                     baseline.append(took)
                     wait_until(
                         lambda: client.cluster().total_slots == SLOTS_PER_NODE,
-                        120,
+                        300,
                         "the baseline's node released",
                     )
                     print(f"trial {trial}: Ray alone, actors → stepped {took:.1f}s", flush=True)
@@ -180,7 +197,7 @@ def main() -> None:
     print(
         f"asked → training on the new node: tidal p50 {tidal_median:.1f}s "
         f"(max {max(trains):.1f}s; node joined p50 {statistics.median(nodes):.1f}s; "
-        f"released p50 {statistics.median(released):.1f}s after the job ended) | "
+        f"released p50 {statistics.median(released):.1f}s after the job shrank) | "
         f"Ray alone p50 {baseline_median:.1f}s (max {max(baseline):.1f}s) | "
         f"ratio {tidal_median / baseline_median:.2f} | {len(tidal_rows)} trials | "
         f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
