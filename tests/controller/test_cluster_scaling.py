@@ -162,6 +162,21 @@ def test_a_policy_that_does_not_say_gets_fairshares_rule(store: JobStore, tmp_pa
     assert backend.requests == [8]
 
 
+class FailingWants(FairSharePolicy):
+    """Allocates like fairshare; fails to say what the jobs want."""
+
+    def slots_wanted(self, jobs: object, cluster: object, previous: object) -> dict[str, int]:
+        raise RuntimeError("no idea")
+
+
+def test_a_policy_failing_to_say_leaves_scheduling_alone(store: JobStore, tmp_path: Path) -> None:
+    ctl, backend = _controller(store, tmp_path, policy=FailingWants())
+    a = _submit(store, "a", "1:8")
+    ctl.tick()
+    assert len(backend.alive(a)) == 4
+    assert backend.requests == []
+
+
 def test_max_slots_must_be_positive(store: JobStore) -> None:
     with pytest.raises(ValueError, match="max_slots"):
         ClusterRequests(GrowingBackend([]), store, 0)

@@ -46,13 +46,18 @@ class ClusterRequests:
         jobs: Sequence[JobRequest],
         cluster: Cluster,
         held: Allocation,
-    ) -> ScaleDecision:
-        """Decide from the policy's own input, and tell the backend if the answer moved."""
-        if isinstance(policy, ScalingPolicy):
-            wants = policy.slots_wanted(jobs, cluster, held)
-        else:
-            # A policy that does not say (static, tiresias, a plugin): fairshare's rule.
-            wants = fairshare_wants(jobs, held)
+    ) -> ScaleDecision | None:
+        """Decide from the policy's own input, and tell the backend if the answer moved
+        (``None``: the policy failed to say; the request stands, and scheduling goes on)."""
+        try:
+            if isinstance(policy, ScalingPolicy):
+                wants = policy.slots_wanted(jobs, cluster, held)
+            else:
+                # A policy that does not say (static, tiresias, a plugin): fairshare's rule.
+                wants = fairshare_wants(jobs, held)
+        except Exception:
+            log.exception("policy %s failed to say how many slots the jobs want", policy.name)
+            return None
         decision = scale_decision(wants, cluster, self.max_slots)
         self.last = decision
         if decision.wanted_slots == self.requested:
