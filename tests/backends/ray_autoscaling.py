@@ -26,7 +26,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
+# Ray reads this when imported: a driver on this machine joins the cluster at 127.0.0.1
+# (it would otherwise pick the machine's external address, where no node of it runs).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+from ray.autoscaler._private.fake_multi_node.node_provider import (
+    FakeMultiNodeProvider,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOTS_PER_NODE = 4
