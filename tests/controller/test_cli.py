@@ -40,6 +40,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         (["priority", "job"], "'N'"),
         (["list", "--label", "team"], "--label"),
         (["server", "--policy", "nope", "--slots", "1"], "--policy"),
+        (["server", "--autoscale", "--slots", "1"], "--autoscale"),
+        (["server", "--max-slots", "8", "--slots", "1"], "--max-slots"),
+        (["server", "--autoscale", "--max-slots", "0", "--backend", "ray"], "--max-slots"),
         (["frobnicate", "x"], "frobnicate"),
     ],
 )
@@ -52,6 +55,21 @@ def test_bad_input_is_one_line_and_exit_2(
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("tidal: ")
     assert names in err
+    assert not (tmp_path / "token").exists()
+
+
+def test_autoscale_on_a_backend_that_cannot_grow_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A plugin backend is loaded before it can be asked; the error still names the flag."""
+    backend = "tests.controller.fakes:FakeBackend"
+    code, out, err = run(
+        capsys, "server", "--autoscale", "--backend", backend, "--data-dir", str(tmp_path)
+    )
+    assert code == 2
+    assert out == ""
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("tidal: ") and "--autoscale" in last and backend in last, err
     assert not (tmp_path / "token").exists()
 
 

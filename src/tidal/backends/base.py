@@ -31,6 +31,7 @@ __all__ = [
     "ONE_GROUP",
     "Backend",
     "Capabilities",
+    "ClusterScaling",
     "DiscoveredHost",
     "DrainNotices",
     "HostDiscovery",
@@ -156,6 +157,22 @@ class DrainNotices(Protocol):
 
     def leaving(self) -> Mapping[str, float | None]:
         """Every host being drained by the platform, with the time it goes."""
+        ...
+
+
+@runtime_checkable
+class ClusterScaling(Protocol):
+    """Optional for a backend whose cluster grows and shrinks on request (Ray's
+    autoscaler): ``tidal server --autoscale`` tells it how many slots the jobs would use.
+
+    The controller calls :meth:`request_slots` from its loop's thread when the number
+    changes. The nodes that the request brings are found through :class:`HostDiscovery`
+    like any other, and the cluster gives back the ones left idle by its own rules.
+    """
+
+    def request_slots(self, slots: int) -> None:
+        """Ask for a cluster of at least ``slots`` slots in all, replacing the previous
+        request (0 withdraws it)."""
         ...
 
 

@@ -62,6 +62,17 @@ def server(
         str | None,
         typer.Option(help="With --backend ray: the cluster to join (ADDRESS or auto)."),
     ] = None,
+    autoscale: Annotated[
+        bool,
+        typer.Option(
+            "--autoscale",
+            help="With --backend ray: ask Ray's autoscaler for the slots the jobs would use.",
+        ),
+    ] = False,
+    max_slots: Annotated[
+        int | None,
+        typer.Option(min=1, help="With --autoscale: the most slots to ask for in all."),
+    ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 0,
     db_url: Annotated[
@@ -90,6 +101,13 @@ def server(
     ] = None,
 ) -> None:
     """Run the controller and its REST API until interrupted."""
+    if autoscale and backend == "local":
+        raise typer.BadParameter(
+            f"needs --backend ray (it asks Ray's autoscaler for nodes), not {backend!r}",
+            param_hint="--autoscale",
+        )
+    if max_slots is not None and not autoscale:
+        raise typer.BadParameter("only with --autoscale", param_hint="--max-slots")
     labels = pairs(label, "--label")
     policy_options = pairs(policy_option, "--policy-option")
     # Heavy (FastAPI, uvicorn, SQLAlchemy): only for this verb.
@@ -98,7 +116,7 @@ def server(
     from tidal.controller.store.server_lock import StoreLocked
     from tidal.dashboard.login_links import LINK_TTL_S
     from tidal.policy.teams import TeamQuotaError
-    from tidal.server.process import ServerConfig, run_server
+    from tidal.server.process import AutoscaleUnsupported, ServerConfig, run_server
     from tidal.wire.discovery import TOKEN_FILE, read_token
     from tidal.wire.teams_file import TeamsFileError
 
@@ -134,6 +152,8 @@ def server(
         log_backups=log_backups,
         teams_file=teams,
         groups=groups,
+        autoscale=autoscale,
+        max_slots=max_slots,
     )
 
     # The token is shown once, when this start creates it: the dashboard's login asks for it.
@@ -170,6 +190,8 @@ def server(
         fail(str(exc))
     except (TeamsFileError, TeamQuotaError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--teams") from None
+    except AutoscaleUnsupported as exc:
+        raise typer.BadParameter(str(exc), param_hint="--autoscale") from None
     except PluginError as exc:
         hint = "--policy" if "policy" in str(exc) else "--backend"
         raise typer.BadParameter(str(exc), param_hint=hint) from None

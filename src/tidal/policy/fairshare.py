@@ -20,17 +20,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tidal.policy.api import JobRequest
+from tidal.policy.api import Allocation, Cluster, JobRequest
+from tidal.policy.autoscale import fairshare_wants, floor_slots
 from tidal.policy.budget import CountingPolicy, Decision, queue_order, slot_cap
 
 #: A job keeps its extra rounding slot unless another job's fractional claim beats its own
 #: by more than this: stops a slot bouncing between two jobs over rounding noise.
 ROUNDING_HYSTERESIS = 0.25
-
-
-def _floor_size(job: JobRequest) -> int:
-    """Fewest slots ``job`` can run on."""
-    return max(1, min(job.min_slots, slot_cap(job)))
 
 
 def proportional_shares(jobs: Sequence[JobRequest], slots: int) -> dict[str, float]:
@@ -40,7 +36,7 @@ def proportional_shares(jobs: Sequence[JobRequest], slots: int) -> dict[str, flo
     The sum is piecewise linear in ``L`` with a kink where a job reaches its minimum or its
     cap, so walking the kinks in order finds ``L`` exactly in ``O(n log n)``.
     """
-    low = {j.job_id: float(_floor_size(j)) for j in jobs}
+    low = {j.job_id: float(floor_slots(j)) for j in jobs}
     high = {j.job_id: float(slot_cap(j)) for j in jobs}
     if sum(high.values()) <= slots:
         return high
@@ -103,6 +99,12 @@ class FairSharePolicy(CountingPolicy):
             decision.budget.take(group, sum(pool_counts.values()))
         return counts
 
+    def slots_wanted(
+        self, jobs: Sequence[JobRequest], cluster: Cluster, previous: Allocation
+    ) -> dict[str, int]:
+        """Running jobs up to their cap, queued ones their minimum (``--autoscale``)."""
+        return fairshare_wants(jobs, previous)
+
 
 def _admit(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -> list[JobRequest]:
     """Running jobs first, then the queue in order while the minimums fit."""
@@ -112,12 +114,12 @@ def _admit(jobs: Sequence[JobRequest], slots: int, held: dict[str, int]) -> list
     queued = sorted((j for j in jobs if held.get(j.job_id, 0) == 0), key=queue_order)
     for job in running:
         # Only a cluster that lost hosts can fail this: the least important go back to the queue.
-        if need + _floor_size(job) <= slots:
+        if need + floor_slots(job) <= slots:
             admitted.append(job)
-            need += _floor_size(job)
+            need += floor_slots(job)
     for job in queued:
-        if need + _floor_size(job) > slots:
+        if need + floor_slots(job) > slots:
             break
         admitted.append(job)
-        need += _floor_size(job)
+        need += floor_slots(job)
     return admitted

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tidal.policy.api import JobRequest, Slot, ThroughputModel
+from tidal.policy.api import Allocation, Cluster, JobRequest, Slot, ThroughputModel
+from tidal.policy.autoscale import DEFAULT_SPEEDUP_THRESHOLD, efficient_slots, floor_slots
 from tidal.policy.budget import CountingPolicy, Decision, SlotBudget, queue_order, slot_cap
 from tidal.policy.goodput_model import FloatArray, best_goodput_table
 from tidal.policy.placement import place_packed
@@ -94,6 +95,7 @@ class GoodputPolicy(CountingPolicy):
         move_horizon: float | None = MOVE_HORIZON,
         within_host: bool = True,
         fill_idle: bool = True,
+        speedup_threshold: float = DEFAULT_SPEEDUP_THRESHOLD,
     ) -> None:
         """``p``: fairness exponent (< 0); ``reallocation_delay``: seconds one move costs a
         job; ``prior_sync``: model jobs without a throughput model (see the module);
@@ -103,7 +105,9 @@ class GoodputPolicy(CountingPolicy):
         seconds over which a move must repay its delay (``None``: Pollux's factor alone);
         ``within_host``: with ``whole_nodes``, also try any size that fits on one host and
         keep whichever scores higher; ``fill_idle``: slots the sizes leave idle go to jobs
-        that gain from them, at any size."""
+        that gain from them, at any size; ``speedup_threshold``: with ``--autoscale``, a job
+        wants the most slots at which its goodput per slot is at least this fraction of
+        its goodput per slot at its minimum (see :mod:`tidal.policy.autoscale`)."""
         if move_horizon is not None and move_horizon <= 0:
             raise ValueError("move_horizon must be > 0 (seconds) or None")
         if service_scale is not None and service_scale <= 0:
@@ -112,6 +116,9 @@ class GoodputPolicy(CountingPolicy):
             raise ValueError("p must be negative")
         if prior_sync is not None and prior_sync < 0:
             raise ValueError("prior_sync must be >= 0")
+        if not 0 < speedup_threshold <= 1:
+            raise ValueError("speedup_threshold must be in (0, 1]")
+        self.speedup_threshold = speedup_threshold
         self.p = p
         self.reallocation_delay = reallocation_delay
         self.prior_sync = prior_sync
@@ -186,6 +193,27 @@ class GoodputPolicy(CountingPolicy):
             self._grow(states, budget)
 
         return {s.job.job_id: s.slots for s in states if s.slots > 0}
+
+    def slots_wanted(
+        self, jobs: Sequence[JobRequest], cluster: Cluster, previous: Allocation
+    ) -> dict[str, int]:
+        """Each job's slots up to where its predicted speed-up stops paying for them
+        (``speedup_threshold``); a job without a throughput model wants its minimum."""
+        slots_per_node = max((h.slots for h in cluster.hosts), default=1)
+        wants: dict[str, int] = {}
+        for job in jobs:
+            cap, floor = slot_cap(job), floor_slots(job)
+            model = job.throughput or self._prior
+            if cap <= 0:
+                continue
+            if model is None:
+                wants[job.job_id] = floor
+                continue
+            table = _goodput_by_slots(job, model, cap, slots_per_node)
+            wants[job.job_id] = efficient_slots(
+                [float(g) for g in table], floor, self.speedup_threshold
+            )
+        return wants
 
     def place(self, counts: Mapping[str, int], decision: Decision) -> dict[str, tuple[Slot, ...]]:
         """Packed on as few hosts as possible (``packed``), else moving as little as can be."""
@@ -336,12 +364,20 @@ def _goodput_by_slots(
 
 
 def live_policy(
-    p: float = -1.0, reallocation_delay: float = 30.0, prior_sync: float | None = LIVE_PRIOR_SYNC
+    p: float = -1.0,
+    reallocation_delay: float = 30.0,
+    prior_sync: float | None = LIVE_PRIOR_SYNC,
+    speedup_threshold: float = DEFAULT_SPEEDUP_THRESHOLD,
 ) -> GoodputPolicy:
     """``goodput`` as ``tidal server --policy goodput`` runs it: jobs that have not
     reported a throughput model yet are assumed to scale nearly linearly (``prior_sync``),
     so they share the cluster like under ``fairshare`` until their reports say otherwise."""
-    return GoodputPolicy(p=p, reallocation_delay=reallocation_delay, prior_sync=prior_sync)
+    return GoodputPolicy(
+        p=p,
+        reallocation_delay=reallocation_delay,
+        prior_sync=prior_sync,
+        speedup_threshold=speedup_threshold,
+    )
 
 
 def plain_policy(reallocation_delay: float = 30.0) -> GoodputPolicy:

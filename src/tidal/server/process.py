@@ -18,12 +18,13 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from tidal.backends.base import HostDiscovery
+from tidal.backends.base import ClusterScaling, HostDiscovery
 from tidal.controller.cluster import ClusterModel, detect_local, local_address
 from tidal.controller.credentials import ServerKey
+from tidal.controller.loop.cluster_scaling import ClusterRequests
 from tidal.controller.loop.controller import Controller
 from tidal.controller.loop.launching import JobFiles
-from tidal.controller.plugins import load_backend, load_policy
+from tidal.controller.plugins import PluginError, load_backend, load_policy
 from tidal.controller.resource_groups import ClusterConfig, apply_groups
 from tidal.controller.routes.auth import ensure_token
 from tidal.controller.store.jobs import JobStore
@@ -38,7 +39,7 @@ from tidal.server.app import create_app
 from tidal.wire.discovery import ServerInfo, clear_server_info, write_server_info
 from tidal.wire.teams_file import load_teams
 
-__all__ = ["ApiServer", "ServerConfig", "run_server"]
+__all__ = ["ApiServer", "AutoscaleUnsupported", "ServerConfig", "run_server"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,14 @@ class ServerConfig:
     teams_file: Path | None = None
     #: Resource groups over the hosts (``--config``); ``None``: the hosts as reported.
     groups: ClusterConfig | None = None
+    #: Tell the backend's cluster how many slots the jobs would use (``--autoscale``).
+    autoscale: bool = False
+    #: The most slots asked for in all (``--max-slots``; ``None``: no cap).
+    max_slots: int | None = None
+
+
+class AutoscaleUnsupported(PluginError):
+    """``--autoscale`` with a backend whose cluster cannot grow on request."""
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -232,6 +241,10 @@ def _serve(
         config.backend, data_dir=config.data_dir, gpus=cluster.gpu, **config.backend_options
     )
     try:
+        if config.autoscale and not isinstance(backend, ClusterScaling):
+            raise AutoscaleUnsupported(
+                f"backend {config.backend!r} cannot grow its cluster (use --backend ray)"
+            )
         if isinstance(backend, HostDiscovery):
             # The backend knows the cluster (e.g. Ray's nodes): its hosts, not this one's.
             if config.slots is not None:
@@ -248,8 +261,20 @@ def _serve(
             files = JobFiles(
                 data_dir, log_max_bytes=config.log_max_bytes, log_backups=config.log_backups
             )
+            scaling = (
+                ClusterRequests(backend, store, config.max_slots)
+                if config.autoscale and isinstance(backend, ClusterScaling)
+                else None
+            )
             controller = Controller(
-                store, cluster, policy, backend, data_dir, files=files, groups=config.groups
+                store,
+                cluster,
+                policy,
+                backend,
+                data_dir,
+                files=files,
+                groups=config.groups,
+                scaling=scaling,
             )
             key = ServerKey.in_data_dir(data_dir)
             app = create_app(controller, token, key)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.autoscaler.sdk import request_resources
 
 from tidal.backends.base import LOCAL, DiscoveredHost
 from tidal.backends.ray.drain_notices import DrainWatch
@@ -193,6 +194,14 @@ class RayBackend:
         with self._lock:
             node_ids = {host: node.node_id for host, node in self._nodes.items()}
         return self._drain_watch.leaving(node_ids)
+
+    def request_slots(self, slots: int) -> None:
+        """Ask Ray's autoscaler for room for ``slots`` slots in all: one bundle of one
+        ``slot_resource`` each, replacing the previous request (Ray's
+        ``request_resources``; 0 withdraws it, and idle nodes leave after Ray's idle
+        timeout)."""
+        request_resources(bundles=[{self.slot_resource: 1} for _ in range(slots)])
+        log.info("asked Ray's autoscaler for %d %s", slots, self.slot_resource)
 
     def _node(self, host: str) -> _Node | None:
         with self._lock:

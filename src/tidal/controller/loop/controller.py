@@ -25,6 +25,7 @@ from tidal.controller.cluster import ClusterModel, describe_change
 from tidal.controller.loop.allocation import allocation_problems, plan_changes, policy_request
 from tidal.controller.loop.apply import apply_slots
 from tidal.controller.loop.backoff import Failing, Report, after_tick
+from tidal.controller.loop.cluster_scaling import ClusterRequests
 from tidal.controller.loop.deadlines import check_deadline
 from tidal.controller.loop.draining import DrainBook
 from tidal.controller.loop.effects import LoopEffects
@@ -43,7 +44,7 @@ from tidal.controller.store.jobs import Event, JobRecord, JobStore
 from tidal.controller.store.outage import outage_of
 from tidal.launch.api import JobLaunch, JobStatus
 from tidal.model import ACTIVE_STATES, Job, JobState
-from tidal.policy.api import Policy, Slot
+from tidal.policy.api import JobRequest, Policy, Slot
 from tidal.policy.drain import evacuate
 from tidal.policy.whole_replicas import WholeReplicas
 
@@ -87,11 +88,15 @@ class Controller:
         clock: Callable[[], float] = time.time,
         files: JobFiles | None = None,
         groups: ClusterConfig | None = None,
+        scaling: ClusterRequests | None = None,
     ) -> None:
         """``groups``: the server config's resource groups, applied to every host the
-        backend reports (:func:`~tidal.controller.resource_groups.apply_groups`)."""
+        backend reports (:func:`~tidal.controller.resource_groups.apply_groups`).
+        ``scaling``: tell a cluster that grows on request how many slots the jobs would
+        use, each tick (``tidal server --autoscale``)."""
         self.store = store
         self.groups = groups
+        self.scaling = scaling
         self.cluster = cluster
         self.policy = policy
         self.backend = backend
@@ -243,7 +248,13 @@ class Controller:
                 if observed is not None:
                     jobs.append(check_deadline(self.store, observed, now))
             self.effects.forget_models({j.id for j in jobs})
-            held = self._schedule(jobs, statuses, now)
+            requests = self._requests(jobs, now)
+            held = self._schedule(jobs, statuses, now, requests)
+            if self.scaling is not None:
+                # Every job, placeable or not: a job too big for the cluster is what
+                # growing it is for.
+                wanting = [requests[j.id] for j in jobs if not j.cancel_requested]
+                self.scaling.update(self.policy, wanting, self.cluster.to_policy(), held)
             self._refresh_gauges(held)
             self.metrics.ticks.inc()
 
@@ -285,8 +296,17 @@ class Controller:
 
     # -- allocating ------------------------------------------------------------------------
 
+    def _requests(self, jobs: Sequence[JobRecord], now: float) -> dict[str, JobRequest]:
+        """What the policy sees of each job."""
+        models = throughput_models(self.effects, [j.id for j in jobs])
+        return {j.id: policy_request(j, self.effects.model(j), now, models.get(j.id)) for j in jobs}
+
     def _schedule(
-        self, jobs: Sequence[JobRecord], statuses: Mapping[str, JobStatus], now: float
+        self,
+        jobs: Sequence[JobRecord],
+        statuses: Mapping[str, JobStatus],
+        now: float,
+        asked: Mapping[str, JobRequest],
     ) -> dict[str, tuple[Slot, ...]]:
         """Allocate and apply; returns the slots each job holds afterwards."""
         held = {j.id: j.slots for j in jobs if j.slots}
@@ -294,8 +314,7 @@ class Controller:
         # Jobs mostly target the same hosts: each target is looked up once a tick.
         shortfalls: dict[_Target, str | None] = {}
         placeable = [j for j in jobs if self._placeable(j, model[j.id], now, shortfalls)]
-        models = throughput_models(self.effects, [j.id for j in placeable])
-        requests = [policy_request(j, model[j.id], now, models.get(j.id)) for j in placeable]
+        requests = [asked[j.id] for j in placeable]
         # Slots of workers a user stopped are not the job's any more: the policy keeps
         # the rest, so exactly those workers leave.
         previous = {

@@ -1,0 +1,141 @@
+"""``tidal server --backend ray --autoscale`` on a real local Ray cluster whose autoscaler
+adds and removes nodes.
+
+The cluster: a head of 4 ``tidal_slot`` and one node type of 4 slots (at most one such
+node), on Ray's fake multi-node provider: the real autoscaler (Ray's monitor process) starts
+and stops each node as processes on this machine. A job that wants 8 slots gets the
+cluster grown and grows onto the new node; when it ends the request is withdrawn and the
+idle node goes after Ray's idle timeout (3 s here).
+
+The cluster (and how every process of it is stopped): ``tests/backends/ray_autoscaling.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.backends.test_ray import _digits, _running, _until, _workers_of
+from tidal.client import Client
+from tidal.wire.schema import EventView
+
+pytest.importorskip("ray.autoscaler._private.fake_multi_node.node_provider")
+from tests.backends.ray_autoscaling import (
+    IDLE_TIMEOUT,
+    SLOTS_PER_NODE,
+    AutoscalingCluster,
+    autoscaling_cluster,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+@pytest.fixture
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AutoscalingCluster]:
+    """The head (4 slots) with its autoscaler; stopped with every process it started."""
+    with autoscaling_cluster(tmp_path_factory.mktemp("ras")) as made:
+        yield made
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[str]
+    client: Client
+    data: Path
+
+
+@pytest.fixture
+def server(cluster: AutoscalingCluster, tmp_path: Path) -> Iterator[Server]:
+    """``tidal server --backend ray --autoscale --max-slots 8`` on the cluster."""
+    data = tmp_path / "data"
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tidal.cli",
+            "server",
+            "--backend",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--autoscale",
+            "--max-slots",
+            "8",
+            "--data-dir",
+            str(data),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ, TIDAL_HOME=str(tmp_path / "home"), **cluster.env),
+    )
+    try:
+        _until(lambda: (data / "server.json").exists() or process.poll() is not None, 90, "up")
+        assert process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+        with Client(data_dir=data, timeout=30) as client:
+            yield Server(process, client, data)
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        log.close()
+        _until(lambda: not _workers_of(tmp_path), 30, "the workers to end")
+
+
+def _requests(client: Client) -> list[EventView]:
+    """What the server asked the cluster for, oldest first."""
+    return sorted((e for e in client.events() if e.kind == "autoscale"), key=lambda e: e.id)
+
+
+def _extra(client: Client) -> list[int]:
+    """The slots beyond the cluster's of each request for more than nothing."""
+    return [e.data["extra_slots"] for e in _requests(client) if e.data["wanted_slots"] > 0]
+
+
+def test_a_job_wanting_8_slots_grows_the_cluster_and_the_node_goes_when_it_ends(
+    server: Server, cluster: AutoscalingCluster, tmp_path: Path
+) -> None:
+    client = server.client
+    assert client.cluster().total_slots == SLOTS_PER_NODE
+    (head,) = [h.name for h in client.cluster().hosts]
+
+    asked = time.monotonic()
+    job = client.submit(_digits("grow", 400, tmp_path / "grow.json", "1:8")).id
+    # The autoscaler starts a node for the 4 slots the job wants beyond the head's.
+    _until(lambda: client.cluster().total_slots == 2 * SLOTS_PER_NODE, 180, "a new node")
+    grown = time.monotonic() - asked
+    (added,) = [h.name for h in client.cluster().hosts if h.name != head]
+    # The job grows onto it at once (the backend finds the node, the policy hands it out).
+    _until(lambda: len(_running(client, job)) == 8, 300, "the job on 8 workers")
+    trained = time.monotonic() - asked
+    assert {host for host, _ in _running(client, job)} == {head, added}
+    assert _extra(client)[:1] == [4], _requests(client)
+
+    # The job ends: the request is withdrawn and the idle node goes.
+    client.cancel(job)
+    assert client.wait(job, timeout=120).state == "cancelled"
+    ended = time.monotonic()
+    _until(lambda: client.cluster().total_slots == SLOTS_PER_NODE, 120, "the node released")
+    released = time.monotonic() - ended
+    assert [h.name for h in client.cluster().hosts] == [head]
+    asked_for = [e.data["wanted_slots"] for e in _requests(client)]
+    assert asked_for[-2:] == [8, 0], asked_for
+    print(
+        f"\nnode joined {grown:.1f} s after the job asked; 8 workers running after "
+        f"{trained:.1f} s; node released {released:.1f} s after the job ended "
+        f"(idle timeout {IDLE_TIMEOUT:.0f} s)"
+    )
