@@ -118,6 +118,12 @@ class WorkerContext:
         process group. A newcomer skips generations that do not list it (it is admitted
         later); a current member gets the next generation whatever it says, and if that
         does not list it the caller leaves. Nothing is formed when not a member."""
+        if newcomer:
+            # Generations published before this worker said it was ready are not addressed
+            # to it (the one that admits it comes after). Above all an empty one — every
+            # worker released, the job waiting for slots — must not send away the workers
+            # started to resume it.
+            after = max(after, self.rendezvous.latest_number())
         if self._local_host is not None and self._local_host.latest_number() < 0:
             self._local_host.publish(Generation(0, (self.worker_id,), reason="start"))
         if newcomer:
