@@ -17,7 +17,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,16 @@ class Server:
 @pytest.fixture
 def server(ray_cluster: RayCluster, tmp_path: Path) -> Iterator[Server]:
     """The server on the module's cluster; stopped, with its actors, after the test."""
+    with ray_server(ray_cluster.address, ray_cluster.env, tmp_path) as made:
+        yield made
+
+
+@contextmanager
+def ray_server(
+    address: str, env: Mapping[str, str], tmp_path: Path, *args: str
+) -> Iterator[Server]:
+    """``tidal server --backend ray [args]`` on the cluster at ``address`` (``env``: what
+    its driver needs), with a client; stopped after, with every worker it started."""
     data = tmp_path / "data"
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115
     process = subprocess.Popen(
@@ -140,7 +151,8 @@ def server(ray_cluster: RayCluster, tmp_path: Path) -> Iterator[Server]:
             "--backend",
             "ray",
             "--ray-address",
-            ray_cluster.address,
+            address,
+            *args,
             "--data-dir",
             str(data),
         ],
@@ -149,7 +161,7 @@ def server(ray_cluster: RayCluster, tmp_path: Path) -> Iterator[Server]:
         stdin=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
-        env=dict(os.environ, TIDAL_HOME=str(tmp_path / "home"), **ray_cluster.env),
+        env=dict(os.environ, TIDAL_HOME=str(tmp_path / "home"), **env),
     )
     try:
         _until(lambda: (data / "server.json").exists() or process.poll() is not None, 90, "up")

@@ -12,18 +12,13 @@ The cluster (and how every process of it is stopped): ``tests/backends/ray_autos
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.backends.test_ray import _digits, _running, _until, _workers_of
+from tests.backends.test_ray import Server, _digits, _running, _until, ray_server
 from tidal.client import Client
 from tidal.wire.schema import EventView
 
@@ -45,55 +40,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AutoscalingClu
         yield made
 
 
-@dataclass
-class Server:
-    process: subprocess.Popen[str]
-    client: Client
-    data: Path
-
-
 @pytest.fixture
 def server(cluster: AutoscalingCluster, tmp_path: Path) -> Iterator[Server]:
     """``tidal server --backend ray --autoscale --max-slots 8`` on the cluster."""
-    data = tmp_path / "data"
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tidal.cli",
-            "server",
-            "--backend",
-            "ray",
-            "--ray-address",
-            cluster.address,
-            "--autoscale",
-            "--max-slots",
-            "8",
-            "--data-dir",
-            str(data),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-        env=dict(os.environ, TIDAL_HOME=str(tmp_path / "home"), **cluster.env),
-    )
-    try:
-        _until(lambda: (data / "server.json").exists() or process.poll() is not None, 90, "up")
-        assert process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-        with Client(data_dir=data, timeout=30) as client:
-            yield Server(process, client, data)
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-        log.close()
-        _until(lambda: not _workers_of(tmp_path), 30, "the workers to end")
+    args = ("--autoscale", "--max-slots", "8")
+    with ray_server(cluster.address, cluster.env, tmp_path, *args) as made:
+        yield made
 
 
 def _requests(client: Client) -> list[EventView]:
