@@ -14,15 +14,21 @@ the next ``--steps`` are timed in ``--windows`` windows; the device is synchroni
 windows' boundaries only, never inside them. Then (CUDA only) ``--sync-steps`` more steps
 run under ``torch.cuda.set_sync_debug_mode("warn")``, and the host synchronisations they
 make are counted, with the source line of each. Rank 0 writes a JSON result to
-``--result``.
+``--result``. ``--profile FILE``: a cProfile of the timed steps (the host's side of a
+step: on a small model, what the step costs is what the CPU spends launching it), the
+functions that take the most time themselves first, written to FILE (it slows every
+Python call down: read it as shares, take times from a run without it).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
+import io
 import json
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -57,6 +63,8 @@ class Meter:
         self.total = self.count_to
         self._caught: list[warnings.WarningMessage] | None = None
         self._catcher: Any = None
+        self._profile_to: str | None = args.profile
+        self._profiler = cProfile.Profile() if args.profile else None
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -68,14 +76,26 @@ class Meter:
             torch.cuda.set_sync_debug_mode(0)
             self._catcher.__exit__(None, None, None)
             self._catcher = None
+        if self._profiler is not None and done == self.count_from:
+            self._profiler.disable()
+            self._write_profile(done - self.bounds[0])
         if done in self.bounds:
             self._sync()
             self.times[done] = time.perf_counter()
+        if self._profiler is not None and done == self.bounds[0]:
+            self._profiler.enable()
         if done == self.count_from and self.count_to > self.count_from:
             self._catcher = warnings.catch_warnings(record=True)
             self._caught = self._catcher.__enter__()
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
+
+    def _write_profile(self, steps: int) -> None:
+        assert self._profiler is not None and self._profile_to is not None
+        out = io.StringIO()
+        print(f"cProfile of {steps} timed steps (tottime: time in the function itself)", file=out)
+        pstats.Stats(self._profiler, stream=out).sort_stats("tottime").print_stats(40)
+        Path(self._profile_to).write_text(out.getvalue())
 
     def result(self) -> dict[str, Any]:
         windows = []
@@ -269,6 +289,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--result", required=True, help="write the JSON result here")
+    parser.add_argument("--profile", default=None, help="write a cProfile of the timed steps")
     args = parser.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)

@@ -35,3 +35,18 @@ def test_a_step_has_no_host_synchronisation(path: str, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no host synchronisation" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_guarded_collective_is_ready_on_the_callers_stream(tmp_path: Path) -> None:
+    env = dict(os.environ, TIDAL_HOME=str(tmp_path), CUDA_VISIBLE_DEVICES="0")
+    env.pop(ENV_STORE, None)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("gpu_stream_order.py"))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "seen 1.0" in done.stdout, done.stdout + done.stderr

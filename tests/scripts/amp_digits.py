@@ -27,8 +27,11 @@ from torch.utils.data import TensorDataset
 
 import tidal
 
-#: Collectives of the main group, counted (they are passed through unchanged).
-_COUNTED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "barrier")
+#: Collectives of a process group, counted (they are passed through unchanged): the
+#: methods every ``torch.distributed`` function calls, which the gradient hook also calls
+#: directly. The control channel is a bare gloo backend, not a ``ProcessGroup``: its
+#: collectives are not counted.
+_COUNTED = ("allreduce", "broadcast", "allgather", "_allgather_base", "barrier")
 calls = {"count": 0}
 
 
@@ -42,12 +45,9 @@ def _counting(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def count_main_group_collectives() -> None:
-    """Count every collective issued through ``torch.distributed``'s functions (the ones
-    that take a registered process group: the main group's)."""
+    """Count every collective issued on a ``ProcessGroup`` (the main group's)."""
     for name in _COUNTED:
-        wrapped = _counting(getattr(dist, name))
-        setattr(dist, name, wrapped)
-        setattr(dist.distributed_c10d, name, wrapped)
+        setattr(dist.ProcessGroup, name, _counting(getattr(dist.ProcessGroup, name)))
 
 
 def hold_for_size(ctx: tidal.WorkerContext, size: int, timeout: float = 120.0) -> None:

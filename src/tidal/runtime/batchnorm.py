@@ -54,7 +54,7 @@ def _all_reduce(tensor: torch.Tensor, context: WorkerContext) -> torch.Tensor:
     work = dist.all_reduce(out, async_op=True)
     assert work is not None
     future: torch.futures.Future[torch.Tensor] = work.get_future().then(lambda f: f.value()[0])
-    reduced: torch.Tensor = context.guard(future, lambda: tensor).wait()
+    reduced: torch.Tensor = context.guard(future, lambda: tensor, device=out.device).wait()
     return reduced
 
 

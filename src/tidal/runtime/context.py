@@ -230,11 +230,25 @@ class WorkerContext:
     # -- failure guard ------------------------------------------------------------------
 
     def guard(
-        self, future: torch.futures.Future[T], fallback: Callable[[], T]
+        self,
+        future: torch.futures.Future[Any],
+        fallback: Callable[[], T],
+        *,
+        device: torch.device | None = None,
+        pick: Callable[[Any], T] | None = None,
     ) -> torch.futures.Future[T]:
         """A future that completes with ``future``'s value, or with ``fallback()`` as soon
-        as the current generation is known to be broken (then :attr:`failed` is set)."""
-        out: torch.futures.Future[T] = torch.futures.Future()
+        as the current generation is known to be broken (then :attr:`failed` is set).
+
+        ``device``: the GPU whose tensors the value holds. The future returned is then
+        CUDA-aware, as NCCL's are: whoever waits on it has their stream wait for the
+        collective's kernels. Without it, ``wait()`` would hand out a tensor the collective
+        is still writing (the gradient bucket DDP reads right after its comm hook).
+        ``pick``: what of ``future``'s value to complete with (default: all of it)."""
+        devices: list[int | str | torch.device] | None = (
+            [device] if device is not None and device.type == "cuda" else None
+        )
+        out: torch.futures.Future[T] = torch.futures.Future(devices=devices)
         with self._lock:
             broken = self._broken_gen is not None
             if not broken:
@@ -243,13 +257,13 @@ class WorkerContext:
             out.set_result(fallback())
             return out
 
-        def finish(done: torch.futures.Future[T]) -> None:
+        def finish(done: torch.futures.Future[Any]) -> None:
             with self._lock:
                 mine = self._pending.pop(out, None) is not None
             if not mine:
                 return
             try:
-                value = done.value()
+                value = done.value() if pick is None else pick(done.value())
             except Exception as exc:
                 self._break(f"collective failed: {exc}", report=True)
                 out.set_result(fallback())
@@ -261,7 +275,7 @@ class WorkerContext:
 
     def wait(self, future: torch.futures.Future[T]) -> T:
         """Wait for a collective's future; raises :class:`PeerLost` if the generation broke."""
-        guarded: torch.futures.Future[T | None] = self.guard(future, lambda: None)  # type: ignore[arg-type]
+        guarded: torch.futures.Future[T | None] = self.guard(future, lambda: None)
         value = guarded.wait()
         if self.failed or value is None:
             raise PeerLost(self.failure or "peer lost")

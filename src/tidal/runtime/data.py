@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
-from torch.utils.data import Dataset, IterableDataset, default_collate
+from torch.utils.data import Dataset, IterableDataset, TensorDataset, default_collate
 
 from tidal.runtime.adaptive import AdaptiveBatch
 from tidal.runtime.context import WorkerContext, current
@@ -176,6 +176,8 @@ class ElasticDataLoader:
         self.adaptive: AdaptiveBatch | None = None
         self._order_key: tuple[int, int, bool, int] | None = None
         self._order = torch.empty(0, dtype=torch.long)
+        #: The epoch's order on the GPU that holds a TensorDataset (see _on_data_device).
+        self._device_order: tuple[tuple[int, int, bool, int] | None, torch.Tensor] | None = None
         self._last_span: tuple[int, int, int] | None = None
 
     def autoscale_batch_size(
@@ -240,7 +242,24 @@ class ElasticDataLoader:
             )
         indices = self.order(self.epoch)[start + lo : start + hi]
         self._consume(start, size, lo, hi, indices.tolist())
-        return self._fetch(indices)
+        return self._fetch(self._on_data_device(indices, start + lo, start + hi))
+
+    def _on_data_device(self, indices: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        """``indices`` (``order[lo:hi]``) where a :class:`TensorDataset` keeps its tensors:
+        on a GPU, a slice of the epoch's order copied there once (asynchronously, from
+        pinned memory), not a copy of each step's indices per tensor; launching those
+        copies cost a small model's step more than its kernels did."""
+        tensors = getattr(self.dataset, "tensors", None)
+        if not isinstance(self.dataset, TensorDataset) or not tensors:
+            return indices
+        device = tensors[0].device
+        if device.type != "cuda" or any(t.device != device for t in tensors):
+            return indices
+        cached = self._device_order
+        if cached is None or cached[0] != self._order_key or cached[1].device != device:
+            on_device = self._order.pin_memory().to(device, non_blocking=True)
+            cached = self._device_order = (self._order_key, on_device)
+        return cached[1][lo:hi]
 
     def _consume(self, start: int, size: int, lo: int, hi: int, indices: list[int]) -> None:
         """Move the position past the step taken, and tell the runtime what it holds."""

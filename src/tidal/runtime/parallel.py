@@ -65,13 +65,23 @@ def _weighted_allreduce(
         recorder.before(bucket.index(), tensor)
     if state.weight != 1.0:
         tensor.mul_(state.weight)
-    work = dist.all_reduce(tensor, async_op=True)
-    assert work is not None
+    group = state.context.group
+    assert group is not None
+    # The group's own all-reduce, not dist.all_reduce: its argument checks and logging
+    # wrapper cost a small model's step more than the collective's launch. The guard
+    # takes the tensor out of the work's result list itself (no `then` child future:
+    # on a GPU each one records CUDA events and borrows streams).
+    work = group.allreduce([tensor])
     if recorder is None:
-        future = work.get_future().then(lambda f: f.value()[0])
-    else:
-        future = work.get_future().then(lambda f: recorder.after(f.value()[0]))
-    return state.context.guard(future, lambda: tensor)
+        return state.context.guard(
+            work.get_future(), lambda: tensor, device=tensor.device, pick=_first
+        )
+    future = work.get_future().then(lambda f: recorder.after(f.value()[0]))
+    return state.context.guard(future, lambda: tensor, device=tensor.device)
+
+
+def _first(values: list[torch.Tensor]) -> torch.Tensor:
+    return values[0]
 
 
 # DDP checks a hook's annotations at runtime; postponed (string) annotations fail that check.
