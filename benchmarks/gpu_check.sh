@@ -10,7 +10,8 @@
 # run's log, the tests' work folders) into $OUT, or into a new folder under /tmp. Knobs
 # (environment): PYTHON (python3), GPU_CHECK_SECONDS (500: the whole script),
 # GPU_TEST_SECONDS (210: the tests; 0 skips them), GPU_TEST_TIMEOUT (150: one test),
-# GPU_BENCH_ARGS (more options for gpu_overhead.py, e.g. "--models mlp-2m,mlp-50m").
+# GPU_BENCH_ARGS (more options for gpu_overhead.py, e.g. "--models mlp-2m,mlp-50m"),
+# GPU_PROFILE_MODEL (mlp-2m: the model whose steps are profiled at the end; empty: none).
 set -u -o pipefail
 
 cd "$(dirname "$0")/.."
@@ -93,7 +94,10 @@ EOF
         echo "pytest exit status: $tests"
     fi
 
-    local left=$((TOTAL - SECONDS - 15))
+    # Time kept for the profile at the end.
+    local reserve=0
+    [ "$DEVICE" = cuda ] && [ -n "${GPU_PROFILE_MODEL-mlp-2m}" ] && reserve=75
+    local left=$((TOTAL - SECONDS - 15 - reserve))
     [ "$left" -lt 90 ] && left=90
     # The budget leaves room for one model's runs (about 30 s on a GPU) to finish.
     local budget=$((left - 45))
@@ -107,6 +111,20 @@ EOF
         --out "$WORK/bench" ${GPU_BENCH_ARGS:-}
     local bench=$?
     echo "benchmark exit status: $bench"
+
+    # Where the host time of a launch-bound step goes: a cProfile of DDP's and tidal's
+    # timed steps (about 30 s), into $OUT/profile_{ddp,tidal}.txt.
+    local model=${GPU_PROFILE_MODEL-mlp-2m}
+    if [ "$DEVICE" = cuda ] && [ -n "$model" ] && [ $((TOTAL - SECONDS)) -gt 45 ]; then
+        section "profile: $model, DDP and tidal (gpu_worker.py --profile)"
+        local worker=(benchmarks/gpu_worker.py --model "$model" --device cuda)
+        CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout -k 10 40 "$PY" \
+            -m torch.distributed.run --standalone --nproc_per_node 1 "${worker[@]}" \
+            --mode ddp --result "$WORK/profile_ddp.json" --profile "$OUT/profile_ddp.txt"
+        TIDAL_BACKEND=nccl TIDAL_HOME="$WORK/profile_home" timeout -k 10 50 "$PY" \
+            -m tidal.cli run --workers 1 -- "${worker[@]}" \
+            --mode tidal --result "$WORK/profile_tidal.json" --profile "$OUT/profile_tidal.txt"
+    fi
 
     tar czf "$OUT/gpu_logs.tar.gz" -C "$WORK" . 2>/dev/null || echo "could not pack $WORK"
     section "done: tests $tests, benchmark $bench; logs in $OUT"

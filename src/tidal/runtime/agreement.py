@@ -27,7 +27,9 @@ class Agreement:
 
     def __init__(self, context: WorkerContext) -> None:
         self.context = context
-        self._flag: tuple[torch.futures.Future[Any], torch.Tensor] | None = None
+        #: The agreement in flight: its guarded future (``None`` at world 1, where the
+        #: maximum over one rank needs no collective) and the values it reduces in place.
+        self._flag: tuple[torch.futures.Future[Any] | None, torch.Tensor] | None = None
 
     def exchange(self, global_step: int, adaptive: AdaptiveBatch | None) -> int | None:
         """Complete the agreement started at an earlier step (returns the generation to
@@ -39,7 +41,7 @@ class Agreement:
         if self._flag is not None:
             pending, seen = self._flag
             self._flag = None
-            context.wait(pending)
+            context.wait_guarded(pending)
             values = seen.tolist()
             if int(values[0]) > context.generation.number:
                 decided = int(values[0])
@@ -52,15 +54,16 @@ class Agreement:
             # float64 holds generation numbers and batch sizes exactly.
             seen = torch.tensor([float(context.latest_seen), *extra], dtype=torch.float64)
             if context.world_size == 1:
-                # The maximum over one rank: no collective (the watcher still breaks it).
-                future: torch.futures.Future[Any] = torch.futures.Future()
-                future.set_result([seen])
+                # The maximum over one rank: no collective, nothing in flight (a broken
+                # generation still shows at the next step: wait_guarded checks it).
+                self._flag = (None, seen)
             else:
                 assert context.control is not None
                 future = context.control.all_reduce_max(seen)
-            # Guarded from the start, so close() knows it is in flight: a process that
-            # exits with a collective pending aborts (SIGABRT) instead of exiting cleanly.
-            self._flag = (context.guard(future, lambda: None), seen)
+                # Guarded from the start, so close() knows it is in flight: a process
+                # that exits with a collective pending aborts (SIGABRT) instead of
+                # exiting cleanly.
+                self._flag = (context.guard(future, lambda: None), seen)
         return decided
 
     def finish(self) -> None:
@@ -72,7 +75,7 @@ class Agreement:
         self._flag = None
         # Training is over: a peer that already left changes nothing.
         with contextlib.suppress(PeerLost):
-            self.context.wait(future)
+            self.context.wait_guarded(future)
 
     def drop(self) -> None:
         """Forget the collective in flight (its generation is being left)."""

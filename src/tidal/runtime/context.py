@@ -276,8 +276,15 @@ class WorkerContext:
     def wait(self, future: torch.futures.Future[T]) -> T:
         """Wait for a collective's future; raises :class:`PeerLost` if the generation broke."""
         guarded: torch.futures.Future[T | None] = self.guard(future, lambda: None)
-        value = guarded.wait()
-        if self.failed or value is None:
+        value = self.wait_guarded(guarded)
+        assert value is not None
+        return value
+
+    def wait_guarded(self, guarded: torch.futures.Future[T | None] | None) -> T | None:
+        """Wait for a future :meth:`guard` returned with a ``None`` fallback (``None``:
+        nothing in flight); raises :class:`PeerLost` if the generation broke."""
+        value = guarded.wait() if guarded is not None else None
+        if self.failed or (guarded is not None and value is None):
             raise PeerLost(self.failure or "peer lost")
         return value
 
