@@ -1,9 +1,10 @@
-// Cluster: every host's slots coloured by the job holding them, utilisation over time, and
-// every job's slots over time (usage.js).
+// Cluster: every host's slots coloured by the job holding them, utilisation over time,
+// every job's slots over time (usage.js), and with team queues each team's (teams.js).
 import * as api from "./api.js";
 import { Chart, stepColumns } from "./charts.js";
 import { fill, h, jobColour, jobLink } from "./dom.js";
 import { every, POLL_MS } from "./poll.js";
+import { teamCard } from "./teams.js";
 import { usage, usageCard } from "./usage.js";
 
 /** How far back the usage chart looks, in seconds. */
@@ -33,6 +34,7 @@ export function render(view) {
     { label: "total", colour: "#94a3b8", stepped: true, dash: [6, 4] },
   ], { integer: true, yLabel: "slots" });
   const usageChart = usageCard(view);
+  const teamCharts = teamCard(view);
 
   const stop = every(POLL_MS, async () => {
     const since = Date.now() / 1000 - USAGE_WINDOW_S;
@@ -66,10 +68,12 @@ export function render(view) {
     const [xs, usedNow] = stepColumns(util.map((p) => ({ time: p.time, value: p.used })), now);
     chart.setData([xs, usedNow, xs.map(() => cluster.total_slots)]);
     usageChart.update(used, names);
+    teamCharts.update(used);
   });
   return () => {
     stop();
     chart.destroy();
     usageChart.destroy();
+    teamCharts.destroy();
   };
 }
