@@ -136,6 +136,12 @@ def test_each_team_has_a_chart_of_its_slots_against_its_guarantee_and_limit(
     assert used == [level(allocations, b, x) for x in xs]
     assert (lent[0], lent[-1], used[-1]) == (2, 0, 4)
     shot(page, "cluster-teams")
+    # A narrow window: one team's chart to a row, each as wide as the card.
+    page.set_viewport_size({"width": 640, "height": 900})
+    expect(block_b).to_be_visible()
+    box_a, box_b = block_a.bounding_box(), block_b.bounding_box()
+    assert box_a is not None and box_b is not None and box_b["y"] > box_a["y"]
+    shot(page, "cluster-teams-narrow")
 
 
 def test_without_teams_the_team_card_stays_hidden(served: Served, page: Page) -> None:
