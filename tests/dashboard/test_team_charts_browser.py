@@ -112,6 +112,9 @@ def test_each_team_has_a_chart_of_its_slots_against_its_guarantee_and_limit(
     page.goto(f"{teams_served.url}/#/cluster")
     expect(page.locator("#team-card")).to_be_visible()
     expect(page.locator("#team-charts .team-block")).to_have_count(2)
+    # A viewer may not drain: the hosts have no Drain button.
+    expect(page.locator('.host-row[data-host="h"]')).to_be_visible()
+    expect(page.locator("button.drain")).to_have_count(0)
     block_a = page.locator('.team-block[data-team="a"]')
     block_b = page.locator('.team-block[data-team="b"]')
     expect(block_a.locator("h3")).to_have_text("a")

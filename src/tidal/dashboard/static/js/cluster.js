@@ -35,13 +35,14 @@ function askDrain(name) {
 
 // One host's row: its name, kind, drain state and button, and its slots. Kept while what
 // it shows is unchanged (rebuilding it every poll would drop a click made meanwhile).
-function hostRow(host, names, act) {
+// Drain and Undrain are for admins (the server refuses anyone else): others get no button.
+function hostRow(host, names, act, admin) {
   const drain = host.draining ? h("div", { class: "small draining" }, drainText(host)) : null;
   const row = h("div", { class: "host-row", dataset: { host: host.name } },
     h("div", { class: "host-name" }, host.name,
       h("div", { class: "muted small" }, [host.gpu ? "GPU" : "CPU", host.group].filter(Boolean).join(" · ")),
       drain,
-      h("button", {
+      admin && h("button", {
         class: "small drain", dataset: { host: host.name },
         title: host.draining ? "Put the host back in service" : "Move every job off this host at its next step boundary",
         onclick: () => act(host),
@@ -76,6 +77,7 @@ export function render(view) {
   // Each host's row and what it was built from (its view and its jobs' names).
   let rows = new Map();
   let stopped = false;
+  let admin = false;
   let refresh = () => {};
   const act = async (host) => {
     message.textContent = "";
@@ -102,10 +104,10 @@ export function render(view) {
     summary.textContent = `${cluster.used_slots} of ${cluster.total_slots} slots in use · policy ${cluster.policy}`;
     const next = new Map();
     for (const host of cluster.hosts) {
-      const key = JSON.stringify([host.name, host.gpu, host.group, host.used_by.map((j) => j && [j, names.get(j)]),
+      const key = JSON.stringify([admin, host.name, host.gpu, host.group, host.used_by.map((j) => j && [j, names.get(j)]),
         host.draining && [host.draining.source, host.draining.leaves_at, host.draining.remaining]]);
       const kept = rows.get(host.name);
-      const built = kept && kept.key === key ? kept : { key, ...hostRow(host, names, act) };
+      const built = kept && kept.key === key ? kept : { key, ...hostRow(host, names, act, admin) };
       if (built.drain) built.drain.textContent = drainText(host); // the countdown moves on
       next.set(host.name, built);
     }
@@ -127,6 +129,10 @@ export function render(view) {
   const stop = every(POLL_MS, tick);
   // After a drain or undrain, show it at once rather than at the next poll.
   refresh = () => stopped || tick().catch(() => {});
+  api.api("/me").then((me) => {
+    admin = me.role === "admin";
+    refresh();
+  }).catch(() => {});
   return () => {
     stopped = true;
     stop();
