@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,6 +20,8 @@ from tidal.controller.store.jobs import JobStore
 from tidal.policy.fairshare import FairSharePolicy
 from tidal.server.app import create_app
 from tidal.server.process import ApiServer, team_policy
+from tidal.spec import parse_spec
+from tidal.wire.schema import AllocationView
 from tidal.wire.teams_file import parse_teams
 
 TEAMS = {"teams": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4}]}
@@ -91,8 +94,51 @@ def test_a_loan_is_reclaimed_by_shrinking_and_said_on_both_sides(
     assert ["a", "4", "-", "4", "-", "-"] in cells, out
 
 
+def usage(served: Served) -> dict[str, Any]:
+    auth = {"Authorization": f"Bearer {served.token}"}
+    response = httpx.get(f"{served.url}/cluster/usage", headers=auth, timeout=10)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def level(allocations: list[AllocationView], job: str, at: float) -> int:
+    """The slots ``job`` held at ``at``, by the allocation timeline."""
+    held = [a.count for a in allocations if a.job_id == job and a.time <= at]
+    return held[-1] if held else 0
+
+
+def test_each_teams_usage_over_time_is_its_jobs_allocations_against_its_quota(
+    teams_served: Served,
+) -> None:
+    client, ctl = teams_served.client(), teams_served.controller
+    a = client.submit(spec("a1", "a", "1:8")).id
+    ctl.tick()  # a borrows b's idle guarantee: 8 slots
+    b = client.submit(spec("b1", "b", "4")).id
+    ctl.tick()
+    ctl.tick()  # b took its guarantee back: 4 and 4
+
+    body = usage(teams_served)
+    teams = {t["team"]: t for t in body["teams"]}
+    assert sorted(teams) == ["a", "b"]
+    assert (teams["a"]["guaranteed"], teams["a"]["limit"]) == (4, None)
+    assert (teams["b"]["guaranteed"], teams["b"]["limit"]) == (4, None)
+    allocations = client.allocations()
+    for i, at in enumerate(body["times"]):
+        assert teams["a"]["slots"][i] == level(allocations, a, at)
+        assert teams["b"]["slots"][i] == level(allocations, b, at)
+    a_slots, a_borrowed = teams["a"]["slots"], teams["a"]["borrowed"]
+    assert a_slots[0] == 8 and a_borrowed[0] == 4 and teams["b"]["lent"][0] == 4
+    assert (a_slots[-1], teams["b"]["slots"][-1]) == (4, 4)
+    assert (a_borrowed[-1], teams["b"]["lent"][-1]) == (0, 0)
+
+
 def test_without_teams_queues_are_empty(served: Served) -> None:
     assert served.client().queues() == []
+    served.store.add_job(parse_spec({"name": "j", "command": "x", "workers": 1}))
+    served.controller.tick()
+    body = usage(served)
+    assert len(body["jobs"]) == 1 and body["teams"] == []
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

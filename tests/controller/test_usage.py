@@ -7,8 +7,11 @@ from __future__ import annotations
 import httpx
 
 from tests.controller.conftest import Served
+from tidal.controller.routes.usage import team_series
 from tidal.controller.store.records import Event
+from tidal.policy.teams import TeamUsage
 from tidal.spec import parse_spec_yaml
+from tidal.wire.usage import UsageSeries, UsageView
 
 
 def _usage(served: Served, query: str = "") -> dict[str, object]:
@@ -62,3 +65,37 @@ def test_since_starts_at_the_level_then(served: Served) -> None:
     # A window after a job ended leaves it out.
     later = _usage(served, "?since=125")
     assert [s["job_id"] for s in later["jobs"]] == [b]  # type: ignore[attr-defined]
+
+
+def test_a_teams_series_sums_its_jobs_and_counts_loans_against_its_guarantee() -> None:
+    view = UsageView(
+        since=0.0,
+        until=20.0,
+        total_slots=8,
+        times=[0.0, 10.0, 20.0],
+        jobs=[
+            UsageSeries(job_id="a1", slots=[2, 4, 4]),
+            UsageSeries(job_id="a2", slots=[2, 2, 0]),
+            UsageSeries(job_id="x1", slots=[0, 2, 4]),
+            UsageSeries(job_id="gone", slots=[1, 1, 1]),
+        ],
+        utilisation=[0.5, 1.0, 1.0],
+        marks=[],
+    )
+    standing = [
+        TeamUsage("a", guaranteed=4, limit=6, used=0, borrowed=0, lent=0),
+        TeamUsage("b", guaranteed=4, limit=None, used=0, borrowed=0, lent=0),
+    ]
+    # x1's team is in no teams file; "gone" is no longer in the store: not counted.
+    teams = {t.team: t for t in team_series(view, {"a1": "a", "a2": "a", "x1": "x"}, standing)}
+    assert sorted(teams) == ["a", "b", "x"]
+    assert (teams["a"].slots, teams["a"].borrowed, teams["a"].lent) == (
+        [4, 6, 4],
+        [0, 2, 0],
+        [0] * 3,
+    )
+    # b's idle guarantee is what a and x borrow beyond the slots nobody is guaranteed (none).
+    assert (teams["b"].slots, teams["b"].lent) == ([0, 0, 0], [0, 4, 4])
+    assert (teams["x"].guaranteed, teams["x"].limit, teams["x"].borrowed) == (0, None, [0, 2, 4])
+    assert (teams["a"].guaranteed, teams["a"].limit) == (4, 6)
+    assert team_series(view, {"a1": "a"}, []) == []  # no team queues: no series

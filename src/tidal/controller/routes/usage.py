@@ -1,11 +1,12 @@
 """``GET /cluster/usage``: every job's slots over time, priority changes and rescales
-marked, and the cluster's utilisation, from the allocation timeline and the events the
-store already records."""
+marked, the cluster's utilisation, and with team queues each team's slots against its
+guarantee and limit, from the allocation timeline and the events the store already
+records."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -13,9 +14,10 @@ from fastapi import APIRouter, Query
 from tidal.controller.routes.deps import ControllerDep
 from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.store.records import AllocationRecord, EventRecord
-from tidal.wire.usage import UsageMark, UsageSeries, UsageView
+from tidal.policy.teams import TeamUsage, loans
+from tidal.wire.usage import TeamUsageSeries, UsageMark, UsageSeries, UsageView
 
-__all__ = ["MARKED", "router", "usage_view"]
+__all__ = ["MARKED", "router", "team_series", "usage_view"]
 
 router = APIRouter(tags=["cluster"], route_class=ProtectedRoute)
 
@@ -79,15 +81,62 @@ def usage_view(
     )
 
 
+def team_series(
+    view: UsageView, team_of: Mapping[str, str], standing: Sequence[TeamUsage]
+) -> list[TeamUsageSeries]:
+    """Each team's slots at the view's times (its jobs' summed, ``team_of`` naming each
+    job's team), and what it borrowed and lent then against ``standing``'s guarantees
+    (the team queues' latest decision: guarantees as fitted to the pool now).
+
+    Loans are counted over the whole pool, as :func:`~tidal.policy.teams.loans` counts
+    one pool. No ``standing`` (no team queues): no series."""
+    if not standing:
+        return []
+    quota = {u.team: u for u in standing}
+    teams = sorted(set(quota) | {team_of.get(s.job_id, "") for s in view.jobs} - {""})
+    used = {team: [0] * len(view.times) for team in teams}
+    for series in view.jobs:
+        team = team_of.get(series.job_id)
+        if team is None:
+            continue  # a job the store no longer holds: no team to count it in
+        for i, n in enumerate(series.slots):
+            used[team][i] += n
+    guarantee = {team: quota[team].guaranteed if team in quota else 0 for team in teams}
+    borrowed = {team: [0] * len(view.times) for team in teams}
+    lent = {team: [0] * len(view.times) for team in teams}
+    for i in range(len(view.times)):
+        took, gave, _ = loans(guarantee, {t: used[t][i] for t in teams}, view.total_slots)
+        for team in teams:
+            borrowed[team][i] = took[team]
+            lent[team][i] = gave[team]
+    return [
+        TeamUsageSeries(
+            team=team,
+            guaranteed=guarantee[team],
+            limit=quota[team].limit if team in quota else None,
+            slots=used[team],
+            borrowed=borrowed[team],
+            lent=lent[team],
+        )
+        for team in teams
+    ]
+
+
 @router.get("/cluster/usage", response_model=UsageView)
 def cluster_usage(
     controller: ControllerDep,
     since: Annotated[float | None, Query(description="Unix time; default: all")] = None,
 ) -> UsageView:
     """Every job's slots over time (a step series per job, for a stacked chart), the
-    cluster's utilisation at the same times, and priority changes and rescales marked."""
+    cluster's utilisation at the same times, priority changes and rescales marked, and
+    with team queues each team's slots against its guarantee and limit."""
     store = controller.store
     events = store.events(since=since, limit=MAX_MARKS * 4)
-    return usage_view(
+    view = usage_view(
         store.allocations(), events, controller.cluster.total_slots, since, time.time()
     )
+    standing = controller.teams.usage
+    if standing:
+        team_of = store.job_teams([s.job_id for s in view.jobs])
+        view.teams = team_series(view, team_of, standing)
+    return view

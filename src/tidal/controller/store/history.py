@@ -188,6 +188,15 @@ class JobHistory(Accounts):
                 for r in s.scalars(query)
             ]
 
+    def job_teams(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """The team of each of ``job_ids`` the store holds (what the team charts group
+        the allocation timeline by)."""
+        if not job_ids:
+            return {}
+        query = select(JobRow.id, JobRow.team).where(JobRow.id.in_(list(job_ids)))
+        with self._transaction() as s:
+            return {job_id: team for job_id, team in s.execute(query)}
+
     def previous_slots(self, job_id: str) -> tuple[Slot, ...] | None:
         """The slots the job held before its latest allocation (``None``: it had none)."""
         query = (

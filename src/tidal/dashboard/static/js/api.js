@@ -137,8 +137,10 @@ export const scaleOut = (id, count) =>
   api(`/jobs/${encodeURIComponent(id)}/scale-out`, { method: "POST", json: { count } });
 export const scaleIn = (id, count) =>
   api(`/jobs/${encodeURIComponent(id)}/scale-in`, { method: "POST", json: { count } });
-export const drain = (host) =>
-  api(`/cluster/hosts/${encodeURIComponent(host)}/drain`, { method: "POST", json: {} });
+/** Drain `host`; with `deadline` (seconds), a job that cannot move off checkpoints first. */
+export const drain = (host, deadline) =>
+  api(`/cluster/hosts/${encodeURIComponent(host)}/drain`,
+    { method: "POST", json: deadline === undefined ? {} : { deadline } });
 export const undrain = (host) =>
   api(`/cluster/hosts/${encodeURIComponent(host)}/undrain`, { method: "POST" });
 export const cancel = (id) => api(`/jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" });
