@@ -58,8 +58,10 @@ def test_wide_and_labelled_jobs_are_asked_for_by_shape(tmp_path: Path) -> None:
     try:
         backend = ShapedCluster()
         requests = ClusterRequests(backend, store, max_slots=16)
-        wide = JobRequest("wide", min_slots=2, max_slots=8, replica_slots=2, group="a100")
-        plain = JobRequest("plain", min_slots=1, max_slots=2)
+        wide = JobRequest(
+            "wide", min_slots=2, max_slots=8, replica_slots=2, group="a100", submitted_at=1.0
+        )
+        plain = JobRequest("plain", min_slots=1, max_slots=2, submitted_at=2.0)
         held = {"wide": (("h0", 0), ("h0", 1)), "plain": (("h0", 2),)}
         labels = {"wide": node_labels(Placement("a100"), GROUPS)}
         policy = FairSharePolicy()
@@ -88,5 +90,22 @@ def test_a_backend_of_slots_only_is_asked_for_their_number(tmp_path: Path) -> No
         wide = JobRequest("wide", min_slots=2, max_slots=8, replica_slots=2)
         requests.update(FairSharePolicy(), [wide], CLUSTER, {"wide": (("h0", 0), ("h0", 1))})
         assert backend.asked == [8]
+    finally:
+        store.close()
+
+
+def test_under_the_cap_the_queue_order_keeps_its_bundles(tmp_path: Path) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 'tidal.db'}")
+    try:
+        backend = ShapedCluster()
+        requests = ClusterRequests(backend, store, max_slots=5)
+        early = JobRequest("early", min_slots=2, max_slots=4, submitted_at=1.0)
+        urgent = JobRequest("urgent", min_slots=4, max_slots=4, priority=9000, submitted_at=2.0)
+        held = {"early": (("h0", 0), ("h0", 1))}
+        decision = requests.update(FairSharePolicy(), [early, urgent], CLUSTER, held)
+        # The later job of higher priority is asked for whole (4), the first gets what is left.
+        assert decision is not None and decision.capped
+        assert backend.asked == [(SlotBundle(1),) * 5]
+        assert list(decision.by_job) == ["urgent", "early"]
     finally:
         store.close()

@@ -33,6 +33,7 @@ from tidal.policy.autoscale import (
     fairshare_wants,
     scale_decision,
 )
+from tidal.policy.budget import queue_order
 
 __all__ = ["ClusterRequests", "node_labels"]
 
@@ -100,6 +101,9 @@ class ClusterRequests:
             log.exception("policy %s failed to say how many slots the jobs want", policy.name)
             return None
         labels = labels or {}
+        # Under --max-slots the first jobs' bundles are kept: the queue's order.
+        first = sorted((j for j in jobs if j.job_id in wants), key=queue_order)
+        wants = {j.job_id: wants[j.job_id] for j in first} | wants
         shapes = {
             job.job_id: BundleShape(job.replica_slots, job.gang_slots, labels.get(job.job_id, {}))
             for job in jobs
