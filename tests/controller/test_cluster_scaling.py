@@ -1,182 +1,111 @@
-"""``--autoscale``: the loop tells a backend whose cluster grows how many slots the jobs
-would use, follows the nodes that join, and withdraws the request when the jobs end."""
+"""What ``--autoscale`` asks the backend for: bundles of each replica's width with the
+node labels its job needs, to a backend that takes shapes; the slot count otherwise."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
-from tests.controller.fakes import FakeBackend
-from tidal.backends.base import ClusterScaling, DiscoveredHost
-from tidal.controller.cluster import ClusterModel
-from tidal.controller.loop.cluster_scaling import ClusterRequests
-from tidal.controller.loop.controller import Controller
+from tidal.controller.loop.cluster_scaling import ClusterRequests, node_labels
+from tidal.controller.resource_groups import ClusterConfig, GroupConfig
 from tidal.controller.store.jobs import JobStore
-from tidal.controller.store.requests import Resize
-from tidal.model import JobState
-from tidal.policy.api import Policy
+from tidal.model import Placement
+from tidal.policy.api import Cluster, Host, JobRequest
+from tidal.policy.autoscale import SlotBundle
 from tidal.policy.fairshare import FairSharePolicy
-from tidal.policy.static import StaticPolicy
-from tidal.spec import parse_spec
+
+CLUSTER = Cluster((Host("h0", 4),))
+GROUPS = ClusterConfig(
+    groups=[
+        GroupConfig(name="a100", labels={"gpu": "a100"}),
+        GroupConfig(name="build", hosts=["build-*"]),
+    ]
+)
 
 
-class GrowingBackend(FakeBackend):
-    """Reports the hosts the test sets and records what it was asked for; a request
-    that fails (``refuse``) raises, as a cluster out of reach would."""
+class ShapedCluster:
+    """A cluster that is asked for room by shape (a backend plugin's side)."""
 
-    def __init__(self, hosts: list[DiscoveredHost]) -> None:
-        super().__init__()
-        self.host_list = hosts
-        self.requests: list[int] = []
-        self.refuse = False
-
-    def hosts(self) -> list[DiscoveredHost]:
-        """The hosts as the test set them."""
-        return list(self.host_list)
+    def __init__(self) -> None:
+        self.asked: list[tuple[SlotBundle, ...]] = []
 
     def request_slots(self, slots: int) -> None:
-        """Record the request (or fail)."""
-        if self.refuse:
-            raise ConnectionError("GCS unreachable")
-        self.requests.append(slots)
+        raise AssertionError("a backend that takes bundles is asked for bundles")
+
+    def request_bundles(self, bundles: Sequence[SlotBundle]) -> None:
+        self.asked.append(tuple(bundles))
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[JobStore]:
-    s = JobStore.open(tmp_path)
-    yield s
-    s.close()
+class CountedCluster:
+    """A cluster asked for a number of slots only."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def request_slots(self, slots: int) -> None:
+        self.asked.append(slots)
 
 
-def _controller(
-    store: JobStore,
-    tmp_path: Path,
-    max_slots: int | None = None,
-    policy: Policy | None = None,
-) -> tuple[Controller, GrowingBackend]:
-    backend = GrowingBackend([DiscoveredHost("n1", 4)])
-    assert isinstance(backend, ClusterScaling)
-    ctl = Controller(
-        store,
-        ClusterModel.from_hosts(backend.hosts()),
-        policy or FairSharePolicy(),
-        backend,
-        tmp_path,
-        scaling=ClusterRequests(backend, store, max_slots),
-    )
-    return ctl, backend
+def test_node_labels_are_the_group_labels_and_the_jobs_own() -> None:
+    assert node_labels(Placement("a100", {"zone": "b"}), GROUPS) == {"gpu": "a100", "zone": "b"}
+    # A group that picks hosts by name names no node that does not exist yet.
+    assert node_labels(Placement("build"), GROUPS) == {}
+    assert node_labels(Placement(None, {"zone": "b"}), None) == {"zone": "b"}
 
 
-def _submit(store: JobStore, name: str, workers: str) -> str:
-    spec = parse_spec({"name": name, "command": "python train.py", "workers": workers})
-    return store.add_job(spec).id
+def test_wide_and_labelled_jobs_are_asked_for_by_shape(tmp_path: Path) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 'tidal.db'}")
+    try:
+        backend = ShapedCluster()
+        requests = ClusterRequests(backend, store, max_slots=16)
+        wide = JobRequest(
+            "wide", min_slots=2, max_slots=8, replica_slots=2, group="a100", submitted_at=1.0
+        )
+        plain = JobRequest("plain", min_slots=1, max_slots=2, submitted_at=2.0)
+        held = {"wide": (("h0", 0), ("h0", 1)), "plain": (("h0", 2),)}
+        labels = {"wide": node_labels(Placement("a100"), GROUPS)}
+        policy = FairSharePolicy()
+        requests.update(policy, [wide, plain], CLUSTER, held, labels)
+        a100 = {"gpu": "a100"}
+        assert backend.asked == [(SlotBundle(2, a100),) * 4 + (SlotBundle(1),) * 2]
+        # Asked again only when the shape changes, not each tick.
+        requests.update(policy, [wide, plain], CLUSTER, held, labels)
+        assert len(backend.asked) == 1
+        (event,) = [e for e in store.events() if e.kind == "autoscale"]
+        assert event.data["by_job"] == {"wide": 8, "plain": 2}
+        assert event.data["bundles"] == [
+            {"slots": 1, "labels": {}, "count": 2},
+            {"slots": 2, "labels": a100, "count": 4},
+        ]
+        assert (event.data["wanted_slots"], event.data["extra_slots"]) == (10, 6)
+    finally:
+        store.close()
 
 
-def test_a_job_wanting_8_on_4_slots_grows_the_cluster_and_the_request_ends_with_it(
-    store: JobStore, tmp_path: Path
-) -> None:
-    ctl, backend = _controller(store, tmp_path)
-    a = _submit(store, "a", "1:8")
-    ctl.tick()
-    assert len(backend.jobs[a].workers) == 4
-    assert backend.requests == [8]
-    event = next(e for e in store.events() if e.kind == "autoscale")
-    assert "8 slot(s): 4 beyond its 4" in event.message
-
-    # Ticks that change nothing ask nothing again.
-    ctl.tick()
-    assert backend.requests == [8]
-
-    # The autoscaler adds a node: the job grows onto it at once; the want is unchanged.
-    backend.host_list = [DiscoveredHost("n1", 4), DiscoveredHost("n2", 4)]
-    ctl.tick()
-    assert {w.slot[0] for w in backend.jobs[a].workers if w.state.alive} == {"n1", "n2"}
-    assert len(backend.alive(a)) == 8
-    assert backend.requests == [8]
-
-    # The job ends: the request is withdrawn (the idle node leaves by the cluster's rules).
-    backend.finish(a)
-    ctl.tick()
-    assert store.get_job(a) is not None and store.get_job(a).state is JobState.SUCCEEDED  # type: ignore[union-attr]
-    assert backend.requests == [8, 0]
+def test_a_backend_of_slots_only_is_asked_for_their_number(tmp_path: Path) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 'tidal.db'}")
+    try:
+        backend = CountedCluster()
+        requests = ClusterRequests(backend, store)
+        wide = JobRequest("wide", min_slots=2, max_slots=8, replica_slots=2)
+        requests.update(FairSharePolicy(), [wide], CLUSTER, {"wide": (("h0", 0), ("h0", 1))})
+        assert backend.asked == [8]
+    finally:
+        store.close()
 
 
-def test_a_job_scaled_down_shrinks_the_request(store: JobStore, tmp_path: Path) -> None:
-    """`tidal scale` below what the job held: the request follows, so the idle node can go."""
-    ctl, backend = _controller(store, tmp_path)
-    a = _submit(store, "a", "1:8")
-    ctl.tick()
-    backend.host_list = [DiscoveredHost("n1", 4), DiscoveredHost("n2", 4)]
-    ctl.tick()
-    assert backend.requests == [8]
-    store.add_request(a, Resize(4, "scale"))
-    ctl.tick()
-    assert len(backend.alive(a)) == 4
-    assert backend.requests == [8, 4]
-
-
-def test_a_queued_job_too_big_for_the_cluster_asks_for_its_minimum(
-    store: JobStore, tmp_path: Path
-) -> None:
-    """A job whose minimum does not fit is what growing the cluster is for."""
-    ctl, backend = _controller(store, tmp_path)
-    big = _submit(store, "big", "6:6")
-    ctl.tick()
-    assert store.get_job(big).state is JobState.QUEUED  # type: ignore[union-attr]
-    assert backend.requests == [6]
-    backend.host_list = [DiscoveredHost("n1", 4), DiscoveredHost("n2", 4)]
-    ctl.tick()
-    assert len(backend.alive(big)) == 6
-
-
-def test_max_slots_caps_the_request(store: JobStore, tmp_path: Path) -> None:
-    ctl, backend = _controller(store, tmp_path, max_slots=6)
-    _submit(store, "a", "1:8")
-    _submit(store, "b", "1:8")
-    ctl.tick()
-    assert backend.requests == [6]
-    assert ctl.scaling is not None and ctl.scaling.last is not None
-    assert ctl.scaling.last.capped
-    assert "capped by --max-slots 6" in next(
-        e.message for e in store.events() if e.kind == "autoscale"
-    )
-
-
-def test_a_failed_request_is_asked_again(store: JobStore, tmp_path: Path) -> None:
-    ctl, backend = _controller(store, tmp_path)
-    _submit(store, "a", "2:8")
-    backend.refuse = True
-    ctl.tick()
-    assert backend.requests == []
-    backend.refuse = False
-    ctl.tick()
-    assert backend.requests == [8]
-
-
-def test_a_policy_that_does_not_say_gets_fairshares_rule(store: JobStore, tmp_path: Path) -> None:
-    ctl, backend = _controller(store, tmp_path, policy=StaticPolicy())
-    _submit(store, "a", "1:8")
-    ctl.tick()
-    assert backend.requests == [8]
-
-
-class FailingWants(FairSharePolicy):
-    """Allocates like fairshare; fails to say what the jobs want."""
-
-    def slots_wanted(self, jobs: object, cluster: object, previous: object) -> dict[str, int]:
-        raise RuntimeError("no idea")
-
-
-def test_a_policy_failing_to_say_leaves_scheduling_alone(store: JobStore, tmp_path: Path) -> None:
-    ctl, backend = _controller(store, tmp_path, policy=FailingWants())
-    a = _submit(store, "a", "1:8")
-    ctl.tick()
-    assert len(backend.alive(a)) == 4
-    assert backend.requests == []
-
-
-def test_max_slots_must_be_positive(store: JobStore) -> None:
-    with pytest.raises(ValueError, match="max_slots"):
-        ClusterRequests(GrowingBackend([]), store, 0)
+def test_under_the_cap_the_queue_order_keeps_its_bundles(tmp_path: Path) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 'tidal.db'}")
+    try:
+        backend = ShapedCluster()
+        requests = ClusterRequests(backend, store, max_slots=5)
+        early = JobRequest("early", min_slots=2, max_slots=4, submitted_at=1.0)
+        urgent = JobRequest("urgent", min_slots=4, max_slots=4, priority=9000, submitted_at=2.0)
+        held = {"early": (("h0", 0), ("h0", 1))}
+        decision = requests.update(FairSharePolicy(), [early, urgent], CLUSTER, held)
+        # The later job of higher priority is asked for whole (4), the first gets what is left.
+        assert decision is not None and decision.capped
+        assert backend.asked == [(SlotBundle(1),) * 5]
+        assert list(decision.by_job) == ["urgent", "early"]
+    finally:
+        store.close()

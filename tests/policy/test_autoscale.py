@@ -12,7 +12,10 @@ from hypothesis import strategies as st
 from tests.policy.strategies import clusters, job_lists
 from tidal.policy.api import Allocation, Cluster, Host, JobRequest, ThroughputModel
 from tidal.policy.autoscale import (
+    BundleShape,
     ScalingPolicy,
+    SlotBundle,
+    bundles_for,
     efficient_slots,
     fairshare_wants,
     scale_decision,
@@ -171,3 +174,43 @@ def test_goodput_asks_for_slots_only_while_they_speed_the_job_up() -> None:
     assert live_policy().slots_wanted([blind], cluster, {}) == {"blind": 16}
     with pytest.raises(ValueError, match="speedup_threshold"):
         GoodputPolicy(speedup_threshold=1.5)
+
+
+def test_workers_of_several_slots_are_asked_for_as_bundles_of_their_width() -> None:
+    """A job of 2-GPU workers wanting 8 slots needs 4 hosts' worth of 2 slots each, not 8
+    loose slots: a node of one GPU could hold none of its workers."""
+    job = JobRequest("wide", min_slots=2, max_slots=8, replica_slots=2)
+    previous = {"wide": (("h0", 0), ("h0", 1))}
+    wants = FairSharePolicy().slots_wanted([job], CLUSTER, previous)
+    shapes = {"wide": BundleShape(replica_slots=2)}
+    decision = scale_decision(wants, CLUSTER, shapes=shapes)
+    assert decision.bundles == (SlotBundle(2),) * 4
+    assert (decision.wanted_slots, decision.extra_slots) == (8, 4)
+    # A fixed role's replicas first, each of its own width, then the scaling replicas;
+    # a remainder smaller than a replica is not asked for.
+    gang = BundleShape(replica_slots=2, gang_slots=(1, 4))
+    assert bundles_for(10, gang) == [SlotBundle(1), SlotBundle(4), SlotBundle(2), SlotBundle(2)]
+    assert bundles_for(0, gang) == []
+    with pytest.raises(ValueError, match="replica_slots"):
+        BundleShape(replica_slots=0)
+
+
+def test_the_cap_keeps_whole_bundles_job_by_job() -> None:
+    wants = {"wide": 8, "narrow": 3}
+    shapes = {"wide": BundleShape(replica_slots=4)}
+    decision = scale_decision(wants, CLUSTER, max_slots=6, shapes=shapes)
+    # One 4-slot bundle of the first job fits, its second does not; 2 of the other's do.
+    assert decision.bundles == (SlotBundle(4), SlotBundle(1), SlotBundle(1))
+    assert (decision.wanted_slots, decision.capped) == (6, True)
+    assert decision.by_job == wants
+
+
+def test_bundles_carry_the_node_labels_their_job_targets() -> None:
+    """A job that targets labels (or a group picked by labels) asks for nodes with them;
+    the others for any node."""
+    a100 = {"gpu": "a100"}
+    wants = {"a": 2, "b": 1}
+    shapes = {"a": BundleShape(replica_slots=2, labels=a100)}
+    decision = scale_decision(wants, CLUSTER, shapes=shapes)
+    assert decision.bundles == (SlotBundle(2, a100), SlotBundle(1))
+    assert decision.wanted_slots == 3

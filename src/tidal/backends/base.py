@@ -25,6 +25,7 @@ from tidal.launch import api as launch_api
 from tidal.launch.api import JobLaunch, JobStatus
 from tidal.model import Launcher, RestartKind
 from tidal.policy.api import Slot
+from tidal.policy.autoscale import SlotBundle
 
 __all__ = [
     "LOCAL",
@@ -173,6 +174,18 @@ class ClusterScaling(Protocol):
     def request_slots(self, slots: int) -> None:
         """Ask for a cluster of at least ``slots`` slots in all, replacing the previous
         request (0 withdraws it)."""
+        ...
+
+
+@runtime_checkable
+class BundleScaling(Protocol):
+    """Optional beside :class:`ClusterScaling`: a cluster asked for room by shape, one
+    bundle per replica (``slots`` slots of one host carrying ``labels``). The controller
+    calls :meth:`request_bundles` instead of ``request_slots`` when the backend has it."""
+
+    def request_bundles(self, bundles: Sequence[SlotBundle]) -> None:
+        """Ask for room for every bundle at once, replacing the previous request (an
+        empty one withdraws it)."""
         ...
 
 

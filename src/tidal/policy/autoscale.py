@@ -13,13 +13,16 @@ its own rule, as a pure function of the same input it allocates from:
   prediction).
 
 :func:`scale_decision` adds the jobs' wants up, caps the sum at ``max_slots`` and compares
-it with what the cluster has (:class:`ScaleDecision`).
+it with what the cluster has (:class:`ScaleDecision`). It also says what shape the room
+must have: one :class:`SlotBundle` per replica, as wide as the replica's slots (a worker
+of 2 GPUs needs 2 slots of one host) and carrying the node labels its job targets
+(:class:`BundleShape`), so that an autoscaler starts nodes the jobs can use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from tidal.policy.api import Allocation, Cluster, JobRequest
@@ -28,8 +31,11 @@ from tidal.policy.placement import held_counts
 
 __all__ = [
     "DEFAULT_SPEEDUP_THRESHOLD",
+    "BundleShape",
     "ScaleDecision",
     "ScalingPolicy",
+    "SlotBundle",
+    "bundles_for",
     "efficient_slots",
     "fairshare_wants",
     "floor_slots",
@@ -40,6 +46,36 @@ __all__ = [
 #: what it is at its minimum: past that, the cluster pays more for the node than the job
 #: gains from it.
 DEFAULT_SPEEDUP_THRESHOLD = 0.5
+
+
+@dataclass(frozen=True)
+class SlotBundle:
+    """Room for one replica: ``slots`` slots on one host carrying every one of ``labels``."""
+
+    slots: int = 1
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BundleShape:
+    """How a job's slots are cut into bundles: its scaling role's replicas of
+    ``replica_slots`` each, its fixed roles' replicas of ``gang_slots``, all on hosts with
+    ``labels`` (its target's node labels; empty: any host)."""
+
+    replica_slots: int = 1
+    gang_slots: tuple[int, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.replica_slots < 1 or any(w < 1 for w in self.gang_slots):
+            raise ValueError(
+                f"a replica holds at least one slot (got replica_slots={self.replica_slots}, "
+                f"gang_slots={self.gang_slots})"
+            )
+
+
+#: A job of one-slot replicas on any host.
+ONE_SLOT = BundleShape()
 
 
 @dataclass(frozen=True)
@@ -54,6 +90,9 @@ class ScaleDecision:
     by_job: Mapping[str, int]
     #: Whether ``max_slots`` cut the wants down.
     capped: bool = False
+    #: The room asked for, one bundle per replica (their slots add up to
+    #: ``wanted_slots``), job by job in the order the jobs came.
+    bundles: tuple[SlotBundle, ...] = ()
 
     @property
     def extra_slots(self) -> int:
@@ -111,18 +150,50 @@ def efficient_slots(goodput: Sequence[float], floor: int, threshold: float) -> i
     return floor
 
 
+def bundles_for(want: int, shape: BundleShape = ONE_SLOT) -> list[SlotBundle]:
+    """The bundles of a job that wants ``want`` slots: one per fixed-role replica, then as
+    many whole scaling replicas as the rest holds (a remainder smaller than a replica is
+    no use to the job and is not asked for). A job that wants nothing gets none."""
+    if want <= 0:
+        return []
+    gang = [SlotBundle(width, shape.labels) for width in shape.gang_slots]
+    rest = max(0, want - sum(shape.gang_slots)) // shape.replica_slots
+    return gang + [SlotBundle(shape.replica_slots, shape.labels) for _ in range(rest)]
+
+
 def scale_decision(
-    wants: Mapping[str, int], cluster: Cluster, max_slots: int | None = None
+    wants: Mapping[str, int],
+    cluster: Cluster,
+    max_slots: int | None = None,
+    shapes: Mapping[str, BundleShape] | None = None,
 ) -> ScaleDecision:
-    """The jobs' wants added up and capped at ``max_slots`` (``None``: no cap)."""
+    """The jobs' wants added up and capped at ``max_slots`` (``None``: no cap).
+
+    Each job's want is cut into bundles by its shape in ``shapes`` (a job absent from it:
+    one-slot replicas on any host). Under the cap, bundles are kept job by job in the
+    order of ``wants`` while they fit; a bundle too wide for what is left is skipped and
+    a narrower one after it may still fit.
+    """
     if max_slots is not None and max_slots < 0:
         raise ValueError(f"max_slots must be >= 0, got {max_slots}")
-    total = sum(max(0, n) for n in wants.values())
+    shapes = shapes or {}
+    wanted = [
+        bundle
+        for job_id, want in wants.items()
+        for bundle in bundles_for(want, shapes.get(job_id, ONE_SLOT))
+    ]
+    total = sum(b.slots for b in wanted)
     capped = max_slots is not None and total > max_slots
-    wanted = min(total, max_slots) if max_slots is not None else total
+    kept: list[SlotBundle] = []
+    room = max_slots if max_slots is not None else total
+    for bundle in wanted:
+        if bundle.slots <= room:
+            kept.append(bundle)
+            room -= bundle.slots
     return ScaleDecision(
-        wanted_slots=wanted,
+        wanted_slots=sum(b.slots for b in kept),
         cluster_slots=cluster.total_slots,
         by_job=dict(wants),
         capped=capped,
+        bundles=tuple(kept),
     )

@@ -41,6 +41,7 @@ from tidal.launch.driver import GroupDriver
 from tidal.launch.slot_names import format_slot
 from tidal.launch.worker import worker_spec
 from tidal.policy.api import Slot
+from tidal.policy.autoscale import SlotBundle
 
 __all__ = ["SLOT_RESOURCE", "RayBackend"]
 
@@ -200,8 +201,31 @@ class RayBackend:
         ``slot_resource`` each, replacing the previous request (Ray's
         ``request_resources``; 0 withdraws it, and idle nodes leave after Ray's idle
         timeout)."""
-        request_resources(bundles=[{self.slot_resource: 1} for _ in range(slots)])
-        log.info("asked Ray's autoscaler for %d %s", slots, self.slot_resource)
+        self.request_bundles([SlotBundle() for _ in range(slots)])
+
+    def request_bundles(self, bundles: Sequence[SlotBundle]) -> None:
+        """Ask Ray's autoscaler for room for each bundle: ``{slot_resource: width}``,
+        with the bundle's labels as its label selector (honoured by Ray's autoscaler v2;
+        v1 drops selectors), replacing the previous request (Ray's ``request_resources``;
+        none withdraws it)."""
+        shapes: list[dict[str, float]] = [{self.slot_resource: b.slots} for b in bundles]
+        selectors = [dict(b.labels) for b in bundles]
+        if not any(selectors):
+            request_resources(bundles=shapes)
+        else:
+            try:
+                request_resources(bundles=shapes, bundle_label_selectors=selectors)
+            except ValueError as exc:
+                # Labels Ray cannot read as a selector match no Ray node either: ask for
+                # the room without them rather than not at all.
+                log.warning("label selectors refused by Ray (%s); asking without them", exc)
+                request_resources(bundles=shapes)
+        log.info(
+            "asked Ray's autoscaler for %d bundle(s), %d %s in all",
+            len(bundles),
+            sum(b.slots for b in bundles),
+            self.slot_resource,
+        )
 
     def _node(self, host: str) -> _Node | None:
         with self._lock:

@@ -25,7 +25,7 @@ from tidal.controller.cluster import ClusterModel, describe_change
 from tidal.controller.loop.allocation import allocation_problems, plan_changes, policy_request
 from tidal.controller.loop.apply import apply_slots
 from tidal.controller.loop.backoff import Failing, Report, after_tick
-from tidal.controller.loop.cluster_scaling import ClusterRequests
+from tidal.controller.loop.cluster_scaling import ClusterRequests, node_labels
 from tidal.controller.loop.deadlines import check_deadline
 from tidal.controller.loop.draining import DrainBook
 from tidal.controller.loop.effects import LoopEffects
@@ -253,8 +253,12 @@ class Controller:
             if self.scaling is not None:
                 # Every job, placeable or not: a job too big for the cluster is what
                 # growing it is for.
-                wanting = [requests[j.id] for j in jobs if not j.cancel_requested]
-                self.scaling.update(self.policy, wanting, self.cluster.to_policy(), held)
+                asking = [j for j in jobs if not j.cancel_requested]
+                labels = {
+                    j.id: node_labels(self.effects.model(j).placement, self.groups) for j in asking
+                }
+                wanting = [requests[j.id] for j in asking]
+                self.scaling.update(self.policy, wanting, self.cluster.to_policy(), held, labels)
             self._refresh_gauges(held)
             self.metrics.ticks.inc()
 
