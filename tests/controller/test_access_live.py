@@ -57,6 +57,7 @@ BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/jobs/{ref}/workers/stop"): {"workers": [0]},
     ("POST", "/jobs/{ref}/metrics"): {"step": 1, "values": {"loss": 1.0}},
     ("POST", "/users"): {"name": "eve", "role": "admin", "team": "vision"},
+    ("PATCH", "/users/{name}"): {"role": "admin"},
     ("POST", "/tokens"): {"name": "spare", "user": "ana"},
 }
 
@@ -249,10 +250,12 @@ def test_logs_and_metrics_are_for_the_team_and_admins(scene: Scene) -> None:
     assert httpx.get(f"{scene.url}/jobs/{scene.job}", headers=scene.as_("bob")).status_code == 200
 
 
-def test_only_admins_manage_users_and_tokens(scene: Scene) -> None:
+def test_only_admins_manage_users_and_other_users_tokens(scene: Scene) -> None:
     for who in ("ana", "vic"):
-        for path in ("/users", "/tokens"):
-            assert httpx.get(f"{scene.url}{path}", headers=scene.as_(who)).status_code == 403
+        assert httpx.get(f"{scene.url}/users", headers=scene.as_(who)).status_code == 403
+        others = httpx.get(f"{scene.url}/tokens?user=bob", headers=scene.as_(who))
+        assert others.status_code == 403
+        assert "only their own tokens" in others.json()["detail"]
     me = httpx.get(f"{scene.url}/me", headers=scene.as_("vic")).json()
     assert (me["name"], me["role"], me["team"]) == ("vic", "viewer", "vision")
     listed = httpx.get(f"{scene.url}/tokens", headers=scene.as_("admin")).json()
@@ -312,3 +315,114 @@ def test_a_member_submits_only_to_their_own_team_and_an_admin_to_any(scene: Scen
     assert mine["team"] == "nlp"
     theirs = _post(scene.url, "/jobs", scene.tokens["admin"], {**SPEC, "name": "x", "team": "nlp"})
     assert (theirs["owner"], theirs["team"]) == ("admin", "nlp")
+
+
+def _names(tokens: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(t["user"], t["name"]) for t in tokens}
+
+
+def test_a_member_manages_their_own_tokens_and_not_another_users(scene: Scene) -> None:
+    url, ana = scene.url, scene.as_("ana")
+    made = httpx.post(f"{url}/tokens", json={"name": "ci", "expires_in_s": 3600}, headers=ana)
+    assert made.status_code == 201, made.text
+    assert (made.json()["user"], made.json()["name"]) == ("ana", "ci")
+    assert made.json()["expires_at"] is not None
+    ci = made.json()["token"]
+    assert httpx.get(f"{url}/me", headers={"Authorization": f"Bearer {ci}"}).json()["name"] == "ana"
+    # A viewer manages their own tokens too.
+    assert (
+        httpx.post(f"{url}/tokens", json={"name": "ci"}, headers=scene.as_("vic")).status_code
+        == 201
+    )
+
+    listed = httpx.get(f"{url}/tokens", headers=ana)
+    assert listed.status_code == 200
+    assert _names(listed.json()) == {("ana", n) for n in ("laptop", "old", "expired", "ci")}
+    assert all("token" not in t for t in listed.json())
+
+    before = dump(scene.store.engine)
+    for method, path, body in [
+        ("GET", "/tokens?user=bob", None),
+        ("POST", "/tokens", {"name": "mine-now", "user": "bob"}),
+        ("POST", "/tokens/bob/laptop/revoke", None),
+    ]:
+        refused = httpx.request(method, f"{url}{path}", json=body, headers=ana, timeout=10)
+        assert refused.status_code == 403, (method, path, refused.text)
+        assert "only their own tokens" in refused.json()["detail"]
+    assert dump(scene.store.engine) == before
+
+    # Revoking the token a dashboard session was opened with ends the session.
+    login = httpx.post(f"{url}/login", json={"token": ci})
+    assert login.status_code == 204
+    cookies = dict(login.cookies)
+    assert httpx.get(f"{url}/me", cookies=cookies).status_code == 200
+    revoked = httpx.post(f"{url}/tokens/ana/ci/revoke", headers=ana)
+    assert revoked.status_code == 200, revoked.text
+    assert httpx.get(f"{url}/me", cookies=cookies).status_code == 401
+    assert httpx.get(f"{url}/me", headers={"Authorization": f"Bearer {ci}"}).status_code == 401
+    audit = [(e.kind, e.actor, e.message) for e in scene.store.events() if e.actor == "ana"]
+    assert ("token_created", "ana", "ana/ci") in audit
+    assert ("token_revoked", "ana", "ana/ci") in audit
+
+
+def test_an_admin_demotes_a_member_whose_next_change_is_refused(scene: Scene) -> None:
+    url, admin = scene.url, {**scene.as_("admin"), "X-Tidal-Client": "cli"}
+    priority = f"{url}/jobs/{scene.job}/priority"
+    assert httpx.put(priority, json={"priority": 20}, headers=scene.as_("ana")).status_code == 200
+    demoted = httpx.patch(f"{url}/users/ana", json={"role": "viewer"}, headers=admin)
+    assert demoted.status_code == 200, demoted.text
+    assert (demoted.json()["role"], demoted.json()["team"]) == ("viewer", "vision")
+    refused = httpx.put(priority, json={"priority": 30}, headers=scene.as_("ana"))
+    assert refused.status_code == 403
+    assert "viewer" in refused.json()["detail"]
+    # A new team takes effect at once too: bob may now change team vision's jobs.
+    assert httpx.put(priority, json={"priority": 40}, headers=scene.as_("bob")).status_code == 403
+    moved = httpx.patch(f"{url}/users/bob", json={"team": "vision"}, headers=admin)
+    assert moved.status_code == 200, moved.text
+    assert httpx.put(priority, json={"priority": 40}, headers=scene.as_("bob")).status_code == 200
+    changes = [
+        (e.kind, e.actor, e.source, e.message)
+        for e in scene.store.events()
+        if e.kind == "user_changed"
+    ]
+    assert changes == [
+        ("user_changed", "admin", "cli", "ana: role member → viewer"),
+        ("user_changed", "admin", "cli", "bob: team nlp → vision"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"role": "owner"}, 422, "role"),
+        ({"team": "Not A Team"}, 422, "team"),
+        ({"role": "admin", "colour": "red"}, 422, "colour"),
+        ({}, 422, "role"),
+    ],
+)
+def test_a_bad_user_change_names_the_field_and_changes_nothing(
+    scene: Scene, body: dict[str, Any], status: int, field: str
+) -> None:
+    before = dump(scene.store.engine)
+    answer = httpx.patch(f"{scene.url}/users/ana", json=body, headers=scene.as_("admin"))
+    assert answer.status_code == status, answer.text
+    assert field in json.dumps(answer.json()["detail"])
+    assert dump(scene.store.engine) == before
+    missing = httpx.patch(
+        f"{scene.url}/users/nobody", json={"role": "viewer"}, headers=scene.as_("admin")
+    )
+    assert missing.status_code == 404
+
+
+def test_the_last_admin_cannot_be_demoted(scene: Scene) -> None:
+    url, admin = scene.url, scene.as_("admin")
+    before = dump(scene.store.engine)
+    last = httpx.patch(f"{url}/users/admin", json={"role": "member"}, headers=admin)
+    assert last.status_code == 409
+    assert last.json()["detail"].startswith("role: 'admin' is the last admin")
+    assert dump(scene.store.engine) == before
+    # With a second admin, the first may step down.
+    assert httpx.patch(f"{url}/users/ana", json={"role": "admin"}, headers=admin).status_code == 200
+    stepped = httpx.patch(f"{url}/users/admin", json={"role": "member"}, headers=admin)
+    assert stepped.status_code == 200
+    assert httpx.get(f"{url}/users", headers=admin).status_code == 403

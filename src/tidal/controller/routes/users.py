@@ -1,6 +1,7 @@
-"""Users and their tokens: ``/me`` for everyone, the rest for admins (the route guard in
-:mod:`~tidal.controller.routes.auth` refuses others before these run). A token is shown
-once, in the answer that creates it; the store keeps its keyed hash only."""
+"""Users and their tokens: ``/me`` and one's own tokens for everyone, users and others'
+tokens for admins (the route guard in :mod:`~tidal.controller.routes.auth` refuses others
+before these run). A token is shown once, in the answer that creates it; the store keeps
+its keyed hash only."""
 
 from __future__ import annotations
 
@@ -8,12 +9,20 @@ import time
 
 from fastapi import APIRouter, HTTPException, Request, status
 
+from tidal.controller.access import Role
 from tidal.controller.credentials import new_secret
 from tidal.controller.routes.auth import PrincipalDep, TokenAuth
-from tidal.controller.routes.deps import JobStoreDep
+from tidal.controller.routes.deps import JobStoreDep, invalid
 from tidal.controller.routes.errors import ACCOUNT_ERRORS, ProtectedRoute
 from tidal.controller.store.accounts import AccountError, TokenRecord, UserRecord
-from tidal.wire.accounts import NewToken, TokenRequest, TokenView, UserRequest, UserView
+from tidal.wire.accounts import (
+    NewToken,
+    TokenRequest,
+    TokenView,
+    UserChange,
+    UserRequest,
+    UserView,
+)
 
 __all__ = ["router"]
 
@@ -80,6 +89,38 @@ def add_user(body: UserRequest, store: JobStoreDep, who: PrincipalDep) -> UserVi
     return _user_view(user)
 
 
+@router.patch("/users/{name}", response_model=UserView, responses=ACCOUNT_ERRORS)
+def change_user(
+    name: str, body: UserChange, request: Request, store: JobStoreDep, who: PrincipalDep
+) -> UserView:
+    """Change a user's role or team (409 for the last admin's role); their next request
+    is judged by the new ones."""
+    if body.role is None and body.team is None:
+        raise invalid("role", "give a new role, a new team, or both")
+    try:
+        before, after = store.set_user(name, body.role, body.team)
+    except AccountError as exc:
+        raise _refused(exc) from None
+    # The identities kept in memory hold the former role and team.
+    _auth(request).forget()
+    changes = [
+        f"{field} {old} → {new}"
+        for field, old, new in (
+            ("role", before.role, after.role),
+            ("team", before.team, after.team),
+        )
+        if old != new
+    ]
+    store.add_event(
+        None,
+        "user_changed",
+        f"{name}: {', '.join(changes) or 'unchanged'}",
+        actor=who.user,
+        source=who.source,
+    )
+    return _user_view(after)
+
+
 @router.delete("/users/{name}", response_model=UserView, responses=ACCOUNT_ERRORS)
 def remove_user(name: str, request: Request, store: JobStoreDep, who: PrincipalDep) -> UserView:
     """Remove a user and revoke their tokens and sessions (their jobs stay)."""
@@ -93,9 +134,11 @@ def remove_user(name: str, request: Request, store: JobStoreDep, who: PrincipalD
 
 
 @router.get("/tokens", response_model=list[TokenView])
-def list_tokens(store: JobStoreDep, user: str | None = None) -> list[TokenView]:
-    """Tokens (of ``user`` if given): names and dates, never the tokens."""
-    return [_token_view(t) for t in store.tokens(user)]
+def list_tokens(store: JobStoreDep, who: PrincipalDep, user: str | None = None) -> list[TokenView]:
+    """Tokens of ``user`` (default: an admin's, every user's; anyone else's, their own):
+    names and dates, never the tokens."""
+    whose = user or (None if who.role is Role.ADMIN else who.user)
+    return [_token_view(t) for t in store.tokens(whose)]
 
 
 @router.post(
