@@ -113,5 +113,5 @@ def token_refusal(who: Principal, owner: str) -> str | None:
         return None
     return (
         f"user {who.user!r} may manage only their own tokens; "
-        f"{owner!r}'s are for {owner!r} and admins"
+        f"those of {owner!r} are for them and admins"
     )
