@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +21,8 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 
-from tests.controller.fakes import FakeBackend, GreedyPolicy
+from tests.controller.account_scene import SPEC, Scene, open_scene, post_created
 from tests.controller.test_migrations import dump
-from tidal.controller.cluster import ClusterModel
-from tidal.controller.credentials import ServerKey
-from tidal.controller.loop.controller import Controller
-from tidal.controller.routes.auth import ensure_token
-from tidal.controller.store.jobs import JobStore
-from tidal.server.app import create_app
-from tidal.server.process import ApiServer
-
-SPEC = {"name": "train", "command": "python train.py", "workers": "1:4"}
 
 #: Changing routes that need no token: the dashboard's login and logout.
 PUBLIC_CHANGES = {("POST", "/login"), ("POST", "/logout")}
@@ -62,67 +51,10 @@ BODIES: dict[tuple[str, str], Any] = {
 }
 
 
-@dataclass
-class Scene:
-    """A server with users ``ana`` (member, vision), ``bob`` (member, nlp) and ``vic``
-    (viewer, vision), a job of team vision, and tokens of each kind."""
-
-    url: str
-    app: FastAPI
-    store: JobStore
-    key: ServerKey
-    tokens: dict[str, str]
-    job: str
-
-    def as_(self, who: str) -> dict[str, str]:
-        """Headers that authenticate as ``who`` (a key of :attr:`tokens`)."""
-        return {"Authorization": f"Bearer {self.tokens[who]}"}
-
-
-def _post(url: str, path: str, token: str, body: Any) -> dict[str, Any]:
-    response = httpx.post(
-        f"{url}{path}", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=10
-    )
-    assert response.status_code == 201, response.text
-    found: dict[str, Any] = response.json()
-    return found
-
-
 @pytest.fixture
 def scene(tmp_path: Path) -> Iterator[Scene]:
-    data_dir = tmp_path / "data"
-    admin = ensure_token(data_dir)
-    key = ServerKey.in_data_dir(data_dir)
-    store = JobStore.open(data_dir)
-    controller = Controller(
-        store, ClusterModel.single(4, name="h"), GreedyPolicy(), FakeBackend(), data_dir
-    )
-    app = create_app(controller, admin, key)
-    server = ApiServer(app)
-    server.start()
-    try:
-        url = server.url
-        tokens = {"admin": admin}
-        for name, role, team in [
-            ("ana", "member", "vision"),
-            ("bob", "member", "nlp"),
-            ("vic", "viewer", "vision"),
-        ]:
-            _post(url, "/users", admin, {"name": name, "role": role, "team": team})
-            tokens[name] = _post(url, "/tokens", admin, {"name": "laptop", "user": name})["token"]
-        tokens["revoked"] = _post(url, "/tokens", admin, {"name": "old", "user": "ana"})["token"]
-        revoked = httpx.post(
-            f"{url}/tokens/ana/old/revoke", headers={"Authorization": f"Bearer {admin}"}
-        )
-        assert revoked.status_code == 200
-        # Expired a second ago: written into the store as the server would have.
-        tokens["expired"] = "an-expired-token-of-ana"
-        store.add_token("ana", "expired", key.digest(tokens["expired"]), expires_at=time.time() - 1)
-        job = _post(url, "/jobs", tokens["ana"], SPEC)["id"]
-        yield Scene(url, app, store, key, tokens, job)
-    finally:
-        server.stop()
-        store.close()
+    with open_scene(tmp_path) as opened:
+        yield opened
 
 
 def _api_routes(routes: Iterable[BaseRoute]) -> Iterator[APIRoute]:
@@ -197,7 +129,7 @@ def test_a_member_changes_the_jobs_of_their_team_only_and_the_change_is_audited(
     scene: Scene,
 ) -> None:
     url = scene.url
-    mine = _post(url, "/jobs", scene.tokens["bob"], {**SPEC, "name": "nlp-job"})
+    mine = post_created(url, "/jobs", scene.tokens["bob"], {**SPEC, "name": "nlp-job"})
     assert (mine["owner"], mine["team"]) == ("bob", "nlp")
     record = scene.store.get_job(mine["id"])
     assert record is not None and (record.owner, record.team) == ("bob", "nlp")
@@ -311,118 +243,11 @@ def test_a_member_submits_only_to_their_own_team_and_an_admin_to_any(scene: Scen
     assert response.status_code == 403, response.text
     assert "team" in response.json()["detail"]
     assert dump(scene.store.engine) == before
-    mine = _post(scene.url, "/jobs", scene.tokens["bob"], {**SPEC, "name": "own", "team": "nlp"})
+    mine = post_created(
+        scene.url, "/jobs", scene.tokens["bob"], {**SPEC, "name": "own", "team": "nlp"}
+    )
     assert mine["team"] == "nlp"
-    theirs = _post(scene.url, "/jobs", scene.tokens["admin"], {**SPEC, "name": "x", "team": "nlp"})
+    theirs = post_created(
+        scene.url, "/jobs", scene.tokens["admin"], {**SPEC, "name": "x", "team": "nlp"}
+    )
     assert (theirs["owner"], theirs["team"]) == ("admin", "nlp")
-
-
-def _names(tokens: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    return {(t["user"], t["name"]) for t in tokens}
-
-
-def test_a_member_manages_their_own_tokens_and_not_another_users(scene: Scene) -> None:
-    url, ana = scene.url, scene.as_("ana")
-    made = httpx.post(f"{url}/tokens", json={"name": "ci", "expires_in_s": 3600}, headers=ana)
-    assert made.status_code == 201, made.text
-    assert (made.json()["user"], made.json()["name"]) == ("ana", "ci")
-    assert made.json()["expires_at"] is not None
-    ci = made.json()["token"]
-    assert httpx.get(f"{url}/me", headers={"Authorization": f"Bearer {ci}"}).json()["name"] == "ana"
-    # A viewer manages their own tokens too.
-    assert (
-        httpx.post(f"{url}/tokens", json={"name": "ci"}, headers=scene.as_("vic")).status_code
-        == 201
-    )
-
-    listed = httpx.get(f"{url}/tokens", headers=ana)
-    assert listed.status_code == 200
-    assert _names(listed.json()) == {("ana", n) for n in ("laptop", "old", "expired", "ci")}
-    assert all("token" not in t for t in listed.json())
-
-    before = dump(scene.store.engine)
-    for method, path, body in [
-        ("GET", "/tokens?user=bob", None),
-        ("POST", "/tokens", {"name": "mine-now", "user": "bob"}),
-        ("POST", "/tokens/bob/laptop/revoke", None),
-    ]:
-        refused = httpx.request(method, f"{url}{path}", json=body, headers=ana, timeout=10)
-        assert refused.status_code == 403, (method, path, refused.text)
-        assert "only their own tokens" in refused.json()["detail"]
-    assert dump(scene.store.engine) == before
-
-    # Revoking the token a dashboard session was opened with ends the session.
-    login = httpx.post(f"{url}/login", json={"token": ci})
-    assert login.status_code == 204
-    cookies = dict(login.cookies)
-    assert httpx.get(f"{url}/me", cookies=cookies).status_code == 200
-    revoked = httpx.post(f"{url}/tokens/ana/ci/revoke", headers=ana)
-    assert revoked.status_code == 200, revoked.text
-    assert httpx.get(f"{url}/me", cookies=cookies).status_code == 401
-    assert httpx.get(f"{url}/me", headers={"Authorization": f"Bearer {ci}"}).status_code == 401
-    audit = [(e.kind, e.actor, e.message) for e in scene.store.events() if e.actor == "ana"]
-    assert ("token_created", "ana", "ana/ci") in audit
-    assert ("token_revoked", "ana", "ana/ci") in audit
-
-
-def test_an_admin_demotes_a_member_whose_next_change_is_refused(scene: Scene) -> None:
-    url, admin = scene.url, {**scene.as_("admin"), "X-Tidal-Client": "cli"}
-    priority = f"{url}/jobs/{scene.job}/priority"
-    assert httpx.put(priority, json={"priority": 20}, headers=scene.as_("ana")).status_code == 200
-    demoted = httpx.patch(f"{url}/users/ana", json={"role": "viewer"}, headers=admin)
-    assert demoted.status_code == 200, demoted.text
-    assert (demoted.json()["role"], demoted.json()["team"]) == ("viewer", "vision")
-    refused = httpx.put(priority, json={"priority": 30}, headers=scene.as_("ana"))
-    assert refused.status_code == 403
-    assert "viewer" in refused.json()["detail"]
-    # A new team takes effect at once too: bob may now change team vision's jobs.
-    assert httpx.put(priority, json={"priority": 40}, headers=scene.as_("bob")).status_code == 403
-    moved = httpx.patch(f"{url}/users/bob", json={"team": "vision"}, headers=admin)
-    assert moved.status_code == 200, moved.text
-    assert httpx.put(priority, json={"priority": 40}, headers=scene.as_("bob")).status_code == 200
-    changes = [
-        (e.kind, e.actor, e.source, e.message)
-        for e in scene.store.events()
-        if e.kind == "user_changed"
-    ]
-    assert changes == [
-        ("user_changed", "admin", "cli", "ana: role member → viewer"),
-        ("user_changed", "admin", "cli", "bob: team nlp → vision"),
-    ]
-
-
-@pytest.mark.parametrize(
-    ("body", "status", "field"),
-    [
-        ({"role": "owner"}, 422, "role"),
-        ({"team": "Not A Team"}, 422, "team"),
-        ({"role": "admin", "colour": "red"}, 422, "colour"),
-        ({}, 422, "role"),
-    ],
-)
-def test_a_bad_user_change_names_the_field_and_changes_nothing(
-    scene: Scene, body: dict[str, Any], status: int, field: str
-) -> None:
-    before = dump(scene.store.engine)
-    answer = httpx.patch(f"{scene.url}/users/ana", json=body, headers=scene.as_("admin"))
-    assert answer.status_code == status, answer.text
-    assert field in json.dumps(answer.json()["detail"])
-    assert dump(scene.store.engine) == before
-    missing = httpx.patch(
-        f"{scene.url}/users/nobody", json={"role": "viewer"}, headers=scene.as_("admin")
-    )
-    assert missing.status_code == 404
-
-
-def test_the_last_admin_cannot_be_demoted(scene: Scene) -> None:
-    url, admin = scene.url, scene.as_("admin")
-    before = dump(scene.store.engine)
-    last = httpx.patch(f"{url}/users/admin", json={"role": "member"}, headers=admin)
-    assert last.status_code == 409
-    assert last.json()["detail"].startswith("role: 'admin' is the last admin")
-    assert dump(scene.store.engine) == before
-    # With a second admin, the first may step down.
-    assert httpx.patch(f"{url}/users/ana", json={"role": "admin"}, headers=admin).status_code == 200
-    stepped = httpx.patch(f"{url}/users/admin", json={"role": "member"}, headers=admin)
-    assert stepped.status_code == 200
-    assert httpx.get(f"{url}/users", headers=admin).status_code == 403

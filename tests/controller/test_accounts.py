@@ -13,6 +13,7 @@ from tidal.controller.access import (
     priority_refusal,
     read_refusal,
     submit_refusal,
+    team_refusal,
     token_refusal,
 )
 from tidal.controller.credentials import ServerKey
@@ -140,3 +141,11 @@ def test_every_user_manages_their_own_tokens_and_admins_anyones() -> None:
     for role in (Role.MEMBER, Role.VIEWER):
         refusal = token_refusal(_who(role), "ana")
         assert refusal is not None and "'u' may manage only their own tokens" in refusal
+
+
+def test_a_user_joins_a_team_of_the_teams_file_or_any_without_one() -> None:
+    known = frozenset({"default", "vision"})
+    assert team_refusal("anything", None) is None
+    assert team_refusal("vision", known) is None
+    refusal = team_refusal("visoin", known)
+    assert refusal is not None and "'visoin'" in refusal and "default, vision" in refusal

@@ -24,6 +24,7 @@ __all__ = [
     "read_refusal",
     "submit_refusal",
     "submit_team",
+    "team_refusal",
     "token_refusal",
 ]
 
@@ -115,3 +116,12 @@ def token_refusal(who: Principal, owner: str) -> str | None:
         f"user {who.user!r} may manage only their own tokens; "
         f"those of {owner!r} are for them and admins"
     )
+
+
+def team_refusal(team: str, known: frozenset[str] | None) -> str | None:
+    """Why a user may not be put in ``team`` (``None``: they may). ``known``: the teams of
+    the server's teams file and ``default``; ``None`` when it runs without one, and any
+    team name will do (a job of an unlisted team queues in a team of its own)."""
+    if known is None or team in known:
+        return None
+    return f"{team!r} is not a team of this server (its teams: {', '.join(sorted(known))})"

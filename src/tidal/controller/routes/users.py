@@ -9,12 +9,15 @@ import time
 
 from fastapi import APIRouter, HTTPException, Request, status
 
-from tidal.controller.access import Role
+from tidal.controller.access import Role, team_refusal
 from tidal.controller.credentials import new_secret
+from tidal.controller.loop.controller import Controller
 from tidal.controller.routes.auth import PrincipalDep, TokenAuth
-from tidal.controller.routes.deps import JobStoreDep, invalid
+from tidal.controller.routes.deps import ControllerDep, JobStoreDep, invalid
 from tidal.controller.routes.errors import ACCOUNT_ERRORS, ProtectedRoute
 from tidal.controller.store.accounts import AccountError, TokenRecord, UserRecord
+from tidal.model import DEFAULT_TEAM
+from tidal.policy.team_queues import TeamQueues
 from tidal.wire.accounts import (
     NewToken,
     TokenRequest,
@@ -49,6 +52,19 @@ def _auth(request: Request) -> TokenAuth:
     return auth
 
 
+def _check_team(team: str | None, controller: Controller) -> None:
+    """422 naming ``team`` when the server's teams file does not list it."""
+    policy = controller.policy
+    known = (
+        frozenset({DEFAULT_TEAM, *(t.name for t in policy.teams)})
+        if isinstance(policy, TeamQueues)
+        else None
+    )
+    refusal = None if team is None else team_refusal(team, known)
+    if refusal is not None:
+        raise invalid("team", refusal)
+
+
 def _refused(exc: AccountError) -> HTTPException:
     missing = str(exc).startswith("no ")
     code = status.HTTP_404_NOT_FOUND if missing else status.HTTP_409_CONFLICT
@@ -73,8 +89,11 @@ def list_users(store: JobStoreDep) -> list[UserView]:
 @router.post(
     "/users", response_model=UserView, status_code=status.HTTP_201_CREATED, responses=ACCOUNT_ERRORS
 )
-def add_user(body: UserRequest, store: JobStoreDep, who: PrincipalDep) -> UserView:
-    """Add a user (409 if the name is taken)."""
+def add_user(
+    body: UserRequest, controller: ControllerDep, store: JobStoreDep, who: PrincipalDep
+) -> UserView:
+    """Add a user (409 if the name is taken; 422 for a team the teams file lacks)."""
+    _check_team(body.team, controller)
     try:
         user = store.add_user(body.name, body.role, body.team)
     except AccountError as exc:
@@ -91,12 +110,18 @@ def add_user(body: UserRequest, store: JobStoreDep, who: PrincipalDep) -> UserVi
 
 @router.patch("/users/{name}", response_model=UserView, responses=ACCOUNT_ERRORS)
 def change_user(
-    name: str, body: UserChange, request: Request, store: JobStoreDep, who: PrincipalDep
+    name: str,
+    body: UserChange,
+    request: Request,
+    controller: ControllerDep,
+    store: JobStoreDep,
+    who: PrincipalDep,
 ) -> UserView:
-    """Change a user's role or team (409 for the last admin's role); their next request
-    is judged by the new ones."""
+    """Change a user's role or team (409 for the last admin's role; 422 for a team the
+    teams file lacks); their next request is judged by the new ones."""
     if body.role is None and body.team is None:
         raise invalid("role", "give a new role, a new team, or both")
+    _check_team(body.team, controller)
     try:
         before, after = store.set_user(name, body.role, body.team)
     except AccountError as exc:
