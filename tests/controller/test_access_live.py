@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +21,8 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 
-from tests.controller.fakes import FakeBackend, GreedyPolicy
+from tests.controller.account_scene import SPEC, Scene, open_scene, post_created
 from tests.controller.test_migrations import dump
-from tidal.controller.cluster import ClusterModel
-from tidal.controller.credentials import ServerKey
-from tidal.controller.loop.controller import Controller
-from tidal.controller.routes.auth import ensure_token
-from tidal.controller.store.jobs import JobStore
-from tidal.server.app import create_app
-from tidal.server.process import ApiServer
-
-SPEC = {"name": "train", "command": "python train.py", "workers": "1:4"}
 
 #: Changing routes that need no token: the dashboard's login and logout.
 PUBLIC_CHANGES = {("POST", "/login"), ("POST", "/logout")}
@@ -57,71 +46,15 @@ BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/jobs/{ref}/workers/stop"): {"workers": [0]},
     ("POST", "/jobs/{ref}/metrics"): {"step": 1, "values": {"loss": 1.0}},
     ("POST", "/users"): {"name": "eve", "role": "admin", "team": "vision"},
+    ("PATCH", "/users/{name}"): {"role": "admin"},
     ("POST", "/tokens"): {"name": "spare", "user": "ana"},
 }
 
 
-@dataclass
-class Scene:
-    """A server with users ``ana`` (member, vision), ``bob`` (member, nlp) and ``vic``
-    (viewer, vision), a job of team vision, and tokens of each kind."""
-
-    url: str
-    app: FastAPI
-    store: JobStore
-    key: ServerKey
-    tokens: dict[str, str]
-    job: str
-
-    def as_(self, who: str) -> dict[str, str]:
-        """Headers that authenticate as ``who`` (a key of :attr:`tokens`)."""
-        return {"Authorization": f"Bearer {self.tokens[who]}"}
-
-
-def _post(url: str, path: str, token: str, body: Any) -> dict[str, Any]:
-    response = httpx.post(
-        f"{url}{path}", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=10
-    )
-    assert response.status_code == 201, response.text
-    found: dict[str, Any] = response.json()
-    return found
-
-
 @pytest.fixture
 def scene(tmp_path: Path) -> Iterator[Scene]:
-    data_dir = tmp_path / "data"
-    admin = ensure_token(data_dir)
-    key = ServerKey.in_data_dir(data_dir)
-    store = JobStore.open(data_dir)
-    controller = Controller(
-        store, ClusterModel.single(4, name="h"), GreedyPolicy(), FakeBackend(), data_dir
-    )
-    app = create_app(controller, admin, key)
-    server = ApiServer(app)
-    server.start()
-    try:
-        url = server.url
-        tokens = {"admin": admin}
-        for name, role, team in [
-            ("ana", "member", "vision"),
-            ("bob", "member", "nlp"),
-            ("vic", "viewer", "vision"),
-        ]:
-            _post(url, "/users", admin, {"name": name, "role": role, "team": team})
-            tokens[name] = _post(url, "/tokens", admin, {"name": "laptop", "user": name})["token"]
-        tokens["revoked"] = _post(url, "/tokens", admin, {"name": "old", "user": "ana"})["token"]
-        revoked = httpx.post(
-            f"{url}/tokens/ana/old/revoke", headers={"Authorization": f"Bearer {admin}"}
-        )
-        assert revoked.status_code == 200
-        # Expired a second ago: written into the store as the server would have.
-        tokens["expired"] = "an-expired-token-of-ana"
-        store.add_token("ana", "expired", key.digest(tokens["expired"]), expires_at=time.time() - 1)
-        job = _post(url, "/jobs", tokens["ana"], SPEC)["id"]
-        yield Scene(url, app, store, key, tokens, job)
-    finally:
-        server.stop()
-        store.close()
+    with open_scene(tmp_path) as opened:
+        yield opened
 
 
 def _api_routes(routes: Iterable[BaseRoute]) -> Iterator[APIRoute]:
@@ -196,7 +129,7 @@ def test_a_member_changes_the_jobs_of_their_team_only_and_the_change_is_audited(
     scene: Scene,
 ) -> None:
     url = scene.url
-    mine = _post(url, "/jobs", scene.tokens["bob"], {**SPEC, "name": "nlp-job"})
+    mine = post_created(url, "/jobs", scene.tokens["bob"], {**SPEC, "name": "nlp-job"})
     assert (mine["owner"], mine["team"]) == ("bob", "nlp")
     record = scene.store.get_job(mine["id"])
     assert record is not None and (record.owner, record.team) == ("bob", "nlp")
@@ -249,10 +182,12 @@ def test_logs_and_metrics_are_for_the_team_and_admins(scene: Scene) -> None:
     assert httpx.get(f"{scene.url}/jobs/{scene.job}", headers=scene.as_("bob")).status_code == 200
 
 
-def test_only_admins_manage_users_and_tokens(scene: Scene) -> None:
+def test_only_admins_manage_users_and_other_users_tokens(scene: Scene) -> None:
     for who in ("ana", "vic"):
-        for path in ("/users", "/tokens"):
-            assert httpx.get(f"{scene.url}{path}", headers=scene.as_(who)).status_code == 403
+        assert httpx.get(f"{scene.url}/users", headers=scene.as_(who)).status_code == 403
+        others = httpx.get(f"{scene.url}/tokens?user=bob", headers=scene.as_(who))
+        assert others.status_code == 403
+        assert "only their own tokens" in others.json()["detail"]
     me = httpx.get(f"{scene.url}/me", headers=scene.as_("vic")).json()
     assert (me["name"], me["role"], me["team"]) == ("vic", "viewer", "vision")
     listed = httpx.get(f"{scene.url}/tokens", headers=scene.as_("admin")).json()
@@ -308,7 +243,11 @@ def test_a_member_submits_only_to_their_own_team_and_an_admin_to_any(scene: Scen
     assert response.status_code == 403, response.text
     assert "team" in response.json()["detail"]
     assert dump(scene.store.engine) == before
-    mine = _post(scene.url, "/jobs", scene.tokens["bob"], {**SPEC, "name": "own", "team": "nlp"})
+    mine = post_created(
+        scene.url, "/jobs", scene.tokens["bob"], {**SPEC, "name": "own", "team": "nlp"}
+    )
     assert mine["team"] == "nlp"
-    theirs = _post(scene.url, "/jobs", scene.tokens["admin"], {**SPEC, "name": "x", "team": "nlp"})
+    theirs = post_created(
+        scene.url, "/jobs", scene.tokens["admin"], {**SPEC, "name": "x", "team": "nlp"}
+    )
     assert (theirs["owner"], theirs["team"]) == ("admin", "nlp")

@@ -13,6 +13,8 @@ from tidal.controller.access import (
     priority_refusal,
     read_refusal,
     submit_refusal,
+    team_refusal,
+    token_refusal,
 )
 from tidal.controller.credentials import ServerKey
 from tidal.controller.store.accounts import AccountError
@@ -64,6 +66,33 @@ def test_tokens_identify_their_user_until_revoked_or_expired(db_url: str) -> Non
         store.close()
 
 
+def test_a_users_role_and_team_change_and_the_last_admin_keeps_the_role(db_url: str) -> None:
+    store = JobStore(db_url)
+    try:
+        store.add_user("ana", "member", "vision", now=1.0)
+        store.add_token("ana", "laptop", KEY.digest("secret-a"), now=1.0)
+        before, after = store.set_user("ana", role="viewer", team="nlp")
+        assert (before.role, before.team, after.role, after.team) == (
+            "member",
+            "vision",
+            "viewer",
+            "nlp",
+        )
+        found = store.identify_token(KEY.digest("secret-a"), now=2.0)
+        assert found is not None and (found.user.role, found.user.team) == ("viewer", "nlp")
+        with pytest.raises(AccountError, match=r"^role: 'admin' is the last admin"):
+            store.set_user("admin", role="member")
+        with pytest.raises(AccountError, match=r"^no user 'bob'"):
+            store.set_user("bob", role="member")
+        # The last admin may change team, and step down once another admin exists.
+        assert store.set_user("admin", team="ops")[1].role == "admin"
+        store.set_user("ana", role="admin")
+        assert store.set_user("admin", role="member")[1].role == "member"
+        assert [u.name for u in store.users() if u.role == "admin"] == ["ana"]
+    finally:
+        store.close()
+
+
 def test_the_store_holds_keyed_hashes_that_depend_on_the_key() -> None:
     other = ServerKey(b"o" * 32)
     assert KEY.digest("t") != other.digest("t")
@@ -103,3 +132,20 @@ def test_reads_submissions_administration_and_priorities() -> None:
     assert priority_refusal(_who(Role.MEMBER), 10_000) is None
     assert priority_refusal(_who(Role.MEMBER), 10_001) is not None
     assert priority_refusal(_who(Role.ADMIN), 1_000_000) is None
+
+
+def test_every_user_manages_their_own_tokens_and_admins_anyones() -> None:
+    for role in Role:
+        assert token_refusal(_who(role), "u") is None
+    assert token_refusal(_who(Role.ADMIN), "ana") is None
+    for role in (Role.MEMBER, Role.VIEWER):
+        refusal = token_refusal(_who(role), "ana")
+        assert refusal is not None and "'u' may manage only their own tokens" in refusal
+
+
+def test_a_user_joins_a_team_of_the_teams_file_or_any_without_one() -> None:
+    known = frozenset({"default", "vision"})
+    assert team_refusal("anything", None) is None
+    assert team_refusal("vision", known) is None
+    refusal = team_refusal("visoin", known)
+    assert refusal is not None and "'visoin'" in refusal and "default, vision" in refusal

@@ -68,10 +68,40 @@ def test_an_admin_gives_a_member_a_token_and_the_member_works_through_it(
     code, _, err = run(capsys, "user", "list")
     assert code == 1
     assert "only admins" in err
+    # ... but manages their own tokens, and only theirs.
+    code, out, err = run(capsys, "token", "create", "phone", "--expires", "30d")
+    assert code == 0, err
+    assert "token phone of ana, valid until" in out
+    code, out, _ = run(capsys, "token", "list")
+    assert code == 0
+    assert [line.split()[:2] for line in out.splitlines()[1:]] == [
+        ["ana", "laptop"],
+        ["ana", "phone"],
+    ]
+    code, out, err = run(capsys, "token", "revoke", "phone")
+    assert code == 0, err
+    assert "revoked ana's token phone" in out
+    code, _, err = run(capsys, "token", "list", "--user", "admin")
+    assert code == 1
+    assert "only their own tokens" in err
 
     code, out, _ = run(capsys, "events", "--actor", "ana", *admin)
     assert code == 0
     assert "submitted" in out and "ana (cli)" in out
+    # An admin changes her role: her next change is refused.
+    code, out, err = run(capsys, "user", "set", "ana", "--role", "viewer", *admin)
+    assert code == 0, err
+    assert "ana is now viewer, team vision" in out
+    code, _, err = run(capsys, "submit", str(spec))
+    assert code == 1
+    assert "viewer" in err
+    code, _, err = run(capsys, "user", "set", "ana", "--role", "owner", *admin)
+    assert code == 2
+    assert "--role" in err
+    code, _, err = run(capsys, "user", "set", "admin", "--role", "member", *admin)
+    assert code == 1
+    assert "last admin" in err
+    # The earlier form, naming the user first, still revokes.
     code, out, _ = run(capsys, "token", "revoke", "ana", "laptop", *admin)
     assert code == 0
     code, _, err = run(capsys, "list")

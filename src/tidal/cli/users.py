@@ -1,4 +1,4 @@
-"""``tidal user add|list|remove``, ``tidal token create|list|revoke``, ``tidal login`` and
+"""``tidal user add|list|set|remove``, ``tidal token create|list|revoke``, ``tidal login`` and
 ``tidal events``: who may use a server, with which tokens, and who did what.
 
 Importing this module registers the verbs; it stays light (``tidal --help``): the SDK
@@ -32,10 +32,18 @@ if TYPE_CHECKING:
 __all__ = ["token_app", "user_app"]
 
 user_app = typer.Typer(help="Users of the server (admins).", no_args_is_help=True)
-token_app = typer.Typer(help="API tokens (admins).", no_args_is_help=True)
+token_app = typer.Typer(
+    help="Your API tokens (admins: anyone's, with --user).", no_args_is_help=True
+)
 
 NameArg = Annotated[str, typer.Argument(help="User name: a-z first, then a-z 0-9 _ . -")]
 RoleOpt = Annotated[str, typer.Option(help="admin, member or viewer.")]
+ROLES = ("admin", "member", "viewer")
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise typer.BadParameter(f"admin, member or viewer (got {role!r})", param_hint="--role")
 
 
 def _when(t: float | None) -> str:
@@ -53,8 +61,7 @@ def user_add(
     ),
 ) -> None:
     """Add a user; then give them a token with `tidal token create`."""
-    if role not in ("admin", "member", "viewer"):
-        raise typer.BadParameter(f"admin, member or viewer (got {role!r})", param_hint="--role")
+    _check_role(role)
     client = options.client()
     user = call(lambda: client.add_user(name, role, team), "name")
     options.show_data(user, f"added {user.name} ({user.role}, team {user.team})")
@@ -77,6 +84,26 @@ def user_list(options: ClientOptions) -> None:
     out.print(table)
 
 
+@user_app.command("set")
+@with_client_options()
+def user_set(
+    options: ClientOptions,
+    name: NameArg,
+    role: Annotated[str | None, typer.Option(help="The new role: admin, member or viewer.")] = (
+        None
+    ),
+    team: Annotated[str | None, typer.Option(help="The new team.")] = None,
+) -> None:
+    """Change a user's role or team; their next request is judged by the new ones."""
+    if role is None and team is None:
+        raise typer.BadParameter("give --role, --team or both", param_hint="--role/--team")
+    if role is not None:
+        _check_role(role)
+    client = options.client()
+    user = call(lambda: client.change_user(name, role, team), "role/team")
+    options.show_data(user, f"{user.name} is now {user.role}, team {user.team}")
+
+
 @user_app.command("remove")
 @with_client_options()
 def user_remove(options: ClientOptions, name: NameArg) -> None:
@@ -91,7 +118,7 @@ def user_remove(options: ClientOptions, name: NameArg) -> None:
 def token_create(
     options: ClientOptions,
     name: Annotated[str, typer.Argument(help="The token's name, e.g. laptop or ci.")],
-    user: Annotated[str | None, typer.Option(help="Whose (default: yours).")] = None,
+    user: Annotated[str | None, typer.Option(help="Whose (default: yours; admins).")] = None,
     expires: Annotated[
         str | None, typer.Option(help="Valid for this long (30d, 12h); default: until revoked.")
     ] = None,
@@ -128,9 +155,9 @@ def _tokens_table(tokens: Sequence[TokenView]) -> Table:
 @with_client_options()
 def token_list(
     options: ClientOptions,
-    user: Annotated[str | None, typer.Option(help="Only this user's.")] = None,
+    user: Annotated[str | None, typer.Option(help="Only this user's (admins).")] = None,
 ) -> None:
-    """List tokens: names and dates, never the tokens."""
+    """List your tokens (an admin's: everyone's): names and dates, never the tokens."""
     client = options.client()
     tokens = call(lambda: client.tokens(user))
     if options.as_json:
@@ -143,12 +170,22 @@ def token_list(
 @with_client_options()
 def token_revoke(
     options: ClientOptions,
-    user: Annotated[str, typer.Argument(help="Whose token.")],
     name: Annotated[str, typer.Argument(help="The token's name.")],
+    former: Annotated[
+        str | None,
+        typer.Argument(help="Deprecated form `revoke USER NAME`: the token's name.", hidden=True),
+    ] = None,
+    user: Annotated[str | None, typer.Option(help="Whose (default: yours; admins).")] = None,
 ) -> None:
     """Revoke a token; the dashboard sessions opened with it end too."""
+    if former is not None:
+        # The earlier form named the user first: `tidal token revoke ana laptop`.
+        if user is not None:
+            raise typer.BadParameter("give the user once: --user or `revoke USER NAME`")
+        user, name = name, former
     client = options.client()
-    revoked = call(lambda: client.revoke_token(user, name))
+    owner = user if user is not None else call(client.me).name
+    revoked = call(lambda: client.revoke_token(owner, name))
     options.show_data(revoked, f"revoked {revoked.user}'s token {revoked.name}")
 
 

@@ -1,4 +1,4 @@
-"""The SDK's verbs on users and tokens (admins), and ``me`` (anyone).
+"""The SDK's verbs on users (admins), tokens (one's own; anyone's for admins) and ``me``.
 
 Mixed into :class:`tidal.client.Client`, whose transport (``_request``) they use.
 """
@@ -17,8 +17,8 @@ __all__ = ["AccountVerbs"]
 
 
 class AccountVerbs:
-    """``me``, ``users``, ``add_user``, ``remove_user``, ``tokens``, ``create_token``,
-    ``revoke_token``."""
+    """``me``, ``users``, ``add_user``, ``change_user``, ``remove_user``, ``tokens``,
+    ``create_token``, ``revoke_token``."""
 
     if TYPE_CHECKING:
 
@@ -37,12 +37,18 @@ class AccountVerbs:
         body = {"name": name, "role": role, "team": team}
         return UserView.model_validate(self._request("POST", "/users", json=body).json())
 
+    def change_user(self, name: str, role: str | None = None, team: str | None = None) -> UserView:
+        """Change a user's role, team, or both (admins only); the user as changed."""
+        body = {k: v for k, v in (("role", role), ("team", team)) if v is not None}
+        return UserView.model_validate(self._request("PATCH", f"/users/{name}", json=body).json())
+
     def remove_user(self, name: str) -> UserView:
         """Remove a user and revoke their tokens (admins only)."""
         return UserView.model_validate(self._request("DELETE", f"/users/{name}").json())
 
     def tokens(self, user: str | None = None) -> builtins.list[TokenView]:
-        """Tokens, of ``user`` if given: names and dates, never the tokens (admins only)."""
+        """Tokens of ``user`` (default: an admin's, everyone's; anyone else's, their own):
+        names and dates, never the tokens. Another user's are for admins only."""
         params = {"user": user} if user else {}
         data = self._request("GET", "/tokens", params=params).json()
         return [TokenView.model_validate(t) for t in data]
@@ -51,7 +57,7 @@ class AccountVerbs:
         self, name: str, user: str | None = None, expires_in_s: float | None = None
     ) -> NewToken:
         """Create a token (of ``user``, default the caller's own); the answer is the only
-        place it is ever shown (admins only)."""
+        place it is ever shown (another user's: admins only)."""
         body: dict[str, Any] = {"name": name}
         if user is not None:
             body["user"] = user
@@ -60,7 +66,8 @@ class AccountVerbs:
         return NewToken.model_validate(self._request("POST", "/tokens", json=body).json())
 
     def revoke_token(self, user: str, name: str) -> TokenView:
-        """Revoke ``user``'s token ``name`` and its dashboard sessions (admins only)."""
+        """Revoke ``user``'s token ``name`` and its dashboard sessions (another user's:
+        admins only)."""
         return TokenView.model_validate(
             self._request("POST", f"/tokens/{user}/{name}/revoke").json()
         )

@@ -2,7 +2,8 @@
 
 A **viewer** reads; a **member** also submits jobs (owned by them, in their team) and
 changes the jobs of their team (cancel, priority within :data:`MEMBER_PRIORITIES`, scale,
-stop a worker); an **admin** does everything, including managing users and tokens.
+stop a worker); an **admin** does everything, including managing users and everyone's
+tokens. Every user, viewers too, manages their own tokens.
 Logs and metrics of a job are read by its team and by admins only. Each decision answers
 ``None`` (allowed) or the reason of the refusal, for a 403 that names it.
 """
@@ -23,6 +24,8 @@ __all__ = [
     "read_refusal",
     "submit_refusal",
     "submit_team",
+    "team_refusal",
+    "token_refusal",
 ]
 
 #: The priorities a member may give their team's jobs (the default, 5000, is inside);
@@ -102,3 +105,23 @@ def priority_refusal(who: Principal, priority: int) -> str | None:
     if who.role is Role.ADMIN or low <= priority <= high:
         return None
     return f"priority: members may set {low}..{high} (got {priority}); ask an admin"
+
+
+def token_refusal(who: Principal, owner: str) -> str | None:
+    """Why ``who`` may not create, list or revoke the tokens of user ``owner`` (``None``:
+    they may): every user manages their own, admins anyone's."""
+    if who.role is Role.ADMIN or who.user == owner:
+        return None
+    return (
+        f"user {who.user!r} may manage only their own tokens; "
+        f"those of {owner!r} are for them and admins"
+    )
+
+
+def team_refusal(team: str, known: frozenset[str] | None) -> str | None:
+    """Why a user may not be put in ``team`` (``None``: they may). ``known``: the teams of
+    the server's teams file and ``default``; ``None`` when it runs without one, and any
+    team name will do (a job of an unlisted team queues in a team of its own)."""
+    if known is None or team in known:
+        return None
+    return f"{team!r} is not a team of this server (its teams: {', '.join(sorted(known))})"

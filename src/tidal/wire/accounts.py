@@ -11,6 +11,7 @@ __all__ = [
     "NewToken",
     "TokenRequest",
     "TokenView",
+    "UserChange",
     "UserRequest",
     "UserView",
 ]
@@ -34,6 +35,13 @@ class UserRequest(_Body):
     name: _Name
     role: RoleName = "member"
     team: _Name = "default"
+
+
+class UserChange(_Body):
+    """Change a user's role, team, or both (at least one)."""
+
+    role: RoleName | None = None
+    team: _Name | None = None
 
 
 class UserView(BaseModel):

@@ -5,9 +5,10 @@ script) or the dashboard's session cookie. The token is hashed with the server's
 (:mod:`tidal.controller.credentials`) and the hash looked up in the store; an unknown,
 revoked or expired one is answered 401. The user's role then decides
 (:mod:`tidal.controller.access`, pure) by the route: a change to a job is checked against
-the job's team, logs and metrics too, user and token management is for admins, and a
-changing route this module does not know is for admins only, so a new route is guarded
-until it says otherwise. A refusal is 403 naming the reason, before the route runs.
+the job's team, logs and metrics too, a user's own tokens are theirs to manage, other
+users' and user management are for admins, and a changing route this module does not
+know is for admins only, so a new route is guarded until it says otherwise. A refusal is
+403 naming the reason, before the route runs.
 
 The admin token the server writes into its data dir at its first start (mode 0600) is
 the user ``admin``'s token, so the CLI and SDK on the same machine find it as before.
@@ -15,6 +16,7 @@ the user ``admin``'s token, so the CLI and SDK on the same machine find it as be
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -35,6 +37,7 @@ from tidal.controller.access import (
     change_refusal,
     read_refusal,
     submit_refusal,
+    token_refusal,
 )
 from tidal.controller.credentials import ServerKey, new_secret
 from tidal.controller.store.accounts import Identity
@@ -68,8 +71,12 @@ TEAM_READS = frozenset({"/jobs/{ref}/logs", "/jobs/{ref}/metrics"})
 SUBMIT_ROUTES = frozenset(
     {"/jobs", "/jobs/validate", "/datasets", "/models", "/models/{name}/train"}
 )
-#: Path prefixes of the routes that manage users and tokens: admins only.
+#: Path prefixes of the routes that manage users, and other tokens than :data:`TOKEN_ROUTES`:
+#: admins only.
 ADMIN_PREFIXES = ("/users", "/tokens")
+#: Routes on a user's tokens (the ``user`` of the path, the query or the body; the caller
+#: when none is named): their own for every user, anyone's for admins.
+TOKEN_ROUTES = frozenset({"/tokens", "/tokens/{user}/{name}/revoke"})
 #: Identities kept in memory at most (a full cache is emptied and refilled).
 _CACHE_SIZE = 10_000
 
@@ -230,6 +237,8 @@ class TokenAuth(HTTPBearer):
     async def _refusal(self, who: Principal, request: Request) -> str | None:
         route = request.scope.get("route")
         path: str = getattr(route, "path", request.url.path)
+        if path in TOKEN_ROUTES:
+            return token_refusal(who, await _token_owner(request, who))
         if path.startswith(ADMIN_PREFIXES):
             return admin_refusal(who)
         safe = request.method in _SAFE_METHODS
@@ -246,6 +255,21 @@ class TokenAuth(HTTPBearer):
         if job is None:
             return None if who.role is not Role.VIEWER or safe else change_refusal(who, "")
         return read_refusal(who, job.team) if safe else change_refusal(who, job.team)
+
+
+async def _token_owner(request: Request, who: Principal) -> str:
+    """The user whose tokens a request on :data:`TOKEN_ROUTES` acts on: the path's, the
+    query's or the body's ``user``, else the caller (a body that is not the expected
+    object is left to the route's validation, which answers 422)."""
+    named = request.path_params.get("user") or request.query_params.get("user")
+    if named is None and request.method == "POST":
+        try:
+            body = json.loads(await request.body() or b"null")
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and isinstance(body.get("user"), str):
+            named = body["user"]
+    return str(named) if named else who.user
 
 
 def _forbidden(reason: str) -> HTTPException:

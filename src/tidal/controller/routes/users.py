@@ -1,6 +1,7 @@
-"""Users and their tokens: ``/me`` for everyone, the rest for admins (the route guard in
-:mod:`~tidal.controller.routes.auth` refuses others before these run). A token is shown
-once, in the answer that creates it; the store keeps its keyed hash only."""
+"""Users and their tokens: ``/me`` and one's own tokens for everyone, users and others'
+tokens for admins (the route guard in :mod:`~tidal.controller.routes.auth` refuses others
+before these run). A token is shown once, in the answer that creates it; the store keeps
+its keyed hash only."""
 
 from __future__ import annotations
 
@@ -8,12 +9,23 @@ import time
 
 from fastapi import APIRouter, HTTPException, Request, status
 
+from tidal.controller.access import Role, team_refusal
 from tidal.controller.credentials import new_secret
+from tidal.controller.loop.controller import Controller
 from tidal.controller.routes.auth import PrincipalDep, TokenAuth
-from tidal.controller.routes.deps import JobStoreDep
+from tidal.controller.routes.deps import ControllerDep, JobStoreDep, invalid
 from tidal.controller.routes.errors import ACCOUNT_ERRORS, ProtectedRoute
 from tidal.controller.store.accounts import AccountError, TokenRecord, UserRecord
-from tidal.wire.accounts import NewToken, TokenRequest, TokenView, UserRequest, UserView
+from tidal.model import DEFAULT_TEAM
+from tidal.policy.team_queues import TeamQueues
+from tidal.wire.accounts import (
+    NewToken,
+    TokenRequest,
+    TokenView,
+    UserChange,
+    UserRequest,
+    UserView,
+)
 
 __all__ = ["router"]
 
@@ -40,6 +52,19 @@ def _auth(request: Request) -> TokenAuth:
     return auth
 
 
+def _check_team(team: str | None, controller: Controller) -> None:
+    """422 naming ``team`` when the server's teams file does not list it."""
+    policy = controller.policy
+    known = (
+        frozenset({DEFAULT_TEAM, *(t.name for t in policy.teams)})
+        if isinstance(policy, TeamQueues)
+        else None
+    )
+    refusal = None if team is None else team_refusal(team, known)
+    if refusal is not None:
+        raise invalid("team", refusal)
+
+
 def _refused(exc: AccountError) -> HTTPException:
     missing = str(exc).startswith("no ")
     code = status.HTTP_404_NOT_FOUND if missing else status.HTTP_409_CONFLICT
@@ -64,8 +89,11 @@ def list_users(store: JobStoreDep) -> list[UserView]:
 @router.post(
     "/users", response_model=UserView, status_code=status.HTTP_201_CREATED, responses=ACCOUNT_ERRORS
 )
-def add_user(body: UserRequest, store: JobStoreDep, who: PrincipalDep) -> UserView:
-    """Add a user (409 if the name is taken)."""
+def add_user(
+    body: UserRequest, controller: ControllerDep, store: JobStoreDep, who: PrincipalDep
+) -> UserView:
+    """Add a user (409 if the name is taken; 422 for a team the teams file lacks)."""
+    _check_team(body.team, controller)
     try:
         user = store.add_user(body.name, body.role, body.team)
     except AccountError as exc:
@@ -78,6 +106,44 @@ def add_user(body: UserRequest, store: JobStoreDep, who: PrincipalDep) -> UserVi
         source=who.source,
     )
     return _user_view(user)
+
+
+@router.patch("/users/{name}", response_model=UserView, responses=ACCOUNT_ERRORS)
+def change_user(
+    name: str,
+    body: UserChange,
+    request: Request,
+    controller: ControllerDep,
+    store: JobStoreDep,
+    who: PrincipalDep,
+) -> UserView:
+    """Change a user's role or team (409 for the last admin's role; 422 for a team the
+    teams file lacks); their next request is judged by the new ones."""
+    if body.role is None and body.team is None:
+        raise invalid("role", "give a new role, a new team, or both")
+    _check_team(body.team, controller)
+    try:
+        before, after = store.set_user(name, body.role, body.team)
+    except AccountError as exc:
+        raise _refused(exc) from None
+    # The identities kept in memory hold the former role and team.
+    _auth(request).forget()
+    changes = [
+        f"{field} {old} → {new}"
+        for field, old, new in (
+            ("role", before.role, after.role),
+            ("team", before.team, after.team),
+        )
+        if old != new
+    ]
+    store.add_event(
+        None,
+        "user_changed",
+        f"{name}: {', '.join(changes) or 'unchanged'}",
+        actor=who.user,
+        source=who.source,
+    )
+    return _user_view(after)
 
 
 @router.delete("/users/{name}", response_model=UserView, responses=ACCOUNT_ERRORS)
@@ -93,9 +159,11 @@ def remove_user(name: str, request: Request, store: JobStoreDep, who: PrincipalD
 
 
 @router.get("/tokens", response_model=list[TokenView])
-def list_tokens(store: JobStoreDep, user: str | None = None) -> list[TokenView]:
-    """Tokens (of ``user`` if given): names and dates, never the tokens."""
-    return [_token_view(t) for t in store.tokens(user)]
+def list_tokens(store: JobStoreDep, who: PrincipalDep, user: str | None = None) -> list[TokenView]:
+    """Tokens of ``user`` (default: an admin's, every user's; anyone else's, their own):
+    names and dates, never the tokens."""
+    whose = user or (None if who.role is Role.ADMIN else who.user)
+    return [_token_view(t) for t in store.tokens(whose)]
 
 
 @router.post(

@@ -126,6 +126,33 @@ class Accounts(Database):
             s.delete(row)
             return record
 
+    def set_user(
+        self, name: str, role: str | None = None, team: str | None = None
+    ) -> tuple[UserRecord, UserRecord]:
+        """Change a user's role and/or team; the user before and after.
+        :class:`AccountError` if there is no such user, or the change would leave the
+        store without an admin (the message starts with the field, ``role:``)."""
+        with self._transaction(write=True) as s:
+            row = s.get(UserRow, name)
+            if row is None:
+                raise AccountError(f"no user {name!r}")
+            before = _user(row)
+            if role is not None and role != "admin" and row.role == "admin":
+                # Locked: two admins demoting each other at once must not both succeed.
+                admins = s.scalars(
+                    select(UserRow.name).where(UserRow.role == "admin").with_for_update()
+                ).all()
+                if len(admins) <= 1:
+                    raise AccountError(
+                        f"role: {name!r} is the last admin: make another user an admin first"
+                    )
+            if role is not None:
+                row.role = role
+            if team is not None:
+                row.team = team
+            s.flush()
+            return before, _user(row)
+
     def ensure_admin(self, now: float | None = None) -> UserRecord | None:
         """The user ``admin`` (made, role admin, team ``default``, when the store has no
         admin at all); ``None`` when it is gone and other admins hold the store."""
