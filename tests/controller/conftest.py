@@ -32,8 +32,9 @@ class Served:
     controller: Controller
 
     def client(self, **kw: object) -> Client:
-        """An SDK client with the admin token."""
-        return Client(url=self.url, token=self.token, timeout=5.0, **kw)  # type: ignore[arg-type]
+        """An SDK client with the admin token. Its timeout is generous: the server runs in
+        this test process's threads, which a loaded machine can starve for seconds."""
+        return Client(url=self.url, token=self.token, timeout=30.0, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture
