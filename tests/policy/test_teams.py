@@ -267,6 +267,29 @@ def test_three_teams_the_newest_loan_goes_back_first() -> None:
     ]
 
 
+def test_within_a_team_the_newest_job_gives_back_first() -> None:
+    teams = [Team("a"), Team("b", guaranteed={None: 4})]
+    policy = TeamQueues(FairSharePolicy(), teams)
+    a = [JobRequest(f"a{i}", 1, 4, team="a", submitted_at=float(i)) for i in range(2)]
+    before = policy.allocate(a, EIGHT, {})
+    # a1 was submitted after a0 but started first: its slots are a's older loan.
+    a = [replace(a[0], started_at=5.0), replace(a[1], started_at=0.0)]
+    b = JobRequest("b1", 4, 4, team="b", submitted_at=9.0)
+    after = policy.allocate([*a, b], EIGHT, before)
+    assert {j: len(s) for j, s in after.items()} == {"a0": 1, "a1": 3, "b1": 4}
+
+
+def test_preemption_takes_the_newest_loan_once_every_borrower_is_at_its_minimum() -> None:
+    teams = [Team("a"), Team("b"), Team("c", guaranteed={None: 4})]
+    policy = TeamQueues(FairSharePolicy(), teams)
+    a = JobRequest("a1", 4, 4, team="a", submitted_at=1.0, started_at=1.0)
+    b = JobRequest("b1", 4, 4, team="b", submitted_at=0.0, started_at=0.0)
+    before = policy.allocate([a, b], EIGHT, {})
+    c = JobRequest("c1", 4, 4, team="c", submitted_at=9.0)
+    after = policy.allocate([a, b, c], EIGHT, before)
+    assert {j: len(s) for j, s in after.items()} == {"b1": 4, "c1": 4}
+
+
 def test_borrowers_shrink_to_their_minimum_before_any_is_preempted() -> None:
     teams = [Team("a", guaranteed={None: 4}), Team("b", guaranteed={None: 4})]
     policy = TeamQueues(FairSharePolicy(), teams)
