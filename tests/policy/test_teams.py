@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -69,6 +72,18 @@ def scenes(draw: st.DrawFn) -> tuple[Cluster, list[Team], list[JobRequest], list
     return cluster, teams, first, later
 
 
+@st.composite
+def reclaim_scenes(
+    draw: st.DrawFn,
+) -> tuple[Cluster, list[Team], list[JobRequest], list[JobRequest]]:
+    """A scene whose later jobs are of teams with a guarantee, which may take it back."""
+    cluster = draw(clusters())
+    teams = draw(team_lists(cluster.total_slots))
+    first = draw(team_jobs(teams))
+    takers = [t for t in teams if t.guarantee(None)] or teams
+    return cluster, teams, first, draw(team_jobs(takers, first=len(first)))
+
+
 def used(allocation: Allocation, jobs: list[JobRequest], team: str) -> int:
     return sum(len(allocation.get(j.job_id, ())) for j in jobs if j.team == team)
 
@@ -116,6 +131,61 @@ def test_loans_reclaimed_before_a_team_within_its_guarantee_is_touched(
         if unchanged and held <= team.guarantee(None):
             # Within its guarantee and asking for nothing new: it keeps every slot.
             assert used(after, jobs, team.name) >= held, team
+
+
+def loan_slots(allocation: Allocation, jobs: list[JobRequest], teams: list[Team]) -> dict[str, int]:
+    """Each job's slots above its team's guarantee: a team's jobs started first hold its
+    guarantee, those started after hold its loan."""
+    loan: dict[str, int] = {}
+    for team in teams:
+        mine = sorted((j for j in jobs if j.team == team.name), key=lambda j: j.started_at or 0)
+        count = 0
+        for job in mine:
+            held = len(allocation.get(job.job_id, ()))
+            loan[job.job_id] = count + held - max(count, team.guarantee(None)) if held else 0
+            count += held
+    return {j: max(0, n) for j, n in loan.items()}
+
+
+@settings(max_examples=400, deadline=None)
+@given(reclaim_scenes(), st.randoms(use_true_random=False))
+def test_the_newest_loan_is_reclaimed_first(
+    scene: tuple[Cluster, list[Team], list[JobRequest], list[JobRequest]],
+    rng: random.Random,
+) -> None:
+    cluster, teams, first, later = scene
+    policy = TeamQueues(FairSharePolicy(), teams)
+    before = policy.allocate(first, cluster, {})
+    # The running jobs started in an order of their own, not their submission order.
+    order = list(range(len(first)))
+    rng.shuffle(order)
+    running = [
+        replace(j, started_at=float(order[i])) if j.job_id in before else j
+        for i, j in enumerate(first)
+    ]
+    loan = loan_slots(before, running, teams)
+    after = policy.allocate(running + later, cluster, before)
+    jobs = running + later
+    takers = [
+        t
+        for t in teams
+        if used(before, running, t.name) < t.guarantee(None)
+        and used(after, jobs, t.name) > used(before, running, t.name)
+    ]
+    if not takers:
+        return  # no guarantee taken back: no reclaim
+    shrunk = {t.name for t in teams if used(after, jobs, t.name) < used(before, running, t.name)}
+    left = loan_slots(after, running, teams)
+    for x in running:
+        if x.team not in shrunk or not loan[x.job_id]:
+            continue
+        if len(after.get(x.job_id, ())) >= len(before[x.job_id]):
+            continue
+        for y in running:
+            newer = loan[y.job_id] and (y.started_at or 0) > (x.started_at or 0)
+            above_min = min(left[y.job_id], len(after.get(y.job_id, ())) - y.min_slots)
+            # An older loan gave a slot back while a newer one keeps some above its minimum.
+            assert not (newer and above_min > 0), (x.job_id, y.job_id)
 
 
 @settings(max_examples=100, deadline=None)
@@ -171,6 +241,53 @@ def test_the_reclaim_scene() -> None:
     ]
     back = policy.allocate([a], EIGHT, {"a1": shared["a1"]})
     assert len(back["a1"]) == 8
+
+
+def test_three_teams_the_newest_loan_goes_back_first() -> None:
+    """a borrows 8 of 12, b the 4 left after it; c takes its guarantee of 8 back: b's loan,
+    the newer, shrinks to its minimum before a's gives a slot (not 2 and 2 by weight)."""
+    twelve = Cluster((Host("h0", 4), Host("h1", 4), Host("h2", 4)))
+    teams = [Team("a"), Team("b"), Team("c", guaranteed={None: 8})]
+    policy = TeamQueues(FairSharePolicy(), teams)
+    a = JobRequest("a1", 1, 8, team="a", submitted_at=0.0)
+    b = JobRequest("b1", 1, 4, team="b", submitted_at=1.0)
+    alone = policy.allocate([a], twelve, {})
+    a = replace(a, started_at=0.0)
+    both = policy.allocate([a, b], twelve, alone)
+    assert (len(both["a1"]), len(both["b1"])) == (8, 4)
+    b = replace(b, started_at=10.0)
+    c = JobRequest("c1", 8, 8, team="c", submitted_at=20.0)
+    after = policy.allocate([a, b, c], twelve, both)
+    assert {j: len(s) for j, s in after.items()} == {"a1": 3, "b1": 1, "c1": 8}
+    assert policy.last is not None
+    assert [(n.job_id, n.message) for n in policy.last.notes] == [
+        ("a1", "5 slot(s) reclaimed by team c"),
+        ("b1", "3 slot(s) reclaimed by team c"),
+        ("c1", "reclaimed by team c from team a, b"),
+    ]
+
+
+def test_within_a_team_the_newest_job_gives_back_first() -> None:
+    teams = [Team("a"), Team("b", guaranteed={None: 4})]
+    policy = TeamQueues(FairSharePolicy(), teams)
+    a = [JobRequest(f"a{i}", 1, 4, team="a", submitted_at=float(i)) for i in range(2)]
+    before = policy.allocate(a, EIGHT, {})
+    # a1 was submitted after a0 but started first: its slots are a's older loan.
+    a = [replace(a[0], started_at=5.0), replace(a[1], started_at=0.0)]
+    b = JobRequest("b1", 4, 4, team="b", submitted_at=9.0)
+    after = policy.allocate([*a, b], EIGHT, before)
+    assert {j: len(s) for j, s in after.items()} == {"a0": 1, "a1": 3, "b1": 4}
+
+
+def test_preemption_takes_the_newest_loan_once_every_borrower_is_at_its_minimum() -> None:
+    teams = [Team("a"), Team("b"), Team("c", guaranteed={None: 4})]
+    policy = TeamQueues(FairSharePolicy(), teams)
+    a = JobRequest("a1", 4, 4, team="a", submitted_at=1.0, started_at=1.0)
+    b = JobRequest("b1", 4, 4, team="b", submitted_at=0.0, started_at=0.0)
+    before = policy.allocate([a, b], EIGHT, {})
+    c = JobRequest("c1", 4, 4, team="c", submitted_at=9.0)
+    after = policy.allocate([a, b, c], EIGHT, before)
+    assert {j: len(s) for j, s in after.items()} == {"b1": 4, "c1": 4}
 
 
 def test_borrowers_shrink_to_their_minimum_before_any_is_preempted() -> None:

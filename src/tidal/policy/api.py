@@ -145,6 +145,9 @@ class JobRequest:
     gang_slots: tuple[int, ...] = ()
     #: The team whose queue the job waits in (read by :mod:`tidal.policy.teams`).
     team: str = "default"
+    #: When the job first started (seconds, the caller's clock); ``None``: not yet. Team
+    #: queues reclaim the loan of the job started last first (:mod:`tidal.policy.loan_order`).
+    started_at: float | None = None
 
     @property
     def one_slot_replicas(self) -> bool:
@@ -199,6 +202,7 @@ def job_request(
     replica_slots: int = 1,
     gang_slots: tuple[int, ...] = (),
     team: str = "default",
+    started_at: float | None = None,
 ) -> JobRequest:
     """What a policy sees of a job at ``now``: the one builder the controller and the
     simulator both call, so each field of :class:`JobRequest` is filled here.
@@ -209,7 +213,8 @@ def job_request(
     ``max_slots`` is the target the policy honours. The controller passes it for as long
     as the job lives (Arena's ``--workers``: the job is held there); a caller that passes
     it only until the job first runs (``None`` after) lets the policy size the job within
-    ``[min_slots, max_slots]`` from then on.
+    ``[min_slots, max_slots]`` from then on. ``started_at``: when the job first started
+    (``None``: not yet), which orders the loans team queues reclaim.
     """
     target = target_slots
     if target is None and initial_slots is not None and initial_slots < max_slots:
@@ -229,6 +234,7 @@ def job_request(
         replica_slots=replica_slots,
         gang_slots=gang_slots,
         team=team,
+        started_at=started_at,
     )
 
 

@@ -2,12 +2,13 @@
 
 :class:`TeamQueues` wraps any policy (in the style of
 :class:`~tidal.policy.whole_replicas.WholeReplicas`). Pool by pool (each resource group,
-then the jobs without one on what the groups leave), :func:`~tidal.policy.teams.team_shares`
-decides how many slots each team gets; each team is then carved its slots (those its jobs
-hold first, its oldest jobs' before its newest's, so a shrinking team gives back its newest
-loans first) and the inner policy shares them among the team's jobs as it would a cluster
-of those slots. A team that must give slots back therefore sees its jobs shrunk by the
-inner policy, towards their minimum before any is preempted (``fairshare``, ``goodput``).
+then the jobs without one on what the groups leave), :func:`~tidal.policy.loan_order.pool_shares`
+decides how many slots each team gets (guarantees first, loans kept, the newest loan taken
+back first); each team is then carved its slots (those its jobs hold first, the jobs
+started first before the others) and the inner policy shares them among the team's jobs
+as it would a cluster of those slots. A team that gives slots back has each job held to
+what it keeps (:func:`~tidal.policy.loan_order.kept_sizes`: its newest job shrinks
+first, every job to its minimum before any is preempted) and starts no new job then.
 
 Every decision also says why for both sides of a loan (:class:`TeamNote`): "lent to team
 A by team B" on a job that grows into borrowed slots, "reclaimed by team B" on a
@@ -17,11 +18,12 @@ borrower's job that shrinks, "reclaimed by team B from team A" on the job that g
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tidal.policy.api import Allocation, Cluster, Host, JobRequest, Policy, Slot
 from tidal.policy.budget import slot_cap
-from tidal.policy.teams import Team, TeamUsage, fit_quotas, loans, team_shares
+from tidal.policy.loan_order import Holding, holding, kept_sizes, pool_shares
+from tidal.policy.teams import Team, TeamUsage, fit_quotas, loans
 
 __all__ = ["TeamDecision", "TeamNote", "TeamQueues", "decide", "pool_capacity"]
 
@@ -142,16 +144,24 @@ def _share_pool(
         demand[name] = wanted if limit is None else max(0, min(wanted, limit))
     guarantee = {name: known[name].guarantee(pool) for name in by_team}
     weight = {name: known[name].weight for name in by_team}
+    here = set(free)
+    holdings = [
+        holding(j, min(slot_cap(j), sum(1 for s in previous.get(j.job_id, ()) if s in here)))
+        for j in members
+    ]
+    holdings = [h for h in holdings if h.held]
     answer: dict[str, tuple[Slot, ...]] = {}
     # A team whose jobs cannot use all of its share (a minimum that does not fit) hands
     # the rest on: its demand drops to what it used and the pool is shared again.
     for _ in range(len(by_team) + 1):
-        shares = team_shares(guarantee, demand, weight, len(free))
+        shares = pool_shares(guarantee, demand, weight, len(free), holdings)
         carved = _carve(shares, free, by_team, previous)
         answer = {}
         used: dict[str, int] = {}
         for name, team_jobs in sorted(by_team.items()):
-            got = _run_inner(inner, team_jobs, carved[name], cluster, previous)
+            mine = [h for h in holdings if h.team == name]
+            sized = _giving_back(team_jobs, mine, shares[name])
+            got = _run_inner(inner, sized, carved[name], cluster, previous)
             answer.update(got)
             used[name] = sum(len(s) for s in got.values())
         for name, team_jobs in by_team.items():
@@ -165,6 +175,22 @@ def _share_pool(
         for name in short:
             demand[name] = used[name]
     return answer
+
+
+def _giving_back(
+    team_jobs: Sequence[JobRequest], holdings: Sequence[Holding], share: int
+) -> list[JobRequest]:
+    """``team_jobs`` as the inner policy sees them: as they are, or, when the team gives
+    slots back, each held to what it keeps (:func:`kept_sizes`, the newest job shrinking
+    first) and no job started meanwhile (it would only shrink the team's jobs further)."""
+    if share >= sum(h.held for h in holdings):
+        return list(team_jobs)
+    sizes = kept_sizes(holdings, share)
+    return [
+        replace(j, min_slots=min(j.min_slots, n), max_slots=n, target_slots=None)
+        for j in team_jobs
+        if (n := sizes.get(j.job_id, 0))
+    ]
 
 
 def _evict_shrunk(
@@ -186,13 +212,13 @@ def _carve(
     by_team: Mapping[str, Sequence[JobRequest]],
     previous: Allocation,
 ) -> dict[str, list[Slot]]:
-    """Which of ``free`` each team gets: what its jobs hold first (its oldest jobs' first,
-    so the newest loan is the first given back), then free slots on its own hosts, then
-    the rest in host order."""
+    """Which of ``free`` each team gets: what its jobs hold first (those of the jobs that
+    started first before the others', so the newest loan is the first given back), then
+    free slots on its own hosts, then the rest in host order."""
     pool = set(free)
     carved: dict[str, list[Slot]] = {}
     for name, team_jobs in sorted(by_team.items()):
-        oldest_first = sorted(team_jobs, key=lambda j: (j.submitted_at, j.job_id))
+        oldest_first = sorted(team_jobs, key=lambda j: holding(j, 0).since)
         held = [s for j in oldest_first for s in sorted(previous.get(j.job_id, ())) if s in pool]
         carved[name] = held[: shares[name]]
     kept = {s for slots in carved.values() for s in slots}

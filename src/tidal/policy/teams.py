@@ -5,8 +5,8 @@ a borrowing limit (most slots above its guarantee) and a hard limit (most slots 
 :func:`team_shares` splits one pool's slots among teams by count: every team first gets
 its guarantee as far as its jobs can use it, then the slots left (idle guarantees of other
 teams and slots nobody is guaranteed) go to teams that can use more, in proportion to
-weight, each within its limits. Taking a guarantee back is the same split: the borrowers'
-shares fall, and the inner policy shrinks their jobs (towards their minimum first).
+weight, each within its limits. Loans already held are kept, and taken back newest first
+when a team needs its guarantee (:mod:`tidal.policy.loan_order`).
 
 :func:`loans` says who lends to whom once the counts are known. Pure functions over plain
 dataclasses; :mod:`tidal.policy.team_queues` turns the counts into slots.
@@ -142,18 +142,23 @@ def team_shares(
     demand: Mapping[str, int],
     weight: Mapping[str, float],
     slots: int,
+    kept: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """How many of a pool's ``slots`` each team gets.
 
     ``demand``: most slots the team's jobs can use here, already within its limits.
-    Guarantees first (as far as demanded), then one slot at a time to the team with the
-    least extra per weight, ties to the lower name: integral weighted water-filling.
+    Guarantees first (as far as demanded), then the slots each team ``kept`` above its
+    guarantee (its loans, :func:`~tidal.policy.loan_order.pool_shares`), then one slot at a
+    time to the team with the least extra per weight, ties to the lower name: integral
+    weighted water-filling.
     """
-    shares = {t: min(max(0, guarantee.get(t, 0)), max(0, demand[t])) for t in demand}
+    extra = {t: max(0, (kept or {}).get(t, 0)) for t in demand}
+    shares = {t: min(max(0, guarantee.get(t, 0)), max(0, demand[t])) + extra[t] for t in demand}
     left = slots - sum(shares.values())
     # A heap of (the next slot's extra per weight, name): the lowest takes the next slot.
-    extra = dict.fromkeys(demand, 0)
-    heap = [(1 / _weight(weight, t), t) for t in sorted(demand) if demand[t] > shares[t]]
+    heap = [
+        ((extra[t] + 1) / _weight(weight, t), t) for t in sorted(demand) if demand[t] > shares[t]
+    ]
     heapq.heapify(heap)
     while left > 0 and heap:
         _, team = heapq.heappop(heap)

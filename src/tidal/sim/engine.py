@@ -287,6 +287,7 @@ class Simulator:
             throughput=throughput,
             reallocations=job.reallocations,
             team=spec.team,
+            started_at=job.start_time,
         )
 
     def _current_model(self, job: _Job) -> ThroughputModel:

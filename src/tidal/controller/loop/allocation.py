@@ -48,6 +48,7 @@ def policy_request(
         replica_slots=job.role.resources.slots,
         gang_slots=job.gang_slots,
         team=job.team,
+        started_at=record.started_at,
     )
 
 
