@@ -66,6 +66,16 @@ function confirmation(name, title, text, keep, go, onYes) {
   return dialog;
 }
 
+/** Why `me` may not change `job` (null: they may), as the server's access rules say:
+ * admins change every job, members their team's, viewers none. Until the page knows who is
+ * looking it offers the actions (the server refuses what it must). */
+function changeRefusal(me, job) {
+  if (!me || me.role === "admin") return null;
+  if (me.role === "viewer") return "Viewers change no job.";
+  if (me.team !== job.team) return `This job is team ${job.team}'s: you change only team ${me.team}'s jobs.`;
+  return null;
+}
+
 function metricNames(points) {
   const names = new Set(points.flatMap((p) => Object.keys(p.values)));
   const known = METRIC_ORDER.filter((n) => names.has(n));
@@ -93,6 +103,7 @@ export function render(view, id) {
       h("option", { value: "all" }, "all, ended too"),
       WORKER_STATES.map((s) => h("option", { value: s }, s))),
     workersHidden: h("p", { class: "muted small", id: "workers-hidden" }),
+    refused: h("p", { class: "muted small", id: "actions-refused" }),
   };
   const swatch = h("span", { class: "swatch big", style: `background:${jobColour(id)}` });
   const buttons = {
@@ -113,6 +124,11 @@ export function render(view, id) {
       act(`Stop worker ${worker}`, () => api.stopWorkers(id, [worker]));
     });
 
+  const controls = h("div", { id: "job-controls" },
+    h("div", { class: "action" }, h("label", { for: "priority-input" }, "Priority"), el.priority, buttons.priority),
+    h("div", { class: "action" }, h("label", { for: "scale-count" }, "Workers"), el.count, buttons.out, buttons.in),
+    h("div", { class: "action" }, buttons.cancel));
+
   view.append(
     h("p", { class: "crumbs" }, h("a", { href: "#/jobs" }, "Jobs"), " / ", id),
     h("div", { class: "page-head" }, swatch, el.title, el.state, el.id),
@@ -121,9 +137,8 @@ export function render(view, id) {
       h("section", { class: "card grow" }, el.facts),
       h("section", { class: "card actions" },
         h("h2", {}, "Actions"),
-        h("div", { class: "action" }, h("label", { for: "priority-input" }, "Priority"), el.priority, buttons.priority),
-        h("div", { class: "action" }, h("label", { for: "scale-count" }, "Workers"), el.count, buttons.out, buttons.in),
-        h("div", { class: "action" }, buttons.cancel),
+        controls,
+        el.refused,
         el.message)),
     h("div", { class: "row" },
       h("section", { class: "card half" },
@@ -158,6 +173,12 @@ export function render(view, id) {
   let lastAllocs = [];
   let priorityTouched = false;
   el.priority.addEventListener("input", () => { priorityTouched = true; });
+  // Who is looking: the actions are offered only to those the server lets change the job.
+  let me = null;
+  api.api("/me").then((who) => {
+    me = who;
+    if (current) drawJob(current, lastAllocs);
+  }).catch(() => {});
 
   const say = (text, bad = false) => {
     el.message.textContent = text;
@@ -230,6 +251,9 @@ export function render(view, id) {
       fact("Command", h("div", { id: "job-command" }, commands(job.spec))),
     );
     if (!priorityTouched) el.priority.value = job.priority;
+    const refusal = changeRefusal(me, job);
+    controls.hidden = refusal !== null;
+    el.refused.textContent = refusal ?? "";
     for (const b of Object.values(buttons)) b.disabled = over;
     el.priority.disabled = over;
     el.count.disabled = over;
@@ -240,7 +264,7 @@ export function render(view, id) {
       h("td", { class: "num" }, w.worker_id), h("td", {}, w.role), h("td", {}, w.host),
       h("td", { class: "num" }, slotsOf(w)), h("td", { class: "num muted" }, w.pid ?? "–"),
       h("td", {}, badge(w.state)), h("td", { class: "num" }, w.exit_code ?? ""),
-      h("td", {}, !over && LIVE_WORKERS.has(w.state)
+      h("td", {}, !over && refusal === null && LIVE_WORKERS.has(w.state)
         ? h("button", { class: "danger small stop-worker", title: `Stop worker ${w.worker_id}`, onclick: () => askToStop(w) }, "Stop…")
         : null))));
   }
@@ -282,12 +306,14 @@ export function render(view, id) {
   }
 
   async function refresh() {
+    // Metrics are for the job's team and admins: a refusal there leaves the rest shown.
     const [job, allocs, mets, evs] = await Promise.all([
-      api.job(id), api.allocations(id), api.metrics(id), api.events(id),
+      api.job(id), api.allocations(id), api.metrics(id).catch((e) => e), api.events(id),
     ]);
     drawJob(job, allocs);
     drawAllocation(allocs, job);
-    drawMetrics(mets);
+    if (mets instanceof Error) fill(el.metrics, h("p", { class: "empty", id: "metrics-refused" }, mets.message));
+    else drawMetrics(mets);
     drawEvents(evs);
   }
 
