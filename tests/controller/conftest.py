@@ -4,6 +4,7 @@ the store tests (SQLite and a private PostgreSQL)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop.controller import Controller
 from tidal.controller.routes.auth import ensure_token
 from tidal.controller.store.jobs import JobStore
+from tidal.policy.api import Policy
 from tidal.server.app import create_app
 from tidal.server.process import ApiServer
 
@@ -37,16 +39,18 @@ class Served:
         return Client(url=self.url, token=self.token, timeout=30.0, **kw)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    """The server, stopped (and its store closed) after the test."""
+@contextmanager
+def serve(
+    tmp_path: Path, cluster: ClusterModel, policy: Policy, backend: FakeBackend | None = None
+) -> Iterator[Served]:
+    """A real API server over a controller of ``cluster``, ``policy`` and ``backend`` (by
+    default a fake whose jobs apply every change at once); stopped, and its store closed,
+    after."""
     data_dir = tmp_path / "data"
     token = ensure_token(data_dir)
     store = JobStore.open(data_dir)
-    backend = FakeBackend()
-    controller = Controller(
-        store, ClusterModel.single(4, name="h"), GreedyPolicy(), backend, data_dir
-    )
+    backend = backend if backend is not None else FakeBackend()
+    controller = Controller(store, cluster, policy, backend, data_dir)
     server = ApiServer(create_app(controller, token))
     server.start()
     try:
@@ -54,6 +58,13 @@ def served(tmp_path: Path) -> Iterator[Served]:
     finally:
         server.stop()
         store.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    """The server, stopped (and its store closed) after the test."""
+    with serve(tmp_path, ClusterModel.single(4, name="h"), GreedyPolicy()) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

@@ -7,45 +7,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 
 from tests.controller.conftest import Served
+from tests.controller.conftest import serve as serve_controller
 from tests.controller.fakes import FakeBackend
 from tidal.cli.main import controller_app, run_app
 from tidal.client import NotFound
 from tidal.controller.cluster import ClusterHost, ClusterModel
 from tidal.controller.loop.controller import Controller
-from tidal.controller.routes.auth import ensure_token
 from tidal.controller.store.jobs import JobStore
 from tidal.policy.api import Policy
 from tidal.policy.fairshare import FairSharePolicy
 from tidal.policy.static import StaticPolicy
-from tidal.server.app import create_app
-from tidal.server.process import ApiServer
 from tidal.spec import parse_spec
 
 HOSTS = ClusterModel((ClusterHost("node-a", 4), ClusterHost("node-b", 4)))
 
 
-@contextmanager
-def serve(tmp_path: Path, policy: Policy) -> Iterator[Served]:
+def serve(tmp_path: Path, policy: Policy) -> AbstractContextManager[Served]:
     """A real API server over ``policy`` and a backend whose jobs apply a change only at
     their next step boundary (``advance``); stopped and its store closed after."""
-    data_dir = tmp_path / "data"
-    token = ensure_token(data_dir)
-    store = JobStore.open(data_dir)
-    backend = FakeBackend(instant=False)
-    controller = Controller(store, HOSTS, policy, backend, data_dir)
-    server = ApiServer(create_app(controller, token))
-    server.start()
-    try:
-        yield Served(server.url, token, data_dir, store, backend, controller)
-    finally:
-        server.stop()
-        store.close()
+    return serve_controller(tmp_path, HOSTS, policy, FakeBackend(instant=False))
 
 
 @pytest.fixture

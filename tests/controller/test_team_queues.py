@@ -10,16 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.controller.conftest import Served
-from tests.controller.fakes import FakeBackend
+from tests.controller.conftest import Served, serve
 from tidal.cli.main import controller_app, run_app
 from tidal.controller.cluster import ClusterModel
-from tidal.controller.loop.controller import Controller
-from tidal.controller.routes.auth import ensure_token
-from tidal.controller.store.jobs import JobStore
 from tidal.policy.fairshare import FairSharePolicy
-from tidal.server.app import create_app
-from tidal.server.process import ApiServer, team_policy
+from tidal.server.process import team_policy
 from tidal.spec import parse_spec
 from tidal.wire.schema import AllocationView
 from tidal.wire.teams_file import parse_teams
@@ -30,20 +25,10 @@ TEAMS = {"teams": [{"name": "a", "guaranteed": 4}, {"name": "b", "guaranteed": 4
 @pytest.fixture
 def teams_served(tmp_path: Path) -> Iterator[Served]:
     """A server of 8 slots whose fairshare is shared over teams a and b (4 each)."""
-    data_dir = tmp_path / "data"
-    token = ensure_token(data_dir)
-    store = JobStore.open(data_dir)
-    backend = FakeBackend()
     cluster = ClusterModel.single(8, name="h")
     policy = team_policy(FairSharePolicy(), parse_teams(TEAMS), cluster)
-    controller = Controller(store, cluster, policy, backend, data_dir)
-    server = ApiServer(create_app(controller, token))
-    server.start()
-    try:
-        yield Served(server.url, token, data_dir, store, backend, controller)
-    finally:
-        server.stop()
-        store.close()
+    with serve(tmp_path, cluster, policy) as served:
+        yield served
 
 
 def spec(name: str, team: str, workers: str) -> dict[str, object]:

@@ -14,17 +14,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.controller.conftest import Served
+from tests.controller.conftest import Served, serve
 from tests.controller.fakes import FakeBackend
 from tests.dashboard import chromium
 from tests.dashboard.chromium import Page, expect, log_in, shot
 from tidal.controller.cluster import ClusterHost, ClusterModel
-from tidal.controller.loop.controller import Controller
-from tidal.controller.routes.auth import ensure_token
-from tidal.controller.store.jobs import JobStore
 from tidal.policy.fairshare import FairSharePolicy
-from tidal.server.app import create_app
-from tidal.server.process import ApiServer
 
 if TYPE_CHECKING:
     from playwright.sync_api import Dialog
@@ -40,18 +35,8 @@ HOSTS = ClusterModel((ClusterHost("node-a", 4), ClusterHost("node-b", 4)))
 def two_hosts(tmp_path: Path) -> Iterator[Served]:
     """A real API server over two hosts of 4 slots, fairshare, and a backend whose jobs
     apply a change at their next step boundary."""
-    data_dir = tmp_path / "data"
-    token = ensure_token(data_dir)
-    store = JobStore.open(data_dir)
-    backend = FakeBackend(instant=False)
-    controller = Controller(store, HOSTS, FairSharePolicy(), backend, data_dir)
-    server = ApiServer(create_app(controller, token))
-    server.start()
-    try:
-        yield Served(server.url, token, data_dir, store, backend, controller)
-    finally:
-        server.stop()
-        store.close()
+    with serve(tmp_path, HOSTS, FairSharePolicy(), FakeBackend(instant=False)) as served:
+        yield served
 
 
 def settle(served: Served) -> None:
