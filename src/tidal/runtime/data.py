@@ -249,9 +249,9 @@ class ElasticDataLoader:
         on a GPU, a slice of the epoch's order copied there once (asynchronously, from
         pinned memory), not a copy of each step's indices per tensor; launching those
         copies cost a small model's step more than its kernels did."""
-        tensors = getattr(self.dataset, "tensors", None)
-        if not isinstance(self.dataset, TensorDataset) or not tensors:
+        if not isinstance(self.dataset, TensorDataset) or not self.dataset.tensors:
             return indices
+        tensors = self.dataset.tensors
         device = tensors[0].device
         if device.type != "cuda" or any(t.device != device for t in tensors):
             return indices

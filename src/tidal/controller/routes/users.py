@@ -9,13 +9,14 @@ import time
 
 from fastapi import APIRouter, HTTPException, Request, status
 
-from tidal.controller.access import Role, team_refusal
+from tidal.controller.access import Principal, Role, team_refusal
 from tidal.controller.credentials import new_secret
 from tidal.controller.loop.controller import Controller
 from tidal.controller.routes.auth import PrincipalDep, TokenAuth
 from tidal.controller.routes.deps import ControllerDep, JobStoreDep, invalid
 from tidal.controller.routes.errors import ACCOUNT_ERRORS, ProtectedRoute
 from tidal.controller.store.accounts import AccountError, TokenRecord, UserRecord
+from tidal.controller.store.jobs import JobStore
 from tidal.model import DEFAULT_TEAM
 from tidal.policy.team_queues import TeamQueues
 from tidal.wire.accounts import (
@@ -33,18 +34,16 @@ router = APIRouter(tags=["users"], route_class=ProtectedRoute)
 
 
 def _user_view(u: UserRecord) -> UserView:
-    return UserView(name=u.name, role=u.role, team=u.team, created_at=u.created_at)
+    return UserView.model_validate(u, from_attributes=True)
 
 
 def _token_view(t: TokenRecord) -> TokenView:
-    return TokenView(
-        id=t.id,
-        name=t.name,
-        user=t.user,
-        created_at=t.created_at,
-        expires_at=t.expires_at,
-        revoked_at=t.revoked_at,
-    )
+    return TokenView.model_validate(t, from_attributes=True)
+
+
+def _audit(store: JobStore, who: Principal, kind: str, message: str) -> None:
+    """Record an account change with who made it and from where."""
+    store.add_event(None, kind, message, actor=who.user, source=who.source)
 
 
 def _auth(request: Request) -> TokenAuth:
@@ -98,13 +97,7 @@ def add_user(
         user = store.add_user(body.name, body.role, body.team)
     except AccountError as exc:
         raise _refused(exc) from None
-    store.add_event(
-        None,
-        "user_added",
-        f"{user.name} ({user.role}, team {user.team})",
-        actor=who.user,
-        source=who.source,
-    )
+    _audit(store, who, "user_added", f"{user.name} ({user.role}, team {user.team})")
     return _user_view(user)
 
 
@@ -136,13 +129,7 @@ def change_user(
         )
         if old != new
     ]
-    store.add_event(
-        None,
-        "user_changed",
-        f"{name}: {', '.join(changes) or 'unchanged'}",
-        actor=who.user,
-        source=who.source,
-    )
+    _audit(store, who, "user_changed", f"{name}: {', '.join(changes) or 'unchanged'}")
     return _user_view(after)
 
 
@@ -154,7 +141,7 @@ def remove_user(name: str, request: Request, store: JobStoreDep, who: PrincipalD
     except AccountError as exc:
         raise _refused(exc) from None
     _auth(request).forget()
-    store.add_event(None, "user_removed", user.name, actor=who.user, source=who.source)
+    _audit(store, who, "user_removed", user.name)
     return _user_view(user)
 
 
@@ -184,9 +171,7 @@ def create_token(
         record = store.add_token(owner, body.name, _auth(request).key.digest(token), expires, now)
     except AccountError as exc:
         raise _refused(exc) from None
-    store.add_event(
-        None, "token_created", f"{owner}/{body.name}", actor=who.user, source=who.source
-    )
+    _audit(store, who, "token_created", f"{owner}/{body.name}")
     return NewToken(**_token_view(record).model_dump(), token=token)
 
 
@@ -200,5 +185,5 @@ def revoke_token(
     except AccountError as exc:
         raise _refused(exc) from None
     _auth(request).forget()
-    store.add_event(None, "token_revoked", f"{user}/{name}", actor=who.user, source=who.source)
+    _audit(store, who, "token_revoked", f"{user}/{name}")
     return _token_view(record)
