@@ -40,7 +40,7 @@ from tidal.controller.access import (
     token_refusal,
 )
 from tidal.controller.credentials import ServerKey, new_secret
-from tidal.controller.store.accounts import Identity
+from tidal.controller.store.accounts import USE_RESOLUTION_S, Identity
 from tidal.controller.store.jobs import JobStore
 from tidal.wire.discovery import SOURCE_HEADER, TOKEN_FILE, read_token
 
@@ -146,6 +146,8 @@ class TokenAuth(HTTPBearer):
         self.key = key
         self._tokens: dict[str, Identity] = {}
         self._sessions: dict[str, Identity] = {}
+        #: When each token's use was last recorded: the store is written once a minute.
+        self._noted: dict[int, float] = {}
 
     def forget(self) -> None:
         """Drop every identity kept: after a token or session is revoked, a user removed."""
@@ -221,6 +223,7 @@ class TokenAuth(HTTPBearer):
                 detail="missing, unknown, revoked or expired token",
                 headers={"WWW-Authenticate": "Bearer"},
             )
+        await self._note_use(found.token_id)
         who = Principal(
             user=found.user.name,
             role=Role(found.user.role),
@@ -233,6 +236,18 @@ class TokenAuth(HTTPBearer):
         if refusal is not None:
             raise _forbidden(refusal)
         return who
+
+    async def _note_use(self, token_id: int) -> None:
+        """Record the token's use (a refused request used it too), once a minute at most;
+        a store that cannot take it costs a warning, never the request."""
+        now = time.time()
+        if now - self._noted.get(token_id, float("-inf")) < USE_RESOLUTION_S:
+            return
+        self._noted[token_id] = now
+        try:
+            await run_in_threadpool(self.store.note_token_use, token_id, now)
+        except Exception as exc:
+            log.warning("the use of token %d was not recorded: %s", token_id, exc)
 
     async def _refusal(self, who: Principal, request: Request) -> str | None:
         route = request.scope.get("route")
