@@ -17,7 +17,7 @@ from tidal.controller.access import (
     token_refusal,
 )
 from tidal.controller.credentials import ServerKey
-from tidal.controller.store.accounts import AccountError
+from tidal.controller.store.accounts import USE_RESOLUTION_S, AccountError
 from tidal.controller.store.jobs import JobStore
 
 KEY = ServerKey(b"k" * 32)
@@ -62,6 +62,25 @@ def test_tokens_identify_their_user_until_revoked_or_expired(db_url: str) -> Non
         assert store.tokens("ana") == []
         with pytest.raises(AccountError, match="last admin"):
             store.remove_user("admin")
+    finally:
+        store.close()
+
+
+def test_a_tokens_last_use_is_kept_to_the_minute(db_url: str) -> None:
+    store = JobStore(db_url)
+    try:
+        store.add_user("ana", "member", "vision", now=1.0)
+        used = store.add_token("ana", "laptop", KEY.digest("a"), now=1.0)
+        store.add_token("ana", "phone", KEY.digest("b"), now=1.0)
+        assert [t.last_used_at for t in store.tokens("ana")] == [None, None]
+        assert store.note_token_use(used.id, now=100.0)
+        # Within the minute: not written again (a busy client costs one write a minute).
+        assert not store.note_token_use(used.id, now=100.0 + USE_RESOLUTION_S - 1)
+        assert [t.last_used_at for t in store.tokens("ana")] == [100.0, None]
+        assert store.note_token_use(used.id, now=100.0 + USE_RESOLUTION_S)
+        assert [t.last_used_at for t in store.tokens("ana")] == [100.0 + USE_RESOLUTION_S, None]
+        # An earlier time never replaces a later one.
+        assert not store.note_token_use(used.id, now=50.0)
     finally:
         store.close()
 

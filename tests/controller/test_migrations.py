@@ -535,3 +535,49 @@ def test_servers_registering_one_new_dataset_at_once_number_its_versions(db_url:
         assert sorted(numbers) == [1, 2, 3, 4]
     finally:
         store.close()
+
+
+def test_tokens_of_the_previous_release_upgrade_with_no_recorded_use(db_url: str) -> None:
+    # A store at revision 0012 (the release before tokens' last use was kept) holding a
+    # user's token: after the upgrade the token still identifies its user, never used.
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            command.upgrade(migrations.config(conn), "0012")
+            conn.execute(
+                text(
+                    "INSERT INTO users (name, role, team, created_at) "
+                    "VALUES ('ana', 'member', 'vision', 1.0)"
+                )
+            )
+            conn.execute(
+                text(
+                    'INSERT INTO tokens (name, "user", digest, created_at) '
+                    "VALUES ('laptop', 'ana', :d, 1.0)"
+                ),
+                {"d": "d" * 64},
+            )
+    finally:
+        engine.dispose()
+    store = JobStore(db_url)
+    try:
+        assert schema_differences(store.engine) == []
+        [token] = store.tokens("ana")
+        assert (token.name, token.last_used_at) == ("laptop", None)
+        found = store.identify_token("d" * 64)
+        assert found is not None and found.user.name == "ana"
+        assert store.note_token_use(token.id, now=5.0)
+        assert store.tokens("ana")[0].last_used_at == 5.0
+    finally:
+        store.close()
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            command.downgrade(migrations.config(conn), "0012")
+            columns = {c["name"] for c in inspect(conn).get_columns("tokens")}
+            assert "last_used_at" not in columns
+            names = conn.execute(text("SELECT name FROM tokens")).scalars().all()
+            assert names == ["laptop"]  # the downgrade keeps the tokens
+            command.upgrade(migrations.config(conn), "head")
+    finally:
+        engine.dispose()

@@ -74,10 +74,11 @@ def test_an_admin_gives_a_member_a_token_and_the_member_works_through_it(
     assert "token phone of ana, valid until" in out
     code, out, _ = run(capsys, "token", "list")
     assert code == 0
-    assert [line.split()[:2] for line in out.splitlines()[1:]] == [
-        ["ana", "laptop"],
-        ["ana", "phone"],
-    ]
+    rows = out.splitlines()[1:]
+    assert [line.split()[:2] for line in rows] == [["ana", "laptop"], ["ana", "phone"]]
+    # The token she works through shows when it was last used; the new one, never.
+    assert "never" not in rows[0] and "never" in rows[1]
+    assert all(len(line) <= 80 for line in out.splitlines())
     code, out, err = run(capsys, "token", "revoke", "phone")
     assert code == 0, err
     assert "revoked ana's token phone" in out

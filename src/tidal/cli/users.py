@@ -143,11 +143,12 @@ def token_create(
 
 def _tokens_table(tokens: Sequence[TokenView]) -> Table:
     table = Table(box=None, header_style="bold")
-    for column in ("USER", "NAME", "CREATED", "EXPIRES", "STATE"):
+    for column in ("USER", "NAME", "CREATED", "EXPIRES", "LAST USED", "STATE"):
         table.add_column(column)
     for t in tokens:
         state = "revoked" if t.revoked_at is not None else "live"
-        table.add_row(t.user, t.name, _when(t.created_at), _when(t.expires_at), state)
+        used = "never" if t.last_used_at is None else _when(t.last_used_at)
+        table.add_row(t.user, t.name, _when(t.created_at), _when(t.expires_at), used, state)
     return table
 
 

@@ -14,7 +14,7 @@ import tidal
 from tidal.controller.credentials import ServerKey
 from tidal.controller.loop.controller import Controller
 from tidal.controller.routes import PROTECTED_ROUTERS, PUBLIC_ROUTERS
-from tidal.controller.routes.auth import TokenAuth, register_data_dir_token
+from tidal.controller.routes.auth import TokenAuth, TokenUse, register_data_dir_token
 from tidal.controller.routes.deps import unreadable_job_response
 from tidal.controller.routes.limits import install_request_guards
 from tidal.controller.store.change_cache import ChangeCache
@@ -66,4 +66,5 @@ def create_app(controller: Controller, token: str, key: ServerKey | None = None)
     mount_dashboard(app, auth)
     app.add_exception_handler(UnreadableJobError, unreadable_job_response)
     install_request_guards(app, store_location=controller.store.location)
+    app.add_middleware(TokenUse, auth=auth)
     return app

@@ -71,6 +71,8 @@ class TokenView(BaseModel):
     created_at: float
     expires_at: float | None
     revoked_at: float | None
+    #: When a request last came through it, to the minute (``None``: never).
+    last_used_at: float | None = None
 
 
 class NewToken(TokenView):

@@ -28,6 +28,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidal.controller.access import (
     SOURCES,
@@ -40,7 +41,7 @@ from tidal.controller.access import (
     token_refusal,
 )
 from tidal.controller.credentials import ServerKey, new_secret
-from tidal.controller.store.accounts import Identity
+from tidal.controller.store.accounts import USE_RESOLUTION_S, Identity
 from tidal.controller.store.jobs import JobStore
 from tidal.wire.discovery import SOURCE_HEADER, TOKEN_FILE, read_token
 
@@ -50,6 +51,7 @@ __all__ = [
     "TOKEN_FILE",
     "PrincipalDep",
     "TokenAuth",
+    "TokenUse",
     "ensure_token",
     "read_token",
     "register_data_dir_token",
@@ -146,6 +148,8 @@ class TokenAuth(HTTPBearer):
         self.key = key
         self._tokens: dict[str, Identity] = {}
         self._sessions: dict[str, Identity] = {}
+        #: When each token's use was last recorded: the store is written once a minute.
+        self._noted: dict[int, float] = {}
 
     def forget(self) -> None:
         """Drop every identity kept: after a token or session is revoked, a user removed."""
@@ -234,6 +238,18 @@ class TokenAuth(HTTPBearer):
             raise _forbidden(refusal)
         return who
 
+    async def note_use(self, token_id: int) -> None:
+        """Record the token's use, once a minute at most; a store that cannot take it
+        costs a warning, never the request."""
+        now = time.time()
+        if now - self._noted.get(token_id, float("-inf")) < USE_RESOLUTION_S:
+            return
+        self._noted[token_id] = now
+        try:
+            await run_in_threadpool(self.store.note_token_use, token_id, now)
+        except Exception as exc:
+            log.warning("the use of token %d was not recorded: %s", token_id, exc)
+
     async def _refusal(self, who: Principal, request: Request) -> str | None:
         route = request.scope.get("route")
         path: str = getattr(route, "path", request.url.path)
@@ -255,6 +271,35 @@ class TokenAuth(HTTPBearer):
         if job is None:
             return None if who.role is not Role.VIEWER or safe else change_refusal(who, "")
         return read_refusal(who, job.team) if safe else change_refusal(who, job.team)
+
+
+class TokenUse:
+    """ASGI middleware: a request answered below 400 records that its token was used
+    (:meth:`TokenAuth.note_use`), after its answer is sent. A refused or failed request
+    records nothing: it changes nothing in the store."""
+
+    def __init__(self, app: ASGIApp, auth: TokenAuth) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, watching its answer's status."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        answered = 500
+
+        async def watched(message: Message) -> None:
+            nonlocal answered
+            if message["type"] == "http.response.start":
+                answered = int(message["status"])
+            await send(message)
+
+        await self.app(scope, receive, watched)
+        # Starlette keeps ``request.state`` in the scope: the principal TokenAuth found.
+        who = scope.get("state", {}).get("principal")
+        if isinstance(who, Principal) and answered < 400:
+            await self.auth.note_use(who.token_id)
 
 
 async def _token_owner(request: Request, who: Principal) -> str:

@@ -19,7 +19,18 @@ from tidal.controller.store.database import Database
 from tidal.controller.store.tables import SessionRow, TokenRow, UserRow
 from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM
 
-__all__ = ["AccountError", "Accounts", "Identity", "TokenRecord", "UserRecord"]
+__all__ = [
+    "USE_RESOLUTION_S",
+    "AccountError",
+    "Accounts",
+    "Identity",
+    "TokenRecord",
+    "UserRecord",
+]
+
+#: A token's last use is kept to this many seconds: a busy client costs the store one
+#: write a minute, not one a request.
+USE_RESOLUTION_S = 60.0
 
 
 class AccountError(ValueError):
@@ -46,6 +57,8 @@ class TokenRecord:
     created_at: float
     expires_at: float | None
     revoked_at: float | None
+    #: When a request last came through it (to :data:`USE_RESOLUTION_S`); ``None``: never.
+    last_used_at: float | None = None
 
     def usable(self, now: float) -> bool:
         """Not revoked and not expired at ``now``."""
@@ -70,6 +83,7 @@ def _token(row: TokenRow) -> TokenRecord:
         created_at=row.created_at,
         expires_at=row.expires_at,
         revoked_at=row.revoked_at,
+        last_used_at=row.last_used_at,
     )
 
 
@@ -209,6 +223,19 @@ class Accounts(Database):
             query = query.where(TokenRow.user == user)
         with self._transaction() as s:
             return [_token(r) for r in s.scalars(query)]
+
+    def note_token_use(self, token_id: int, now: float | None = None) -> bool:
+        """Record that a request came through token ``token_id`` at ``now``, unless a use
+        within :data:`USE_RESOLUTION_S` before it is recorded already; whether it wrote."""
+        now = time.time() if now is None else now
+        stale = (TokenRow.last_used_at.is_(None)) | (
+            TokenRow.last_used_at <= now - USE_RESOLUTION_S
+        )
+        with self._transaction() as s:
+            done = s.execute(
+                update(TokenRow).where(TokenRow.id == token_id, stale).values(last_used_at=now)
+            )
+            return bool(getattr(done, "rowcount", 0))
 
     def revoke_token(self, user: str, name: str, now: float | None = None) -> TokenRecord:
         """Revoke ``user``'s live token ``name`` and the dashboard sessions opened with

@@ -161,6 +161,9 @@ class TokenRow(TableBase):
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: When a request last came through the token (or a dashboard session it opened),
+    #: to the minute; ``None``: never.
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class SessionRow(TableBase):
