@@ -43,7 +43,8 @@ from tidal.controller.store.drains import DrainSource, HostDrain
 from tidal.controller.store.jobs import Event, JobRecord, JobStore
 from tidal.controller.store.outage import outage_of
 from tidal.launch.api import JobLaunch, JobStatus
-from tidal.model import ACTIVE_STATES, Job, JobState
+from tidal.model import Job
+from tidal.model_states import ACTIVE_STATES, JobState
 from tidal.policy.api import JobRequest, Policy, Slot
 from tidal.policy.drain import evacuate
 from tidal.policy.whole_replicas import WholeReplicas

@@ -12,7 +12,7 @@ from tidal.controller.loop.draining import DrainState
 from tidal.controller.routes.deps import ControllerDep, JobStoreDep
 from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.views import allocation_view, event_view, utilisation
-from tidal.model import JobState
+from tidal.model_states import JobState
 from tidal.wire.schema import (
     AllocationView,
     CheckpointOrderView,

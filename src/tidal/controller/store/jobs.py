@@ -56,14 +56,8 @@ from tidal.controller.store.requests import (
     request_to_row,
 )
 from tidal.controller.store.tables import AllocationRow, EventRow, JobRow, RequestRow, slots_json
-from tidal.model import (
-    DEFAULT_OWNER,
-    DEFAULT_TEAM,
-    JobState,
-    JobStateError,
-    check_transition,
-    job_from_spec,
-)
+from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM, job_from_spec
+from tidal.model_states import JobState, JobStateError, check_transition
 from tidal.policy.api import Slot
 from tidal.spec import JobSpec
 
