@@ -27,7 +27,9 @@ from pydantic import (
     model_serializer,
 )
 
-from tidal.documents import SPEC_LIMITS, DocumentError, load_json, load_yaml
+from tidal.documents import load_yaml
+from tidal.documents_bounds import SPEC_LIMITS, DocumentError
+from tidal.documents_json import load_json
 from tidal.spec_fields import (
     MAX_ARGS,
     MAX_CHECKPOINT_SECONDS,

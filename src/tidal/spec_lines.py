@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import yaml
 
-from tidal.documents import SPEC_LIMITS, DocumentError, compose_yaml
+from tidal.documents import compose_yaml
+from tidal.documents_bounds import SPEC_LIMITS, DocumentError
 
 __all__ = ["locate_problems"]
 
