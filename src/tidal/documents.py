@@ -15,14 +15,15 @@ What breaks a bound is a :class:`DocumentError` listing ``(path, message)`` prob
 path dotted like a spec's field paths (``env.HOME``, ``command[2]``); it is raised within
 milliseconds, whatever the input. YAML is parsed by libyaml's C parser when available
 (the pure-Python parser is ~20x slower on large documents).
+
+The YAML loader is here; the JSON loader is :mod:`tidal.documents_json`, and the bounds
+both share :mod:`tidal.documents_bounds`. Their public names are re-exported here.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -34,6 +35,17 @@ from yaml.parser import Parser
 from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
+
+from tidal.documents_bounds import (
+    MAX_DIGITS,
+    SPEC_LIMITS,
+    DocumentError,
+    DocumentLimits,
+    encoded,
+    join_path,
+    shortened_path,
+)
+from tidal.documents_json import load_json
 
 __all__ = [
     "SPEC_LIMITS",
@@ -69,73 +81,6 @@ except (ImportError, AttributeError):  # pragma: no cover - PyYAML without libya
 _LIBYAML_TOO_DEEP = "exceeded maximum nesting depth"
 
 
-@dataclass(frozen=True)
-class DocumentLimits:
-    """How large an untrusted document may be."""
-
-    #: Size of the text in UTF-8 bytes.
-    max_bytes: int = 64 * 1024
-    #: Nesting of lists and mappings (the top-level mapping is depth 1), through aliases.
-    max_depth: int = 32
-    #: Lists, mappings and scalars after alias expansion.
-    max_nodes: int = 2_000
-    #: Aliases (``*name``) used; a spec rarely needs any.
-    max_aliases: int = 16
-
-
-#: What a job spec may be: ample for any real spec (a spec is usually under 1 KiB).
-SPEC_LIMITS = DocumentLimits()
-
-
-class DocumentError(ValueError):
-    """A document was refused; ``problems`` lists ``(path, message)`` pairs."""
-
-    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
-        self.problems: list[tuple[str, str]] = list(problems)
-        super().__init__("; ".join(f"{p}: {m}" if p else m for p, m in self.problems))
-
-
-def _key_text(key: object) -> str:
-    text = str(key)
-    # A path is shown and sent as JSON: escape what cannot be (lone surrogates) or should
-    # not be (control characters) shown raw.
-    return text if text.isprintable() else repr(text)[1:-1]
-
-
-def _join(path: str, key: object) -> str:
-    if isinstance(key, int) and not isinstance(key, bool):
-        return f"{path}[{key}]"
-    return f"{path}.{_key_text(key)}" if path else _key_text(key)
-
-
-def _shortened(path: str) -> str:
-    # A path thousands of levels deep is no help to read: its start says where it is.
-    return path if len(path) <= 64 else path[:60] + "..."
-
-
-def _encoded(text: str | bytes, limits: DocumentLimits) -> bytes:
-    """The text as UTF-8 bytes, refused when too large or not UTF-8."""
-    if len(text) > limits.max_bytes:  # a cheap first bound: bytes ≥ characters
-        raise DocumentError([("", f"document is larger than {limits.max_bytes} bytes")])
-    if isinstance(text, bytes):
-        data = text
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DocumentError([("", f"not UTF-8 text (byte {exc.start})")]) from None
-    else:
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            bad = repr(text[exc.start])[1:-1]
-            raise DocumentError([("", f"not UTF-8 text ({bad} at position {exc.start})")]) from None
-    if len(data) > limits.max_bytes:
-        raise DocumentError(
-            [("", f"document is {len(data)} bytes; at most {limits.max_bytes} are allowed")]
-        )
-    return data
-
-
 # --- YAML --------------------------------------------------------------------------------
 
 #: Explicit tags a document may carry: the plain core types, nothing that builds objects.
@@ -145,9 +90,6 @@ _PLAIN_TAGS = frozenset(
 
 
 _INT_TAG = "tag:yaml.org,2002:int"
-#: Longer integers are refused as written: no field needs them, and converting thousands of
-#: digits takes quadratic time.
-_MAX_DIGITS = 100
 
 
 class _Resolver(Resolver):
@@ -191,8 +133,8 @@ class _BoundedComposer(Composer):
         path = ""
         for key in (*self._keys, *more):
             if key is not None:
-                path = _join(path, key)
-        return _shortened(path)
+                path = join_path(path, key)
+        return shortened_path(path)
 
     def _refuse(self, message: str, mark: Any = None) -> DocumentError:
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -247,9 +189,9 @@ class _BoundedComposer(Composer):
                 )
         self._charge(1, event.start_mark)
         node = self._compose_plain(parent, index)
-        if node.tag == _INT_TAG and len(node.value) > _MAX_DIGITS:
+        if node.tag == _INT_TAG and len(node.value) > MAX_DIGITS:
             raise self._refuse(
-                f"a number of {len(node.value)} characters (at most {_MAX_DIGITS})",
+                f"a number of {len(node.value)} characters (at most {MAX_DIGITS})",
                 event.start_mark,
             )
         children: list[Node] = []
@@ -326,7 +268,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> DocumentError:
 def _run_loader(
     text: str | bytes, limits: DocumentLimits, construct: bool, loader_class: Any = _Loader
 ) -> Any:
-    loader = loader_class(_encoded(text, limits), limits)
+    loader = loader_class(encoded(text, limits), limits)
     try:
         node = loader.get_single_node()
         if not construct or node is None:
@@ -356,90 +298,3 @@ def compose_yaml(text: str | bytes, limits: DocumentLimits = SPEC_LIMITS) -> Nod
     """The node graph of one YAML document (with source positions), within ``limits``."""
     node: Node | None = _run_loader(text, limits, construct=False)
     return node
-
-
-# --- JSON --------------------------------------------------------------------------------
-
-
-class _Pairs(list[tuple[str, Any]]):
-    """A JSON object's members in order, before duplicate keys are checked."""
-
-
-@dataclass(frozen=True)
-class _LongNumber:
-    """An integer written with too many digits, refused (with its path) once placed."""
-
-    digits: int
-
-
-def _parse_int(text: str) -> int | _LongNumber:
-    return int(text) if len(text) <= _MAX_DIGITS else _LongNumber(len(text))
-
-
-def _to_plain(root: Any, limits: DocumentLimits) -> Any:
-    """``root`` with objects made dicts, checking depth, size and duplicate keys.
-
-    Iterative (an explicit stack), so no input can exhaust the interpreter's stack.
-    """
-    nodes = 0
-
-    def shell(value: Any, path: str, depth: int) -> Any:
-        # A container's copy with its members still to fill in, or a scalar as is.
-        nonlocal nodes
-        nodes += 1
-        if nodes > limits.max_nodes:
-            raise DocumentError([(path, f"more than {limits.max_nodes} values")])
-        if isinstance(value, _LongNumber):
-            raise DocumentError(
-                [(path, f"a number of {value.digits} characters (at most {_MAX_DIGITS})")]
-            )
-        if not isinstance(value, list):
-            return value
-        if depth > limits.max_depth:
-            raise DocumentError(
-                [(_shortened(path), f"nested more than {limits.max_depth} levels deep")]
-            )
-        if not isinstance(value, _Pairs):
-            return [None] * len(value)
-        members: dict[str, Any] = {}
-        for key, _ in value:
-            if key in members:
-                raise DocumentError([(_join(path, key), "duplicate key")])
-            members[key] = None
-        return members
-
-    result = shell(root, "", 1)
-    stack: list[tuple[list[Any], Any, str, int]] = []
-    if isinstance(root, list):
-        stack.append((root, result, "", 1))
-    while stack:
-        source, target, path, depth = stack.pop()
-        items = source if isinstance(source, _Pairs) else enumerate(source)
-        for key, child in items:
-            child_path = _join(path, key)
-            target[key] = shell(child, child_path, depth + 1)
-            if isinstance(child, list):
-                stack.append((child, target[key], child_path, depth + 1))
-    return result
-
-
-def load_json(text: str | bytes, limits: DocumentLimits = SPEC_LIMITS) -> Any:
-    """The plain data of a JSON document, within ``limits``; duplicate keys refused.
-
-    ``NaN`` and ``Infinity`` are read as floats (Python's reading): whoever uses the data
-    checks numbers are finite where it needs them to be, and can name the field.
-    """
-    data = _encoded(text, limits)
-    try:
-        raw = json.loads(data, object_pairs_hook=_Pairs, parse_int=_parse_int)
-    except DocumentError:
-        raise
-    except json.JSONDecodeError as exc:
-        raise DocumentError(
-            [("", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")]
-        ) from None
-    except RecursionError:
-        raise DocumentError([("", f"nested more than {limits.max_depth} levels deep")]) from None
-    except ValueError as exc:
-        raise DocumentError([("", f"invalid JSON: {exc}")]) from None
-    return _to_plain(raw, limits)

@@ -10,8 +10,8 @@ processes that form one elastic data-parallel group. A spec with ``roles:`` give
 (a chief, parameter servers and workers), at most one of them elastic; :attr:`Job.role`
 reads the one that scales.
 
-:class:`JobState` and its transition table live here too: :func:`check_transition` is the
-one place a state change is judged legal, and the store calls it on every write.
+:class:`JobState` and its transition table (:mod:`tidal.model_states`) are re-exported
+here, the names users and tests import.
 """
 
 from __future__ import annotations
@@ -20,8 +20,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from types import MappingProxyType
 from typing import TYPE_CHECKING
+
+from tidal.model_states import (
+    ACTIVE_STATES,
+    TRANSITIONS,
+    JobState,
+    JobStateError,
+    check_transition,
+)
 
 if TYPE_CHECKING:  # the spec imports pydantic and yaml; the model itself needs neither
     from tidal.spec import JobSpec
@@ -54,60 +61,6 @@ DEFAULT_OWNER = "admin"
 DEFAULT_TEAM = "default"
 #: The name of the only role of an elastic data-parallel job.
 WORKER_ROLE = "worker"
-
-
-class JobState(str, Enum):
-    """A job's life: queued → running ⇄ rescaling → succeeded | failed | cancelled."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    RESCALING = "rescaling"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        """Whether the job is over for good."""
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-    @property
-    def holds_slots(self) -> bool:
-        """Whether the job's workers occupy slots in this state."""
-        return self in (JobState.RUNNING, JobState.RESCALING)
-
-
-#: States of a job that is not over: the controller loop looks at these every tick.
-ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.RESCALING)
-
-_OVER = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
-
-#: The legal changes of state. Staying in a state is always legal (a rescale while
-#: rescaling, a reason updated while queued); leaving a terminal state never is.
-TRANSITIONS: Mapping[JobState, frozenset[JobState]] = MappingProxyType(
-    {
-        # Started on slots; failed when the backend cannot start it; cancelled.
-        JobState.QUEUED: frozenset({JobState.RUNNING}) | _OVER,
-        # Resized or a worker replaced; preempted or lost back to the queue; over.
-        JobState.RUNNING: frozenset({JobState.RESCALING, JobState.QUEUED}) | _OVER,
-        # Settled on its new slots; preempted or lost; over.
-        JobState.RESCALING: frozenset({JobState.RUNNING, JobState.QUEUED}) | _OVER,
-        JobState.SUCCEEDED: frozenset(),
-        JobState.FAILED: frozenset(),
-        JobState.CANCELLED: frozenset(),
-    }
-)
-
-
-class JobStateError(ValueError):
-    """A change does not fit the job's current state (scaling a finished job, reviving
-    a cancelled one)."""
-
-
-def check_transition(job_id: str, old: JobState, new: JobState) -> None:
-    """Raise :class:`JobStateError` unless a job may go from ``old`` to ``new``."""
-    if new is not old and new not in TRANSITIONS[old]:
-        raise JobStateError(f"job {job_id} is {old.value}; it cannot become {new.value}")
 
 
 class Launcher(str, Enum):

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     Field,
@@ -28,7 +27,9 @@ from pydantic import (
     model_serializer,
 )
 
-from tidal.documents import SPEC_LIMITS, DocumentError, compose_yaml, load_json, load_yaml
+from tidal.documents import load_yaml
+from tidal.documents_bounds import SPEC_LIMITS, DocumentError
+from tidal.documents_json import load_json
 from tidal.spec_fields import (
     MAX_ARGS,
     MAX_CHECKPOINT_SECONDS,
@@ -44,6 +45,7 @@ from tidal.spec_fields import (
     shown,
     text_problem,
 )
+from tidal.spec_lines import locate_problems
 from tidal.spec_roles import (
     MAX_ROLES,
     Env,
@@ -398,56 +400,3 @@ def load_spec_file(path: str | Path) -> JobSpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([("", f"cannot read: {exc}")], str(p)) from None
     return parse_spec_yaml(text, source=str(p))
-
-
-def _field_lines(text: str) -> dict[str, int]:
-    """1-based line of every field path written in a YAML document (its key's line)."""
-    lines: dict[str, int] = {}
-
-    def walk(node: yaml.Node, path: str) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                if not isinstance(key, yaml.ScalarNode):
-                    continue
-                child = f"{path}.{key.value}" if path else str(key.value)
-                lines.setdefault(child, key.start_mark.line + 1)
-                walk(value, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                child = f"{path}[{i}]"
-                lines.setdefault(child, item.start_mark.line + 1)
-                walk(item, child)
-
-    root = compose_yaml(text, SPEC_LIMITS)
-    if root is not None:
-        walk(root, "")
-    return lines
-
-
-def locate_problems(text: str, problems: Sequence[tuple[str, str]]) -> list[int | None]:
-    """For each ``(path, message)`` of a YAML spec, the 1-based line it names, if any.
-
-    A path not written in the text (a required field left out, ``workers.min`` of
-    ``workers: 3:1``) falls back to its nearest written parent; a YAML syntax error to the
-    line where parsing stopped.
-    """
-    try:
-        lines = _field_lines(text)
-    except DocumentError as exc:
-        # The spec was refused for the same reason: each problem is on the line it names.
-        where = _problem_line(exc)
-        return [where for _ in problems]
-    found: list[int | None] = []
-    for path, _ in problems:
-        probe = path
-        while probe and probe not in lines:
-            cut = max(probe.rfind("."), probe.rfind("["))
-            probe = probe[:cut] if cut > 0 else ""
-        found.append(lines.get(probe) if probe else None)
-    return found
-
-
-def _problem_line(exc: DocumentError) -> int | None:
-    """The line a document's first problem names in its message, if any."""
-    match = re.search(r"line ([0-9]+)", exc.problems[0][1]) if exc.problems else None
-    return int(match.group(1)) if match else None

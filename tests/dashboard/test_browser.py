@@ -1,9 +1,11 @@
-"""The dashboard in a real browser against a real ``tidal server`` running two real jobs.
+"""The dashboard in a real browser against a real ``tidal server`` running real jobs.
 
 Headless Chromium (Debian's, driven by Playwright) logs in with the token the server
-printed, sees both jobs running, raises one's priority through the job page and watches its
-allocation chart change, gets field errors for an invalid spec, and is refused with a wrong
-token. Screenshots go to ``artifacts/dashboard/``.
+printed, sees two jobs running, raises one's priority through the job page and watches its
+allocation chart change, gets field errors for an invalid spec, cancels a job, stops a
+worker, and is refused with a wrong token. The server is shared by the module's tests;
+each test runs its own jobs and ends them, so none depends on another's having run (or
+not). Screenshots go to ``artifacts/dashboard/``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +41,12 @@ SLOTS = 4
 
 @dataclass
 class Scene:
-    """A server with two running jobs."""
+    """The shared server, and the jobs one test runs on it (none: the server alone)."""
 
     url: str
     token: str
     client: Client
-    jobs: tuple[str, str]
+    jobs: tuple[str, ...] = ()
 
 
 def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
@@ -61,7 +63,7 @@ def _spec(name: str, tmp: Path) -> dict[str, Any]:
             "python",
             str(EXAMPLE),
             "--epochs",
-            "500",  # outlasts the test; cancelled at the end
+            "500",  # outlasts the test; cancelled at its end
             "--step-delay",
             "0.05",
             "--result",
@@ -72,8 +74,8 @@ def _spec(name: str, tmp: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
-    """``tidal server --slots 4`` with two digits jobs sharing it 2 / 2."""
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
+    """``tidal server --slots 4``, no job on it: each test brings its own and ends them."""
     tmp = tmp_path_factory.mktemp("dashboard")
     data = tmp / "data"
     out = tmp / "server.out"
@@ -98,31 +100,7 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
         url, token = printed.group(1), printed.group(2)
         assert token == (data / "token").read_text().strip()
         with Client(url=url, token=token, timeout=30) as client:
-            jobs = (
-                client.submit(_spec("digits-a", tmp)).id,
-                client.submit(_spec("digits-b", tmp)).id,
-            )
-
-            def running(job: str) -> int:
-                return sum(w.state == "running" for w in client.get(job).worker_list)
-
-            _until(lambda: all(running(j) == 2 for j in jobs), 180, "2 / 2 workers running")
-            for step in range(0, 200, 10):
-                client.report_metrics(
-                    jobs[0], step, {"loss": 2.0 / (1 + step / 40), "accuracy": step / 220}
-                )
-            try:
-                yield Scene(url, token, client, jobs)
-            finally:
-                for job in jobs:
-                    with contextlib.suppress(Exception):
-                        client.cancel(job)
-                with contextlib.suppress(AssertionError):
-                    _until(
-                        lambda: all(client.get(j).state == "cancelled" for j in jobs),
-                        60,
-                        "the jobs to end",
-                    )
+            yield Scene(url, token, client)
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -136,25 +114,68 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
         assert left.stdout == "", "agents left behind"
 
 
+@contextlib.contextmanager
+def _running(server: Scene, tmp: Path, names: tuple[str, ...], each: int) -> Iterator[Scene]:
+    """The jobs ``names`` submitted to the shared server, each with ``each`` workers
+    running; cancelled, and ended, once the test is done, so the next test finds every
+    slot free."""
+    client = server.client
+    jobs: list[str] = []
+    try:
+        for name in names:
+            jobs.append(client.submit(_spec(name, tmp)).id)
+
+        def running(job: str) -> int:
+            return sum(w.state == "running" for w in client.get(job).worker_list)
+
+        _until(lambda: all(running(j) == each for j in jobs), 180, f"{each} workers running each")
+        yield replace(server, jobs=tuple(jobs))
+    finally:
+        for job in jobs:
+            with contextlib.suppress(Exception):
+                client.cancel(job)
+        _until(
+            lambda: all(client.get(j).state == "cancelled" for j in jobs), 120, "the jobs to end"
+        )
+
+
+@pytest.fixture
+def pair(server: Scene, tmp_path: Path) -> Iterator[Scene]:
+    """Two digits jobs sharing the server 2 / 2, the first with training metrics."""
+    with _running(server, tmp_path, ("digits-a", "digits-b"), 2) as scene:
+        for step in range(0, 200, 10):
+            scene.client.report_metrics(
+                scene.jobs[0], step, {"loss": 2.0 / (1 + step / 40), "accuracy": step / 220}
+            )
+        yield scene
+
+
+@pytest.fixture
+def alone(server: Scene, tmp_path: Path) -> Iterator[Scene]:
+    """One digits job, alone on the server: it runs on every slot."""
+    with _running(server, tmp_path, ("digits-alone",), SLOTS) as scene:
+        yield scene
+
+
 def _log_in(page: Page, scene: Scene) -> None:
     log_in(page, scene.url, scene.token)
 
 
-def test_wrong_token_is_refused(scene: Scene, page: Page) -> None:
-    page.goto(f"{scene.url}/")
+def test_wrong_token_is_refused(server: Scene, page: Page) -> None:
+    page.goto(f"{server.url}/")
     expect(page).to_have_url(re.compile(r"/login$"))
     page.fill("#token", "not-the-token")
     page.click("button[type=submit]")
     expect(page.locator("#login-error")).to_have_text(re.compile("Wrong token"))
     shot(page, "login-refused")
     assert page.context.cookies() == []
-    page.goto(f"{scene.url}/")
+    page.goto(f"{server.url}/")
     expect(page).to_have_url(re.compile(r"/login$"))
 
 
-def test_jobs_page_lists_both_running_jobs(scene: Scene, page: Page) -> None:
-    _log_in(page, scene)
-    for job in scene.jobs:
+def test_jobs_page_lists_both_running_jobs(pair: Scene, page: Page) -> None:
+    _log_in(page, pair)
+    for job in pair.jobs:
         row = page.locator(f'#jobs-table tr[data-job="{job}"]')
         expect(row).to_have_attribute("data-state", "running")
         expect(row).to_contain_text("2 / 1–4")
@@ -162,9 +183,9 @@ def test_jobs_page_lists_both_running_jobs(scene: Scene, page: Page) -> None:
     shot(page, "jobs")
 
 
-def test_raising_a_priority_moves_slots_on_the_allocation_chart(scene: Scene, page: Page) -> None:
-    _log_in(page, scene)
-    first, second = scene.jobs
+def test_raising_a_priority_moves_slots_on_the_allocation_chart(pair: Scene, page: Page) -> None:
+    _log_in(page, pair)
+    first, second = pair.jobs
     page.click(f'#jobs-table tr[data-job="{second}"] a')
     chart = page.locator("#alloc-chart")
     expect(chart).to_have_attribute("data-last", "2")
@@ -178,26 +199,27 @@ def test_raising_a_priority_moves_slots_on_the_allocation_chart(scene: Scene, pa
     expect(chart).to_have_attribute("data-last", "3", timeout=120_000)
     assert chart.get_attribute("data-points") != before
     expect(page.locator("#workers-now")).to_have_text("3")
-    assert [a.count for a in scene.client.allocations(second)][-1] == 3
-    _until(lambda: scene.client.allocations(first)[-1].count == 1, 60, "the first job at 1")
+    assert [a.count for a in pair.client.allocations(second)][-1] == 3
+    _until(lambda: pair.client.allocations(first)[-1].count == 1, 60, "the first job at 1")
     expect(page.locator("#events-table")).to_contain_text("priority")
     shot(page, "job-after-priority")
 
-    page.goto(f"{scene.url}/#/jobs/{first}")
+    page.goto(f"{pair.url}/#/jobs/{first}")
     expect(page.locator("#alloc-chart")).to_have_attribute("data-last", "1")
     expect(page.locator('.chart[data-metric="loss"]')).to_have_attribute(
         "data-points", re.compile("190")
     )
     shot(page, "job-with-metrics")
 
-    page.goto(f"{scene.url}/#/cluster")
+    page.goto(f"{pair.url}/#/cluster")
     expect(page.locator(f'#slot-grid .slot[data-job="{second}"]')).to_have_count(3)
     expect(page.locator(f'#slot-grid .slot[data-job="{first}"]')).to_have_count(1)
     shot(page, "cluster")
 
 
-def test_invalid_spec_shows_its_field_errors_next_to_their_lines(scene: Scene, page: Page) -> None:
-    _log_in(page, scene)
+def test_invalid_spec_shows_its_field_errors_next_to_their_lines(server: Scene, page: Page) -> None:
+    jobs = [j.id for j in server.client.list()]
+    _log_in(page, server)
     page.click('nav a[data-nav="submit"]')
     page.fill(
         "#spec-text",
@@ -218,37 +240,36 @@ def test_invalid_spec_shows_its_field_errors_next_to_their_lines(scene: Scene, p
     page.click("#spec-submit")
     expect(page.locator("#spec-status")).to_contain_text("Refused")
     shot(page, "submit-invalid")
-    assert len(scene.client.list()) == 2, "nothing was submitted"
+    assert [j.id for j in server.client.list()] == jobs, "nothing was submitted"
 
 
-def test_cancel_asks_first_then_ends_the_job(scene: Scene, page: Page) -> None:
-    _log_in(page, scene)
-    job = scene.jobs[0]
-    page.goto(f"{scene.url}/#/jobs/{job}")
-    expect(page.locator("#workers-now")).to_have_text("1")
+def test_cancel_asks_first_then_ends_the_job(alone: Scene, page: Page) -> None:
+    _log_in(page, alone)
+    job = alone.jobs[0]
+    page.goto(f"{alone.url}/#/jobs/{job}")
+    expect(page.locator("#workers-now")).to_have_text(str(SLOTS))
     dialog = page.locator("#cancel-dialog")
     page.click("#cancel-job")
     expect(dialog).to_be_visible()
     shot(page, "cancel-confirm", full_page=False)  # the modal's backdrop covers the viewport
     page.click("#cancel-no")
     expect(dialog).to_be_hidden()
-    assert not scene.client.get(job).cancel_requested, "kept running when told to"
+    assert not alone.client.get(job).cancel_requested, "kept running when told to"
     page.click("#cancel-job")
     page.click("#cancel-yes")
     expect(page.locator(".page-head .badge")).to_have_text("cancelled", timeout=60_000)
     expect(page.locator("#cancel-job")).to_be_disabled()
 
 
-def test_a_worker_is_stopped_from_its_row_after_a_confirmation(scene: Scene, page: Page) -> None:
-    # Runs after the cancel above: the other job has ended, so this one grows onto every slot.
-    job = scene.jobs[1]
+def test_a_worker_is_stopped_from_its_row_after_a_confirmation(alone: Scene, page: Page) -> None:
+    job = alone.jobs[0]
 
     def running() -> list[int]:
-        return [w.worker_id for w in scene.client.get(job).worker_list if w.state == "running"]
+        return [w.worker_id for w in alone.client.get(job).worker_list if w.state == "running"]
 
     _until(lambda: len(running()) == SLOTS, 120, f"{job} on all {SLOTS} slots")
-    _log_in(page, scene)
-    page.goto(f"{scene.url}/#/jobs/{job}")
+    _log_in(page, alone)
+    page.goto(f"{alone.url}/#/jobs/{job}")
     expect(page.locator("#workers-now")).to_have_text(str(SLOTS))
     victim = running()[-1]
     row = page.locator(f'#workers-table tr[data-worker="{victim}"]')
@@ -259,7 +280,7 @@ def test_a_worker_is_stopped_from_its_row_after_a_confirmation(scene: Scene, pag
     shot(page, "stop-worker-confirm", full_page=False)
     page.click("#stop-worker-no")
     expect(dialog).to_be_hidden()
-    assert "stop_workers" not in {e.kind for e in scene.client.events(job)}, "stopped when kept"
+    assert "stop_workers" not in {e.kind for e in alone.client.events(job)}, "stopped when kept"
 
     row.locator(".stop-worker").click()
     page.click("#stop-worker-yes")
@@ -272,7 +293,7 @@ def test_a_worker_is_stopped_from_its_row_after_a_confirmation(scene: Scene, pag
     expect(row).to_have_attribute("data-state", "released")
     expect(row.locator(".stop-worker")).to_have_count(0)
     expect(page.locator("#events-table")).to_contain_text(f"stop worker(s) {victim}")
-    assert scene.client.get(job).target_slots == SLOTS - 1
+    assert alone.client.get(job).target_slots == SLOTS - 1
 
 
 def test_workers_of_two_gpus_are_counted_as_workers(served: Served, page: Page) -> None:

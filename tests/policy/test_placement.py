@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tidal.policy.api import Cluster, Host, JobRequest
-from tidal.policy.placement import place, place_packed
+from tidal.policy.packing import place_packed
+from tidal.policy.placement import place
 
 CLUSTER = Cluster((Host("h0", 4), Host("h1", 4), Host("h2", 2)))
 

@@ -26,7 +26,7 @@ from tidal.cli.options import (
 from tidal.cli.tables import cluster_table, drain_lines, jobs_table, queues_table
 
 if TYPE_CHECKING:
-    from tidal.wire.schema import ClusterView, HostView
+    from tidal.wire.cluster import ClusterView, HostView
 
 __all__ = ["cluster", "drain", "queues", "top", "undrain"]
 

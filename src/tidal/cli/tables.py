@@ -20,7 +20,8 @@ from rich.text import Text
 from tidal.launch.slot_names import join_slots
 
 if TYPE_CHECKING:
-    from tidal.wire.schema import ClusterView, EventView, JobDetail, JobView, TeamQueueView
+    from tidal.wire.cluster import ClusterView, TeamQueueView
+    from tidal.wire.schema import EventView, JobDetail, JobView
 
 __all__ = [
     "cluster_table",

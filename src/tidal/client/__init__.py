@@ -26,15 +26,8 @@ from tidal.client.sdk import TERMINAL_STATES, Client
 from tidal.client.workers import WorkerArgumentError
 
 # What the client's verbs return, so code using the SDK can name them from here.
-from tidal.wire.schema import (
-    AllocationView,
-    ClusterView,
-    EventView,
-    JobDetail,
-    JobView,
-    MetricsView,
-    Submitted,
-)
+from tidal.wire.cluster import ClusterView
+from tidal.wire.schema import AllocationView, EventView, JobDetail, JobView, MetricsView, Submitted
 
 __all__ = [
     "TERMINAL_STATES",

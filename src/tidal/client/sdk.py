@@ -32,6 +32,7 @@ from tidal.client.errors import (
 from tidal.client.registry import RegistryVerbs
 from tidal.client.worker_verbs import WorkerVerbs
 from tidal.spec import JobSpec
+from tidal.wire.cluster import ClusterView, HostView, TeamQueueView
 from tidal.wire.discovery import (
     SOURCE_HEADER,
     default_data_dir,
@@ -41,15 +42,12 @@ from tidal.wire.discovery import (
 )
 from tidal.wire.schema import (
     AllocationView,
-    ClusterView,
     EventView,
-    HostView,
     JobDetail,
     JobView,
     LoginLinkView,
     MetricsView,
     Submitted,
-    TeamQueueView,
 )
 
 __all__ = ["TERMINAL_STATES", "Client"]

@@ -17,7 +17,8 @@ from typing import Any
 
 from tidal.compat import kubeflow, runtime, trainjob
 from tidal.compat.kube import Draft
-from tidal.documents import SPEC_LIMITS, DocumentError, load_yaml
+from tidal.documents import load_yaml
+from tidal.documents_bounds import SPEC_LIMITS, DocumentError
 from tidal.spec import JobSpec, SpecError, parse_spec
 from tidal.spec_fields import shown
 

@@ -32,7 +32,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tidal.controller.cluster import ClusterHost
-from tidal.documents import DocumentError, load_yaml
+from tidal.documents import load_yaml
+from tidal.documents_bounds import DocumentError
 
 __all__ = [
     "ClusterConfig",

@@ -21,8 +21,8 @@ its attained service (a soft least-attained-service order, ``service_scale``); s
 1, 2, 4 slots or whole hosts (``whole_nodes``, after Sia), unless any size within one host
 scores higher (``within_host``), and slots left idle go to whoever gains (``fill_idle``);
 and a resized job stays packed on as few hosts as possible, in place where it can
-(``packed``, :func:`place_packed`), because the goodput tables assume packed hosts and a
-scattered job runs far slower.
+(``packed``, :func:`~tidal.policy.packing.place_packed`), because the goodput tables
+assume packed hosts and a scattered job runs far slower.
 
 A job without a throughput model gets its minimum, unless ``prior_sync`` is set: then it
 is modelled as scaling linearly but for a sync cost of that fraction of its one-worker
@@ -43,7 +43,7 @@ from tidal.policy.api import Allocation, Cluster, JobRequest, Slot, ThroughputMo
 from tidal.policy.autoscale import DEFAULT_SPEEDUP_THRESHOLD, efficient_slots, floor_slots
 from tidal.policy.budget import CountingPolicy, Decision, SlotBudget, queue_order, slot_cap
 from tidal.policy.goodput_model import FloatArray, best_goodput_table
-from tidal.policy.placement import place_packed
+from tidal.policy.packing import place_packed
 
 #: Attained service (slot-seconds, about 55 GPU-hours) at which a job's weight is halved;
 #: a smaller scale (10 GPU-hours) starved long jobs: higher mean, p99 and makespan.

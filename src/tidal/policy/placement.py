@@ -14,7 +14,8 @@ so all of them share one set of placement rules:
   hosts first: a job's first worker and a job that cannot shrink stay clear of a
   preemption where they can, and an elastic job's slots on preemptible hosts are spread
   over them, so that one preemption costs it the fewest workers (:func:`place` only:
-  :func:`place_packed` packs, and leaves to :func:`place` only what it cannot pack).
+  :func:`~tidal.policy.packing.place_packed` packs, and leaves to :func:`place` only what
+  it cannot pack).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def held_counts(previous: Allocation) -> dict[str, int]:
     return {job_id: len(slots) for job_id, slots in previous.items() if slots}
 
 
-class _FreeSlots:
+class FreeSlots:
     """Free slot indices per host, with a fast "host with exactly f free" lookup."""
 
     def __init__(self, cluster: Cluster) -> None:
@@ -80,7 +81,7 @@ class _FreeSlots:
         return sum(len(self.free[h]) for h in hosts)
 
 
-def _shrink(slots: list[Slot], keep: int) -> list[Slot]:
+def shrink(slots: list[Slot], keep: int) -> list[Slot]:
     """Keep ``keep`` of ``slots``, dropping first from the hosts holding fewest of them."""
     per_host: dict[str, list[Slot]] = {}
     for slot in slots:
@@ -97,12 +98,10 @@ def _shrink(slots: list[Slot], keep: int) -> list[Slot]:
     return [s for s in slots if s not in dropped]
 
 
-def _grow(
-    free: _FreeSlots, need: int, current: list[Slot], allowed: list[int] | None
-) -> list[Slot]:
+def _grow(free: FreeSlots, need: int, current: list[Slot], allowed: list[int] | None) -> list[Slot]:
     """Pick ``need`` new slots for a job that already holds ``current``."""
     # First fill the hosts the job already uses, fullest share first: fewer hosts per job.
-    added = _grow_on_own_hosts(free, need, current)
+    added = grow_on_own_hosts(free, need, current)
     need -= len(added)
     while need > 0:
         best = _best_host(free, need, allowed)
@@ -114,7 +113,7 @@ def _grow(
     return added
 
 
-def _best_host(free: _FreeSlots, need: int, allowed: list[int] | None) -> int | None:
+def _best_host(free: FreeSlots, need: int, allowed: list[int] | None) -> int | None:
     """The host that fits ``need`` most tightly, else the one with most free slots."""
     if allowed is not None:
         candidates = [h for h in allowed if free.free[h]]
@@ -146,7 +145,7 @@ def place(
     ``counts`` must be feasible: per group no more than the group's slots, in total no more
     than the cluster's. Jobs with a zero count are left out of the result.
     """
-    free = _FreeSlots(cluster)
+    free = FreeSlots(cluster)
     group_hosts: dict[str, list[int]] = {}
     for i, group in enumerate(free.groups):
         if group is not None:
@@ -175,7 +174,7 @@ def place(
                 continue
             kept.append((name, index))
         if len(kept) > counts[job_id]:
-            trimmed = _shrink(kept, counts[job_id])
+            trimmed = shrink(kept, counts[job_id])
             dropped = set(kept) - set(trimmed)
             for name, index in dropped:
                 free.release(free.index[name], [index])
@@ -240,7 +239,7 @@ def preemptible(host: Host) -> bool:
 
 
 def _grow_spot_aware(
-    free: _FreeSlots,
+    free: FreeSlots,
     need: int,
     current: list[Slot],
     allowed: list[int] | None,
@@ -260,7 +259,7 @@ def _grow_spot_aware(
     stable = [h for h in hosts if h not in spot]
     spots = [h for h in hosts if h in spot]
     on_stable = [s for s in current if free.index[s[0]] not in spot]
-    added = _grow_on_own_hosts(free, need, on_stable)
+    added = grow_on_own_hosts(free, need, on_stable)
     added += _grow(free, need - len(added), [], stable) if need > len(added) and stable else []
     if need <= len(added) or not spots:
         return added
@@ -280,164 +279,7 @@ def _grow_spot_aware(
     return added
 
 
-def _take_packed(free: _FreeSlots, count: int, allowed: list[int] | None) -> list[Slot] | None:
-    """Take ``count`` slots on as few hosts as possible, or take nothing and return ``None``.
-
-    Whole free hosts first (lowest first), then the remainder on the host whose free slots
-    fit it most tightly. ``None`` when the free slots are too fragmented for that.
-    """
-    size = free.max_slots
-    if size <= 0:
-        return None
-    whole, rest = divmod(count, size)
-    taken: list[tuple[int, list[int]]] = []
-
-    def fail() -> None:
-        for host, indices in taken:
-            free.release(host, indices)
-
-    for _ in range(whole):
-        if allowed is None:
-            # The free-count buckets find a host in O(log hosts); this runs per moved job.
-            host = free.host_with_free(size)
-        else:
-            host = next((h for h in allowed if len(free.free[h]) == size), None)
-        if host is None:
-            fail()
-            return None
-        taken.append((host, free.take(host, size)))
-    if rest:
-        if allowed is None:
-            host = next(
-                (h for f in range(rest, size + 1) if (h := free.host_with_free(f)) is not None),
-                None,
-            )
-        else:
-            fitting = [h for h in allowed if len(free.free[h]) >= rest]
-            host = min(fitting, key=lambda h: (len(free.free[h]), h)) if fitting else None
-        if host is None:
-            fail()
-            return None
-        taken.append((host, free.take(host, rest)))
-    return [(free.names[h], i) for h, indices in taken for i in indices]
-
-
-def place_packed(
-    counts: Mapping[str, int],
-    jobs: Mapping[str, JobRequest],
-    cluster: Cluster,
-    previous: Allocation,
-) -> dict[str, tuple[Slot, ...]]:
-    """Like :func:`place`, but a job whose count changes is placed afresh, packed.
-
-    A job that is resized restarts anyway (in checkpoint-restart systems) or re-forms its
-    process group (in tidal), so keeping its scattered slots buys nothing, while a job on
-    more hosts than it needs runs slower than any model that assumes packed hosts predicts.
-    Jobs keeping their count keep their slots; a resized job whose slots stay packed after
-    it shrinks, or after it grows on its own hosts, is resized in place (a live job then
-    only adds or drops workers, and two jobs never wait on each other's slots); other
-    resized and new jobs are placed largest
-    first on whole free hosts plus the tightest fit for the remainder; a job already spread
-    over more hosts than it needs is repacked when the free slots allow it. Whatever cannot
-    be packed falls back to :func:`place`'s rules.
-    """
-    free = _FreeSlots(cluster)
-    size = free.max_slots
-
-    def minimal_hosts(n: int) -> int:
-        return -(-n // max(size, 1))
-
-    kept: dict[str, list[Slot]] = {}
-    moving: list[str] = []
-    spread: list[str] = []
-    for job_id in sorted(j for j in counts if counts[j] > 0):
-        held = [s for s in previous.get(job_id, ()) if s[0] in free.index]
-        if len(held) == counts[job_id] and jobs[job_id].group is None:
-            kept[job_id] = held
-            for name, index in held:
-                free.take_exact(free.index[name], index)
-            if len({name for name, _ in held}) > minimal_hosts(len(held)):
-                spread.append(job_id)
-        else:
-            moving.append(job_id)
-    result: dict[str, tuple[Slot, ...]] = {j: tuple(sorted(s)) for j, s in kept.items()}
-    moving = _resize_in_place(free, counts, jobs, previous, moving, result)
-    unplaced: dict[str, int] = {}
-    for job_id in sorted(moving, key=lambda j: (-counts[j], j)):
-        allowed = None
-        if jobs[job_id].group is not None:
-            allowed = [i for i, g in enumerate(free.groups) if g == jobs[job_id].group]
-        slots = _take_packed(free, counts[job_id], allowed)
-        if slots is None:
-            unplaced[job_id] = counts[job_id]
-            continue
-        result[job_id] = tuple(sorted(slots))
-    # Repack spread jobs, most spread first, only where a packed spot exists.
-    for job_id in sorted(spread, key=lambda j: (-counts[j], j)):
-        held = kept[job_id]
-        for name, index in held:
-            free.release(free.index[name], [index])
-        slots = _take_packed(free, counts[job_id], None)
-        if slots is None:
-            for name, index in held:
-                free.take_exact(free.index[name], index)
-            continue
-        result[job_id] = tuple(sorted(slots))
-    if unplaced:
-        # Fragmented free slots: let the general rules fit what is left.
-        fixed = {j: s for j, s in result.items()}
-        rest = place(
-            {**{j: len(s) for j, s in fixed.items()}, **unplaced},
-            jobs,
-            cluster,
-            {**fixed, **{j: previous.get(j, ()) for j in unplaced}},
-        )
-        return rest
-    return result
-
-
-def _resize_in_place(
-    free: _FreeSlots,
-    counts: Mapping[str, int],
-    jobs: Mapping[str, JobRequest],
-    previous: Allocation,
-    moving: list[str],
-    result: dict[str, tuple[Slot, ...]],
-) -> list[str]:
-    """Resize the ``moving`` jobs that can stay packed where they are; returns the rest.
-
-    Shrinking jobs keep a packed subset of their slots; growing jobs then fill the hosts
-    they already use. A job is left to be placed afresh when the result would spread over
-    more hosts than its new count needs.
-    """
-    size = max(free.max_slots, 1)
-    held = {
-        j: [s for s in previous.get(j, ()) if s[0] in free.index]
-        for j in moving
-        if jobs[j].group is None
-    }
-    held = {j: slots for j, slots in held.items() if slots}
-    rest = [j for j in moving if j not in held]
-    for job_id in sorted(held):
-        trimmed = _shrink(held[job_id], min(counts[job_id], len(held[job_id])))
-        # Every kept slot is reserved before any job grows, so none is handed to another.
-        held[job_id] = [s for s in trimmed if free.take_exact(free.index[s[0]], s[1])]
-    for job_id in sorted(held, key=lambda j: (-counts[j], j)):
-        slots = held[job_id]
-        need = counts[job_id] - len(slots)
-        if need > 0:
-            slots = slots + _grow_on_own_hosts(free, need, slots)
-        hosts = {name for name, _ in slots}
-        if len(slots) == counts[job_id] and len(hosts) <= -(-len(slots) // size):
-            result[job_id] = tuple(sorted(slots))
-            continue
-        for name, index in slots:
-            free.release(free.index[name], [index])
-        rest.append(job_id)
-    return rest
-
-
-def _grow_on_own_hosts(free: _FreeSlots, need: int, current: list[Slot]) -> list[Slot]:
+def grow_on_own_hosts(free: FreeSlots, need: int, current: list[Slot]) -> list[Slot]:
     """Up to ``need`` free slots on the hosts ``current`` already uses, fullest first."""
     used: dict[int, int] = {}
     for name, _ in current:

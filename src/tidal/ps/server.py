@@ -19,12 +19,9 @@ under the same id, which makes it active again).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -34,18 +31,18 @@ import torch
 import zmq
 
 from tidal.ps import checkpoint
-from tidal.ps.config import ClusterSpec, publish_address
+from tidal.ps.config import ClusterSpec
 from tidal.ps.shard import layout_of, piece_view, trainable
-from tidal.ps.transport import Header, buffer_tensor, decode, encode, tensor_buffer
+from tidal.ps.transport import Header, buffer_tensor, tensor_buffer
 
 log = logging.getLogger(__name__)
 
 OptimizerFactory = Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
-FAILED_LINGER = 60.0  # seconds a failed server keeps answering with its traceback
 
 
 class ShardServer:
-    """The state and step rule of one server (the socket loop is :meth:`run`)."""
+    """The state and step rule of one server (its socket loop is
+    :func:`tidal.ps.serving.run_server`)."""
 
     def __init__(
         self, spec: ClusterSpec, model: torch.nn.Module, optimizer: OptimizerFactory
@@ -332,91 +329,3 @@ class ShardServer:
         every = self.config.checkpoint_every
         if every and self.version % every == 0:
             self.save()
-
-    # -- the loop ---------------------------------------------------------------------
-    def run(self, stop: threading.Event | None = None) -> int:
-        """Serve until ``stop`` is set or SIGTERM; returns the process exit code."""
-        stop = stop or threading.Event()
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        context: zmq.Context[Any] = zmq.Context()
-        sock = context.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        endpoint = self._bind(sock)
-        if self.spec.address_dir:
-            publish_address(self.spec.address_dir, self.shard, endpoint)
-        print(
-            f"parameter server {self.shard} serving {endpoint} version {self.version}"
-            f" ({self.layout.nbytes(self.shard)} bytes)",
-            flush=True,
-        )
-        started = time.monotonic()
-        cpu0 = time.process_time()
-        try:
-            while not stop.is_set():
-                now = time.monotonic()
-                if self.failure is not None and now - started > FAILED_LINGER:
-                    break
-                replies: list[tuple[bytes, Header, list[memoryview]]] = []
-                if sock.poll(100, zmq.POLLIN):
-                    for _ in range(64):
-                        try:
-                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        identity = bytes(frames[0].buffer)
-                        try:
-                            header, buffers = decode(frames[1:])
-                            replies += self.handle(identity, header, buffers, now)
-                        except Exception as exc:  # a bad request must not stop the server
-                            replies.append((identity, {"ok": False, "error": repr(exc)}, []))
-                        self._send(sock, replies)
-                        replies = []
-                replies += self._wrap(self.expire(time.monotonic()))
-                self._send(sock, replies)
-        finally:
-            if self.failure is None:
-                self.save()
-            stats = {
-                **self.stats,
-                "shard": self.shard,
-                "version": self.version,
-                "cpu_s": round(time.process_time() - cpu0, 3),
-                "wall_s": round(time.monotonic() - started, 3),
-            }
-            print("ps-stats " + json.dumps(stats), flush=True)
-            sock.close(linger=0)
-            context.term()
-        return 1 if self.failure is not None else 0
-
-    def _bind(self, sock: zmq.Socket[Any]) -> str:
-        # A restarted server takes its previous endpoint back when it can, so workers'
-        # sockets reconnect by themselves; otherwise it publishes a new one.
-        previous = self.spec.server_address(self.shard) if self.spec.address_dir else None
-        if previous and self.spec.bind.endswith(":0"):
-            with contextlib.suppress(zmq.ZMQError):
-                sock.bind(previous)
-                return previous
-        sock.bind(self.spec.bind)
-        return str(sock.getsockopt_string(zmq.LAST_ENDPOINT))
-
-    def _send(
-        self, sock: zmq.Socket[Any], replies: list[tuple[bytes, Header, list[memoryview]]]
-    ) -> None:
-        for identity, header, buffers in replies:
-            # one tracker per tensor frame: the optimizer waits until ZeroMQ has let go
-            frames = [zmq.Frame(b, track=True) for b in buffers]
-            try:
-                sock.send_multipart([identity, *encode(header), *frames], copy=False)
-            except zmq.ZMQError as exc:  # the worker has gone: nothing to answer
-                log.info("reply to a gone worker dropped: %s", exc)
-                continue
-            self.trackers += [f.tracker for f in frames if f.tracker is not None]
-
-
-def serve(spec: ClusterSpec, model: torch.nn.Module, optimizer: OptimizerFactory) -> int:
-    """Run server ``spec.index`` of the job until it is stopped; returns the exit code."""
-    logging.basicConfig(level=os.environ.get("TIDAL_LOG_LEVEL", "WARNING"))
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    return ShardServer(spec, model, optimizer).run()

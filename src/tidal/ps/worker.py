@@ -31,7 +31,8 @@ import zmq
 from tidal.ps.checkpoint import save_atomically
 from tidal.ps.chief import WorkerStates, merge_statuses, training_over
 from tidal.ps.config import ClusterSpec
-from tidal.ps.server import OptimizerFactory, serve
+from tidal.ps.server import OptimizerFactory
+from tidal.ps.serving import serve
 from tidal.ps.shard import layout_of, piece_view, trainable
 from tidal.ps.termination import close_at_exit, exchange, leave_on_sigterm
 from tidal.ps.transport import (

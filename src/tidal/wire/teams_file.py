@@ -22,7 +22,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tidal.documents import SPEC_LIMITS, DocumentError, load_yaml
+from tidal.documents import load_yaml
+from tidal.documents_bounds import SPEC_LIMITS, DocumentError
 from tidal.policy.teams import Team
 
 __all__ = ["TeamsFileError", "load_teams", "parse_teams"]

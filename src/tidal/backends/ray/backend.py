@@ -4,10 +4,11 @@ Each job has a :class:`~tidal.launch.groups.elastic.WorkerGroup` in the controll
 by a thread of its own through the same :class:`~tidal.launch.driver.GroupDriver` as the
 local backend's agents: it hosts the job's rendezvous store (on an address the nodes can
 reach), publishes generations and handles resizes and failures exactly as they do. Only
-the processes differ: a worker is a :class:`WorkerActor` pinned to the node of its slot,
-running the user's command there (see :mod:`.worker`). A job of several roles (or of a
-``tf``, ``mpi`` or ``ps`` launcher) runs as :class:`~tidal.launch.groups.roles.RoleGroups`
-the same way, its replicas reached at their nodes' addresses (see :mod:`.network`).
+the processes differ: a worker is a :class:`~tidal.backends.ray.actor.WorkerActor` pinned
+to the node of its slot, running the user's command there (see :mod:`.worker`). A job of
+several roles (or of a ``tf``, ``mpi`` or ``ps`` launcher) runs as
+:class:`~tidal.launch.groups.roles.RoleGroups` the same way, its replicas reached at their
+nodes' addresses (see :mod:`.network`).
 
 Hosts are the cluster's alive nodes that offer slots: one slot per unit of the custom
 resource ``tidal_slot`` (nodes started with ``--resources '{"tidal_slot": 4}'``), or per

@@ -9,7 +9,7 @@ from tidal.controller.loop.effects import LoopEffects
 from tidal.controller.loop.failures import fail
 from tidal.controller.store.jobs import Event, JobRecord
 from tidal.launch.api import JobLaunch
-from tidal.model import JobState
+from tidal.model_states import JobState
 from tidal.policy.api import Slot
 
 __all__ = ["apply_slots"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidal.controller.store.jobs import Event, JobRecord, JobStore
-from tidal.model import JobState
+from tidal.model_states import JobState
 
 __all__ = ["DeadlineMet", "DeadlineMissed", "check_deadline", "decide_deadline"]
 

@@ -13,7 +13,8 @@ from tidal.controller.cluster import ClusterModel
 from tidal.controller.loop.effects import LoopEffects
 from tidal.controller.store.jobs import Event, JobRecord
 from tidal.launch.api import JobStatus, WorkerState, WorkerStatus
-from tidal.model import JobState, Launcher
+from tidal.model import Launcher
+from tidal.model_states import JobState
 from tidal.policy.restart import (
     Fail,
     LostWorker,

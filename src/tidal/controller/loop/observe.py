@@ -18,7 +18,7 @@ from tidal.controller.loop.failures import end_workers, fail, on_failures
 from tidal.controller.store.jobs import Event, JobRecord
 from tidal.controller.store.requests import Cancel, PendingRequest, apply_requests
 from tidal.launch.api import JobStatus, WorkerState
-from tidal.model import ACTIVE_STATES, JobState
+from tidal.model_states import ACTIVE_STATES, JobState
 from tidal.policy.api import Slot, ThroughputModel
 from tidal.policy.goodput_model import model_from_dict
 

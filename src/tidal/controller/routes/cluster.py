@@ -12,17 +12,16 @@ from tidal.controller.loop.draining import DrainState
 from tidal.controller.routes.deps import ControllerDep, JobStoreDep
 from tidal.controller.routes.errors import ProtectedRoute
 from tidal.controller.routes.views import allocation_view, event_view, utilisation
-from tidal.model import JobState
-from tidal.wire.schema import (
-    AllocationView,
+from tidal.model_states import JobState
+from tidal.wire.cluster import (
     CheckpointOrderView,
     ClusterView,
-    EventView,
     HostDrainView,
     HostView,
     TeamQueueView,
     UtilisationPoint,
 )
+from tidal.wire.schema import AllocationView, EventView
 
 __all__ = ["host_views", "router"]
 

@@ -18,7 +18,7 @@ from tidal.controller.routes.cluster import host_views
 from tidal.controller.routes.deps import ControllerDep
 from tidal.controller.routes.errors import ErrorBody, ProtectedRoute
 from tidal.controller.store.drains import DrainSource
-from tidal.wire.schema import DrainRequest, HostView, PreemptionNotice
+from tidal.wire.cluster import DrainRequest, HostView, PreemptionNotice
 
 __all__ = ["router"]
 

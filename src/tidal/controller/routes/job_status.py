@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from tidal.controller.store.records import EventRecord, JobRecord, WorkerRecord
 from tidal.launch.api import WorkerState
-from tidal.model import Job, JobState
+from tidal.model import Job
+from tidal.model_states import JobState
 
 __all__ = ["Condition", "RoleStatus", "conditions", "role_statuses"]
 

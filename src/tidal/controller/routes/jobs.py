@@ -38,8 +38,9 @@ from tidal.controller.store.pages import Cursor, CursorError, UnreadableJob
 from tidal.controller.store.records import WorkerRecord
 from tidal.controller.store.requests import Cancel, PendingRequest, SetPriority, UserRequest
 from tidal.controller.support import Capabilities, capabilities_of
-from tidal.model import ACTIVE_STATES, JobState, JobStateError
-from tidal.spec import SpecError, locate_problems
+from tidal.model_states import ACTIVE_STATES, JobState, JobStateError
+from tidal.spec import SpecError
+from tidal.spec_lines import locate_problems
 from tidal.wire.schema import (
     AllocationView,
     ConditionView,

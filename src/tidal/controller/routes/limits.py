@@ -39,7 +39,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidal.controller.store.outage import Outage, OutageKind, outage_of
-from tidal.documents import SPEC_LIMITS
+from tidal.documents_bounds import SPEC_LIMITS
 
 __all__ = [
     "MAX_BODY_BYTES",

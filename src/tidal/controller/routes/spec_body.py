@@ -19,7 +19,9 @@ from tidal.controller.support import (
     torchrun_hints,
     unsupported,
 )
-from tidal.documents import SPEC_LIMITS, DocumentError, load_json, load_yaml
+from tidal.documents import load_yaml
+from tidal.documents_bounds import SPEC_LIMITS, DocumentError
+from tidal.documents_json import load_json
 from tidal.model import job_from_spec
 from tidal.spec import JobSpec, SpecError
 

@@ -8,14 +8,8 @@ from typing import Any
 from tidal.controller.store.jobs import AllocationRecord, EventRecord, GoodputRecord, JobRecord
 from tidal.controller.store.pages import UnreadableJob
 from tidal.controller.store.requests import PendingRequest, apply_requests, request_to_row
-from tidal.wire.schema import (
-    AllocationView,
-    EventView,
-    JobView,
-    RequestView,
-    UtilisationPoint,
-    WorkerCountView,
-)
+from tidal.wire.cluster import UtilisationPoint
+from tidal.wire.schema import AllocationView, EventView, JobView, RequestView, WorkerCountView
 
 __all__ = [
     "UNREADABLE",

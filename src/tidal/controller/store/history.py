@@ -34,7 +34,7 @@ from tidal.controller.store.tables import (
     slots_of,
 )
 from tidal.launch.api import WorkerState, WorkerStatus
-from tidal.model import JobState
+from tidal.model_states import JobState
 from tidal.policy.api import Slot
 
 __all__ = ["JobHistory"]

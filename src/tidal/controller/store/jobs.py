@@ -7,22 +7,22 @@ store as it was. The database (engine, schema, transactions) is
 :mod:`~tidal.controller.store.database`; the tables are in
 :mod:`~tidal.controller.store.tables`; what the store hands out, in
 :mod:`~tidal.controller.store.records` (re-exported here, as every caller of the store
-uses them).
+uses them); how new jobs' rows are written, in :mod:`~tidal.controller.store.additions`.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from tidal.controller.store.additions import Addition, insert_jobs
 from tidal.controller.store.change_cache import ChangeCache
 from tidal.controller.store.database import number_change, number_changes, private_sqlite_url
 from tidal.controller.store.drains import HostDrains
@@ -48,7 +48,7 @@ from tidal.controller.store.records import (
     MetricRecord,
     WorkerRecord,
 )
-from tidal.controller.store.registry import ModelRegistry, ModelRun, insert_runs, record_output
+from tidal.controller.store.registry import ModelRegistry, ModelRun, record_output
 from tidal.controller.store.requests import (
     PendingRequest,
     UserRequest,
@@ -56,14 +56,8 @@ from tidal.controller.store.requests import (
     request_to_row,
 )
 from tidal.controller.store.tables import AllocationRow, EventRow, JobRow, RequestRow, slots_json
-from tidal.model import (
-    DEFAULT_OWNER,
-    DEFAULT_TEAM,
-    JobState,
-    JobStateError,
-    check_transition,
-    job_from_spec,
-)
+from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM, job_from_spec
+from tidal.model_states import JobState, JobStateError, check_transition
 from tidal.policy.api import Slot
 from tidal.spec import JobSpec
 
@@ -105,18 +99,6 @@ _UPDATABLE = frozenset(
 )
 
 
-class _Addition(NamedTuple):
-    """A job to add: its spec, when, whose, and through what it was submitted."""
-
-    spec: JobSpec
-    now: float
-    owner: str
-    team: str
-    source: str | None
-    #: The job trains a model, whose next version its output becomes.
-    run: ModelRun | None = None
-
-
 class JobStore(JobHistory, HostDrains, ModelRegistry):
     """The controller's database: jobs and their requests, (:class:`JobHistory`) what
     happens to them while they run, (:class:`HostDrains`) the hosts being drained and
@@ -131,7 +113,7 @@ class JobStore(JobHistory, HostDrains, ModelRegistry):
         #: Records read before, reused while their row has not changed: the loop reads
         #: every active job each tick, and a tick follows each request.
         self.records: ChangeCache[JobRecord] = ChangeCache()
-        self._additions: GroupCommit[_Addition, JobRecord] = GroupCommit(self._add_jobs)
+        self._additions: GroupCommit[Addition, JobRecord] = GroupCommit(self._add_jobs)
 
     @classmethod
     def open(cls, data_dir: Path) -> JobStore:
@@ -158,90 +140,16 @@ class JobStore(JobHistory, HostDrains, ModelRegistry):
         output becomes."""
         team = team or spec.team or DEFAULT_TEAM
         record = self._additions.add(
-            _Addition(spec, time.time() if now is None else now, owner, team, source, run)
+            Addition(spec, time.time() if now is None else now, owner, team, source, run)
         )
         self._requested()
         return record
 
-    def _add_jobs(self, additions: Sequence[_Addition]) -> list[JobRecord]:
-        """JobStore these new jobs in one transaction (one insert per table, one change
-        number each); their records, in order."""
+    def _add_jobs(self, additions: Sequence[Addition]) -> list[JobRecord]:
+        """Store these new jobs in one transaction (:func:`.additions.insert_jobs`)."""
         jobs = [job_from_spec(a.spec, owner=a.owner, team=a.team) for a in additions]
         with self._transaction(write=True) as s:
-            ids = self._new_ids(s, [job.name for job in jobs])
-            values: list[dict[str, Any]] = [
-                {
-                    "id": job_id,
-                    "name": job.name,
-                    "owner": job.owner,
-                    "team": job.team,
-                    "spec": spec.model_dump(mode="json"),
-                    "state": JobState.QUEUED.value,
-                    "reason": "waiting for slots",
-                    "priority": job.priority,
-                    "target_group": job.placement.group,
-                    "labels": dict(job.labels),
-                    "min_slots": job.slot_range.min,
-                    "max_slots": job.slot_range.max,
-                    "target_slots": None,
-                    "scale_deadline": None,
-                    "scale_previous": None,
-                    "slots": [],
-                    "release_slots": [],
-                    "stopped_replicas": {},
-                    "reallocations": 0,
-                    "restarts": 0,
-                    "cancel_requested": False,
-                    "attained_service": 0.0,
-                    "rescale_started_at": None,
-                    "submitted_at": now,
-                    "started_at": None,
-                    "finished_at": None,
-                    "updated_at": now,
-                    "change": 0,
-                }
-                for job_id, job, (spec, now, *_) in zip(ids, jobs, additions, strict=True)
-            ]
-            # Core inserts, one executemany per table: the ORM's unit of work cost more
-            # per job than the database did.
-            connection = s.connection()
-            connection.execute(insert(JobRow), values)
-            connection.execute(
-                insert(EventRow),
-                [
-                    {
-                        "job_id": row["id"],
-                        "time": row["submitted_at"],
-                        "kind": "submitted",
-                        "message": "",
-                        "data": {},
-                        "actor": row["owner"],
-                        "source": addition.source,
-                    }
-                    for row, addition in zip(values, additions, strict=True)
-                ],
-            )
-            runs = [(i, a.run) for i, a in zip(ids, additions, strict=True) if a.run]
-            if runs:
-                insert_runs(s, runs)
-            number_changes(s, ids)
-            return [JobRecord.of_row(JobRow(**row)) for row in values]
-
-    @staticmethod
-    def _new_ids(session: Session, names: Sequence[str]) -> list[str]:
-        """An unused id ``<name>-<6 hex digits>`` for each name (distinct among them)."""
-        ids = [f"{name}-{secrets.token_hex(3)}" for name in names]
-        while True:
-            taken = set(session.scalars(select(JobRow.id).where(JobRow.id.in_(ids))))
-            seen: set[str] = set()
-            clash = False
-            for i, job_id in enumerate(ids):
-                if job_id in taken or job_id in seen:
-                    ids[i] = f"{names[i]}-{secrets.token_hex(3)}"
-                    clash = True
-                seen.add(ids[i])
-            if not clash:
-                return ids
+            return insert_jobs(s, additions, jobs)
 
     def get_job(self, job_id: str) -> JobRecord | None:
         """The job with this id, if any; :class:`UnreadableJobError` if its stored row

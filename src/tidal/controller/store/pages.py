@@ -26,7 +26,7 @@ from tidal.controller.store.change_cache import ChangeCache
 from tidal.controller.store.queries import LATEST_CHANGE, heads_query, rows
 from tidal.controller.store.records import JobRecord
 from tidal.controller.store.tables import JobRow
-from tidal.model import JobState
+from tidal.model_states import JobState
 
 __all__ = [
     "Cursor",

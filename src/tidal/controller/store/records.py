@@ -10,7 +10,8 @@ from typing import Any
 from tidal.controller.store.stored_specs import load_stored_spec
 from tidal.controller.store.tables import JobRow, slots_of
 from tidal.launch.api import WorkerState
-from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM, Job, JobState, Replicas, job_from_spec
+from tidal.model import DEFAULT_OWNER, DEFAULT_TEAM, Job, Replicas, job_from_spec
+from tidal.model_states import JobState
 from tidal.policy.api import Slot
 from tidal.spec import JobSpec
 

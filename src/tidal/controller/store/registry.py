@@ -35,7 +35,8 @@ from tidal.controller.store.tables import (
     ModelRunRow,
     ModelVersionRow,
 )
-from tidal.model import ACTIVE_STATES, DEFAULT_OWNER
+from tidal.model import DEFAULT_OWNER
+from tidal.model_states import ACTIVE_STATES
 from tidal.wire.registry import (
     DatasetIn,
     DatasetVersionView,
