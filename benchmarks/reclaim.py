@@ -82,6 +82,9 @@ def trial(mode: str, tmp: Path, standby: int) -> dict[str, float]:
             b = client.submit(_spec("b", {"min": 4, "max": 4}, 400)).id
             until(lambda: bool(client.metrics(b)), 300, "b training")
             first = min(m.time for m in client.metrics(b))
+            b_log = tmp / "data" / "agents" / f"{b}.agent.log"
+            # Whether b's agent was the standby (its first workers then were its pool's).
+            warm = float("standby agent" in b_log.read_text()) if b_log.exists() else nan
             try:
                 # a back at work after the reclaim: a few reports after b's first.
                 until(
@@ -93,7 +96,12 @@ def trial(mode: str, tmp: Path, standby: int) -> dict[str, float]:
                 # A borrower that never trains again is a result too: say how it ended.
                 view = client.get(a)
                 print(f"{mode}: {exc}; a is {view.state}: {view.reason}", file=sys.stderr)
-                return {"to_b_training": first - submitted, "a_lost_steps": nan, "a_pause": nan}
+                return {
+                    "to_b_training": first - submitted,
+                    "a_lost_steps": nan,
+                    "a_pause": nan,
+                    "b_from_standby": warm,
+                }
             points = sorted(client.metrics(a), key=lambda m: m.time)
         lost, top = 0, 0
         for point in points:
@@ -106,6 +114,7 @@ def trial(mode: str, tmp: Path, standby: int) -> dict[str, float]:
             "to_b_training": first - submitted,
             "a_lost_steps": float(lost),
             "a_pause": max(gaps, default=float("nan")),
+            "b_from_standby": warm,
         }
     finally:
         stop_server(process)
