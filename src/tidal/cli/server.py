@@ -103,8 +103,8 @@ def server(
         int | None,
         typer.Option(
             min=0,
-            help="Warm interpreters of the agent kept ready for the next job (local "
-            "backend; 0: none) [default: one per slot up to 4, as memory allows].",
+            help="Warm interpreters of the agent kept ready for the next job, local "
+            "backend (0: none; default: one per slot up to 4, as memory allows).",
         ),
     ] = None,
 ) -> None:
