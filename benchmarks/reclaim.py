@@ -13,6 +13,11 @@ checkpoint, as Kueue, KAI and Volcano take a loan back), alternating trial by tr
   back to its last checkpoint); **a's pause**: the longest gap between two of a's step
   reports from b's submission on (the rescale, or the eviction and restart).
 
+Both modes run the same server: with ``--standby-workers N`` (default 4) its standby agent
+keeps N warm interpreters, so b's 4 workers start warm; b is submitted once the standby
+started after a's job took the first one is waiting (``0``: b's agent and workers start
+cold, as before the standby).
+
     PYTHONPATH=src:. python benchmarks/reclaim.py --trials 2
 """
 
@@ -43,7 +48,8 @@ def _spec(name: str, workers: dict[str, int], epochs: int) -> dict[str, object]:
         "command": ["python", str(EXAMPLE), "--epochs", str(epochs), "--step-delay", "0.05"],
         "workers": workers,
         "checkpoint_every_steps": 20,
-        "env": {"TIDAL_WARM_POOL": "0"},  # both modes start b's workers cold
+        # No job pool: b's first workers are the standby's, in both modes.
+        "env": {"TIDAL_WARM_POOL": "0"},
     }
 
 
@@ -51,22 +57,34 @@ def _running(client: Client, job: str) -> int:
     return sum(w.state == "running" for w in client.get(job).worker_list)
 
 
-def trial(mode: str, tmp: Path) -> dict[str, float]:
-    """One reclaim by ``mode``; its figures."""
+def _standbys_waiting(data: Path) -> int:
+    """How many standby agents of the server have waited for a job so far."""
+    log = data / "agents" / "standby.log"
+    return log.read_text().count("waiting for a job") if log.exists() else 0
+
+
+def trial(mode: str, tmp: Path, standby: int) -> dict[str, float]:
+    """One reclaim by ``mode`` with a standby of ``standby`` interpreters; its figures."""
     teams = tmp / "teams.yaml"
     teams.write_text(
         f"teams:\n  - {{name: a, guaranteed: 4, reclaim: {mode}}}\n  - {{name: b, guaranteed: 4}}\n"
     )
-    process = start_server(tmp, "--teams", str(teams), slots=8)
+    process = start_server(tmp, "--teams", str(teams), "--standby-workers", str(standby), slots=8)
     try:
         with Client(data_dir=tmp / "data", timeout=30) as client:
             a = client.submit(_spec("a", {"min": 1, "max": 8}, 400)).id
             until(lambda: _running(client, a) == 8, 300, "a on 8 workers")
             until(lambda: len(client.metrics(a)) >= 4, 120, "a training on 8")
+            if standby:
+                # a took the first standby: b gets the one started once a trained.
+                until(lambda: _standbys_waiting(tmp / "data") >= 2, 300, "a second standby")
             submitted = time.time()
             b = client.submit(_spec("b", {"min": 4, "max": 4}, 400)).id
             until(lambda: bool(client.metrics(b)), 300, "b training")
             first = min(m.time for m in client.metrics(b))
+            b_log = tmp / "data" / "agents" / f"{b}.agent.log"
+            # Whether b's agent was the standby (its first workers then were its pool's).
+            warm = float("standby agent" in b_log.read_text()) if b_log.exists() else nan
             try:
                 # a back at work after the reclaim: a few reports after b's first.
                 until(
@@ -78,7 +96,12 @@ def trial(mode: str, tmp: Path) -> dict[str, float]:
                 # A borrower that never trains again is a result too: say how it ended.
                 view = client.get(a)
                 print(f"{mode}: {exc}; a is {view.state}: {view.reason}", file=sys.stderr)
-                return {"to_b_training": first - submitted, "a_lost_steps": nan, "a_pause": nan}
+                return {
+                    "to_b_training": first - submitted,
+                    "a_lost_steps": nan,
+                    "a_pause": nan,
+                    "b_from_standby": warm,
+                }
             points = sorted(client.metrics(a), key=lambda m: m.time)
         lost, top = 0, 0
         for point in points:
@@ -91,6 +114,7 @@ def trial(mode: str, tmp: Path) -> dict[str, float]:
             "to_b_training": first - submitted,
             "a_lost_steps": float(lost),
             "a_pause": max(gaps, default=float("nan")),
+            "b_from_standby": warm,
         }
     finally:
         stop_server(process)
@@ -100,13 +124,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=2, help="trials per mode")
     parser.add_argument("--modes", default=",".join(MODES), help="shrink,evict or one")
+    parser.add_argument(
+        "--standby-workers", type=int, default=4, help="the server's standby (0: none)"
+    )
     args = parser.parse_args()
+    if args.standby_workers < 0:
+        parser.error("--standby-workers: expected a whole number >= 0")
     modes = tuple(m for m in args.modes.split(",") if m in MODES)
     results: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     for i in range(args.trials):
         for mode in modes if i % 2 == 0 else modes[::-1]:
             with tempfile.TemporaryDirectory(prefix=f"reclaim-{mode}-") as tmp:
-                figures = trial(mode, Path(tmp))
+                figures = trial(mode, Path(tmp), args.standby_workers)
             results[mode].append(figures)
             print(f"trial {i + 1} {mode}: {figures}", file=sys.stderr, flush=True)
     print("| median over trials | shrink (tidal) | evict (baseline) | ratio |")

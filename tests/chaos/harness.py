@@ -116,6 +116,7 @@ class ChaosServer:
                 [
                     *(sys.executable, "-m", "tidal.cli", "server"),
                     *("--slots", str(self.slots), "--data-dir", str(self.data)),
+                    *("--standby-workers", "0"),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,

@@ -28,6 +28,9 @@ def start_server(
             str(slots),
             "--data-dir",
             str(data),
+            # No standby agent (its pool's imports at every start) unless ``args`` ask.
+            "--standby-workers",
+            "0",
             *args,
         ],
         stdout=subprocess.DEVNULL,

@@ -43,6 +43,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         (["server", "--autoscale", "--slots", "1"], "--autoscale"),
         (["server", "--max-slots", "8", "--slots", "1"], "--max-slots"),
         (["server", "--autoscale", "--max-slots", "0", "--backend", "ray"], "--max-slots"),
+        (["server", "--standby-workers", "-1", "--slots", "1"], "--standby-workers"),
         (["frobnicate", "x"], "frobnicate"),
     ],
 )

@@ -26,7 +26,7 @@ def second_server(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run another ``tidal server`` on ``data`` to its end (a refusal ends it at once)."""
     return subprocess.run(
         [sys.executable, "-m", "tidal.cli", "server", "--slots", "2", "--data-dir", str(data),
-         *args],
+         "--standby-workers", "0", *args],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip
 

@@ -83,7 +83,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
         process = subprocess.Popen(
             [
                 *(sys.executable, "-m", "tidal.cli", "server"),
-                *("--slots", str(SLOTS), "--data-dir", str(data)),
+                *("--slots", str(SLOTS), "--data-dir", str(data), "--standby-workers", "0"),
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,

@@ -48,7 +48,10 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Started]:
     env = dict(os.environ, TIDAL_HOME=str(tmp / "home"), COLUMNS="200")
     with out.open("w") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tidal.cli", "server", "--slots", "1", "--data-dir", str(data)],
+            [
+                *(sys.executable, "-m", "tidal.cli", "server", "--slots", "1"),
+                *("--data-dir", str(data), "--standby-workers", "0"),
+            ],
             stdout=sink,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -8,10 +8,12 @@ import pytest
 
 from tidal.launch.warm_plan import (
     DEFAULT_POOL,
+    DEFAULT_STANDBY,
     ENV_WARM_POOL,
     INTERPRETER_BYTES,
     MEMORY_RESERVE,
     available_memory,
+    plan_standby,
     plan_warm_pool,
     requested_pool,
 )
@@ -69,3 +71,22 @@ def test_available_memory_reads_meminfo(tmp_path: Path) -> None:
     meminfo.write_text("MemTotal:  100 kB\nMemAvailable:   2048 kB\n")
     assert available_memory(meminfo) == 2048 * 1024
     assert available_memory(tmp_path / "missing") is None
+
+
+def test_the_standby_is_sized_by_the_host_slots_and_its_memory() -> None:
+    def standby(slots: int = 8, free: int | None = None, requested: int | None = None) -> int:
+        return plan_standby(requested=requested, host_slots=slots, available_bytes=free).size
+
+    assert standby(slots=8) == DEFAULT_STANDBY
+    assert standby(slots=2) == 2
+    # The standby agent itself holds about one interpreter's memory too.
+    assert standby(free=MEMORY_RESERVE + 3 * INTERPRETER_BYTES) == 2
+    assert standby(free=MEMORY_RESERVE + INTERPRETER_BYTES) == 0
+    assert standby(free=1 << 20) == 0
+    assert "memory" in plan_standby(requested=None, host_slots=8, available_bytes=0).reason
+    # Asked for: as asked, whatever the host (0: no standby).
+    assert standby(requested=0) == 0
+    assert standby(slots=1, free=0, requested=6) == 6
+    assert "--standby-workers" in plan_standby(requested=6, host_slots=1, available_bytes=0).reason
+    with pytest.raises(ValueError, match="standby_workers"):
+        standby(requested=-1)

@@ -11,6 +11,10 @@ requests. Each :meth:`LocalBackend.poll` looks whether a starting agent serves i
 yet (connecting then) and reports its slots held meanwhile
 (:attr:`~tidal.launch.api.JobStatus.starting_slots`). What the controller asks of a job
 whose agent is still starting (new slots, a stop) is carried out as soon as it serves.
+
+With ``standby_workers`` above 0 a standby agent is kept started ahead
+(:mod:`tidal.backends.local_standby`): a job's first start hands it the job instead of
+spawning an agent, so the agent's imports and its first workers' are paid already.
 """
 
 from __future__ import annotations
@@ -34,18 +38,17 @@ from tidal.backends.local_agents import (
     AgentBoot,
     AgentHandle,
     agent_alive,
-    process_alive,
-    written_seq,
+    agent_reports,
+    let_go,
+    read_status,
+    unreported,
 )
+from tidal.backends.local_reattach import ended_jobs, live_agents
+from tidal.backends.local_standby import Standby
 from tidal.launch.agent import (
     ENV_AGENT_TREE,
-    KEY_BYE,
-    KEY_FINAL,
-    KEY_REPORTS,
-    KEY_STATUS,
     KEY_STOP,
     AgentStatus,
-    AgentWorker,
     final_path,
     record_path,
     write_order,
@@ -56,14 +59,13 @@ from tidal.launch.api import (
     JobStatus,
     MetricPoint,
     WorkerState,
-    read_reports,
     worker_logs,
 )
 from tidal.launch.file_modes import user_umask
 from tidal.launch.process import kill_marked
 from tidal.launch.slot_names import format_slot, parse_slots
 from tidal.policy.api import Slot
-from tidal.runtime.rendezvous import ReportQueue, connect_store
+from tidal.runtime.rendezvous import connect_store
 
 log = logging.getLogger("tidal.backends.local")
 
@@ -81,7 +83,16 @@ class LocalBackend:
     #: host's files, so submission checks a spec's working dir and script.
     capabilities = replace(LOCAL, shared_files=True)
 
-    def __init__(self, data_dir: Path, *, gpus: bool = False, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        gpus: bool = False,
+        timeout: float = 10.0,
+        standby_workers: int = 0,
+    ) -> None:
+        """Keep the agents' files under ``data_dir/agents``; ``standby_workers``: the warm
+        interpreters of the standby agent kept for the next job (0: none)."""
         #: One record, config, log and final status per job's agent.
         self.state_dir = Path(data_dir) / "agents"
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -92,64 +103,18 @@ class LocalBackend:
         #: Jobs whose agent ended (succeeded or failed) while no backend watched it:
         #: reported once, by the first poll, so the controller records how they ended.
         self._ended: dict[str, JobStatus] = {}
+        self._standby = Standby(self.state_dir, standby_workers)
         self._reattach()
+        self._standby.keep(starting=False)
 
     def _reattach(self) -> None:
-        for record in sorted(self.state_dir.glob("*.agent.json")):
-            try:
-                data = json.loads(record.read_text())
-                pid = int(data["pid"])
-                os.kill(pid, 0)  # PermissionError: the pid is another user's now
-                if not process_alive(pid):
-                    raise ProcessLookupError
-            except (ValueError, KeyError, ProcessLookupError, PermissionError):
-                record.unlink(missing_ok=True)
-                continue
-            job_id = str(data["job_id"])
-            launch = self.state_dir / f"{job_id}.launch.json"
-            log_dir = None
-            if launch.exists():
-                log_dir = AgentConfig.from_json(launch.read_text()).launch.log_dir
-            host, _, port = str(data["store"]).rpartition(":")
-            try:
-                store = connect_store(host, int(port), timeout=10)
-            except (RuntimeError, OSError, ValueError) as exc:
-                # Its process lives on but serves nothing (killed and not yet reaped, or its
-                # pid taken by another): the job is lost, not the server.
-                log.warning("job=%s: agent pid=%s unreachable (%s)", job_id, data["pid"], exc)
-                record.unlink(missing_ok=True)
-                continue
-            agent = AgentHandle(
-                job_id, int(data["pid"]), store, log_dir, tree=str(data.get("tree", ""))
-            )
-            if store.check([KEY_STATUS]):
-                agent.last = AgentStatus.from_json(store.get(KEY_STATUS))
-                agent.assign_seq = agent.last.assign_seq
-            # Past the last order written too, not only the last the agent reported: one
-            # written just before the previous backend died may be taken after this read,
-            # and the agent ignores any order whose number it has already seen.
-            agent.assign_seq = max(agent.assign_seq, written_seq(store))
-            self._agents[job_id] = agent
-            if log_dir is not None:
-                self._log_dirs[job_id] = log_dir
-            log.info("re-attached to job=%s agent pid=%d", job_id, agent.pid)
-        self._find_ended()
-
-    def _find_ended(self) -> None:
-        """Agents that ended their job while no backend watched (the controller was
-        down): their final status, so the job is recorded as it ended instead of being
-        taken for lost and run again. A stopped one is left out: its job was released
-        (it resumes from its checkpoint when started again)."""
-        for final in sorted(self.state_dir.glob("*.final.json")):
-            try:
-                status = AgentStatus.from_json(final.read_text())
-                ended = status.job_status()
-            except (OSError, ValueError, TypeError, KeyError, AttributeError):
-                continue  # unreadable: the job is taken for lost, as before
-            if status.job_id in self._agents or status.outcome not in ("succeeded", "failed"):
-                continue
-            self._ended[status.job_id] = ended
-            log.info("job=%s ended (%s) while no controller watched", status.job_id, status.outcome)
+        """Take on the agents a previous backend on this folder left running, and the
+        jobs that ended while none watched (reported by the first poll)."""
+        for agent in live_agents(self.state_dir):
+            self._agents[agent.job_id] = agent
+            if agent.log_dir is not None:
+                self._log_dirs[agent.job_id] = agent.log_dir
+        self._ended.update(ended_jobs(self.state_dir, self._agents))
 
     @property
     def job_ids(self) -> list[str]:
@@ -170,15 +135,26 @@ class LocalBackend:
             timeout=self.timeout,
         )
         boot = AgentBoot(config, time.monotonic() + _START_TIMEOUT, retries=0, first=True)
-        self._spawn_agent(boot, launch.log_dir)
+        self._spawn_agent(boot, launch.log_dir, standby=True)
 
-    def _spawn_agent(self, boot: AgentBoot, log_dir: Path | None) -> AgentHandle:
-        """Spawn an agent for ``boot.config``; :meth:`poll` connects once it serves."""
+    def _spawn_agent(
+        self, boot: AgentBoot, log_dir: Path | None, *, standby: bool = False
+    ) -> AgentHandle:
+        """Spawn an agent for ``boot.config`` (or, with ``standby``, hand the job to the
+        standby agent if one runs); :meth:`poll` connects once it serves."""
         config = boot.config
         config_path = self.state_dir / f"{config.job_id}.launch.json"
         config_path.write_text(config.to_json())
         agent = AgentHandle(config.job_id, 0, None, log_dir, boot=boot)
-        self._spawn_process(agent)
+        handed = self._standby.hand(config.job_id, config_path) if standby else None
+        if handed is None:
+            self._spawn_process(agent)
+        else:
+            # A killed agent leaves its record: the standby's must not be taken for it.
+            record_path(self.state_dir, agent.job_id).unlink(missing_ok=True)
+            agent.pid, agent.process, agent.tree = handed.process.pid, handed.process, handed.tree
+            # A standby that dies before serving: the job's agent is spawned instead.
+            boot.retries = max(boot.retries, 1)
         self._agents[config.job_id] = agent
         if log_dir is not None:
             self._log_dirs[config.job_id] = log_dir
@@ -343,13 +319,13 @@ class LocalBackend:
                 # logs each such failure as a warning of many lines).
                 agent.store, agent.reports = None, None
             # Reports first: reading the final status lets go of the agent's store.
-            reports[job_id] = self._reports(agent)
-            status = self._read(agent)
+            reports[job_id] = agent_reports(agent)
+            status = read_status(agent, self.state_dir)
             if status is not None:
                 agent.last = status
             if agent.last is None:
                 if not alive:
-                    unstarted = self._unreported(job_id)
+                    unstarted = unreported(self.state_dir, job_id)
                     if unstarted is not None:
                         statuses[job_id] = self._on_agent_death(agent, unstarted)
                         continue
@@ -371,26 +347,31 @@ class LocalBackend:
         for job_id, (metrics, goodput) in reports.items():
             if job_id in statuses:
                 statuses[job_id] = replace(statuses[job_id], metrics=metrics, goodput=goodput)
+        self._keep_standby(statuses)
         return statuses
+
+    def _keep_standby(self, statuses: Mapping[str, JobStatus]) -> None:
+        """Replace the standby once no job starts: none of their agents booting, and the
+        job that took the last standby training (or over)."""
+        taken = self._standby.taken_by
+        status = statuses.get(taken) if taken is not None else None
+        if taken not in self._agents or (
+            status is not None
+            and (
+                status.finished
+                or status.failed
+                or any(w.state is WorkerState.RUNNING for w in status.workers)
+            )
+        ):
+            self._standby.taken_by = None
+        booting = any(a.boot is not None for a in self._agents.values())
+        self._standby.keep(starting=booting or self._standby.taken_by is not None)
 
     def _kill_tree(self, agent: AgentHandle) -> None:
         if agent.tree:
             killed = kill_marked(agent.tree, variable=ENV_AGENT_TREE)
             if killed:
                 log.warning("job=%s: killed %d process(es) its agent left", agent.job_id, killed)
-
-    def _unreported(self, job_id: str) -> AgentStatus | None:
-        """An agent that died before its first status: the workers it was to start, as it
-        numbers them (one per slot, from ``first_worker_id``), still starting."""
-        try:
-            config = AgentConfig.from_json((self.state_dir / f"{job_id}.launch.json").read_text())
-        except (OSError, ValueError, TypeError):
-            return None
-        workers = [
-            AgentWorker(config.first_worker_id + i, slot, WorkerState.STARTING.value, None, None)
-            for i, slot in enumerate(config.slots)
-        ]
-        return AgentStatus(job_id, -1, workers)
 
     def _on_agent_death(self, agent: AgentHandle, last: AgentStatus) -> JobStatus:
         """The agent died mid-job: kill what it left (its workers lost their store) and
@@ -407,65 +388,13 @@ class LocalBackend:
         agent.died = replace(status, workers=workers, reason="agent died")
         return agent.died
 
-    def _reports(self, agent: AgentHandle) -> tuple[tuple[MetricPoint, ...], dict[str, Any] | None]:
-        """Metrics and the newest goodput report the agent passed on since the last poll."""
-        if agent.store is None:
-            return (), None
-        if agent.reports is None:
-            agent.reports = ReportQueue(agent.store, KEY_REPORTS)
-        try:
-            raw = agent.reports.drain()
-        except Exception:  # the agent (and its store) is gone; poll notices
-            return (), None
-        batches = []
-        for text in raw:
-            try:
-                batches.append(json.loads(text))
-            except ValueError:
-                log.debug("job=%s: malformed report skipped", agent.job_id)
-        return read_reports(batches)
-
-    def _read(self, agent: AgentHandle) -> AgentStatus | None:
-        final = final_path(self.state_dir, agent.job_id)
-        if final.exists():
-            self._let_go(agent)
-            return AgentStatus.from_json(final.read_text())
-        if agent.store is None:
-            return None
-        try:
-            if agent.store.check([KEY_STATUS]):
-                status = AgentStatus.from_json(agent.store.get(KEY_STATUS))
-                if status.outcome is not None and agent.store.check([KEY_FINAL]):
-                    # Over, and its final file not written (a full disk): the same
-                    # status from the store; the agent waits to be let go of.
-                    status = AgentStatus.from_json(agent.store.get(KEY_FINAL))
-                    self._let_go(agent)
-                return status
-        except Exception:  # the agent (and its store) is gone
-            agent.store = None
-        return None
-
-    @staticmethod
-    def _let_go(agent: AgentHandle) -> None:
-        """The agent ended: drop its store, then tell it so (:data:`KEY_BYE`), in that
-        order, so no call reaches its store after it closed (each such call logs a
-        multi-line warning of torch's)."""
-        store, agent.store, agent.reports = agent.store, None, None
-        if store is not None:
-            with contextlib.suppress(Exception):  # gone already (its wait timed out)
-                store.set(KEY_BYE, "1")
-        elif agent.process is not None and agent.process.poll() is None:
-            # Over before this backend ever reached its store (a job that ended while its
-            # agent was starting): no bye can be sent, and the agent would wait for one.
-            agent.process.kill()
-            agent.process.wait(timeout=10)
-
     def log_paths(self, job_id: str) -> Mapping[int, Path]:
         """Each worker's log file by worker id."""
         return worker_logs(self._log_dirs.get(job_id))
 
     def close(self, grace: float = 30.0) -> None:
         """Stop every job (workers checkpoint and leave) and wait for the agents to end."""
+        self._standby.close()
         for job_id in list(self._agents):
             self.stop(job_id)
         deadline = time.monotonic() + grace
@@ -474,7 +403,7 @@ class LocalBackend:
                 if agent.boot is not None:
                     self._advance_boot(agent)  # told to stop once it serves
                 elif final_path(self.state_dir, agent.job_id).exists():
-                    self._let_go(agent)  # it waits for that before it exits
+                    let_go(agent)  # it waits for that before it exits
                 time.sleep(0.02)
             if agent_alive(agent):
                 with contextlib.suppress(ProcessLookupError):

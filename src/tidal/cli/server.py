@@ -99,6 +99,14 @@ def server(
         Path | None,
         typer.Option(help="YAML file of team queues: guaranteed slots, weights, limits."),
     ] = None,
+    standby_workers: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Warm interpreters of the agent kept ready for the next job, local "
+            "backend (0: none; default: one per slot up to 4, as memory allows).",
+        ),
+    ] = None,
 ) -> None:
     """Run the controller and its REST API until interrupted."""
     if autoscale and backend == "local":
@@ -154,6 +162,7 @@ def server(
         groups=groups,
         autoscale=autoscale,
         max_slots=max_slots,
+        standby_workers=standby_workers,
     )
 
     # The token is shown once, when this start creates it: the dashboard's login asks for it.

@@ -236,13 +236,13 @@ class StoreControl:
             self._published, self._published_at = text, now
 
 
-def _warm_spawner(launch: JobLaunch) -> WarmSpawner | None:
-    """The job's pool of warm interpreters (not started yet), or ``None`` for none."""
+def _pool_size(launch: JobLaunch) -> int:
+    """How many warm interpreters the job keeps once its first workers train."""
     try:
         requested = requested_pool(launch.env)
     except ValueError as exc:
         log.warning("job=%s: starting workers cold: %s", launch.job_id, exc)
-        return None
+        return 0
     plan = plan_warm_pool(
         requested=requested,
         launcher=launch.launcher if not launch.roles else "its roles",
@@ -251,14 +251,31 @@ def _warm_spawner(launch: JobLaunch) -> WarmSpawner | None:
         available_bytes=available_memory(),
     )
     log.info("job=%s: warm pool of %d: %s", launch.job_id, plan.size, plan.reason)
-    if plan.size == 0:
+    return plan.size
+
+
+def _warm_spawner(launch: JobLaunch) -> WarmSpawner | None:
+    """The job's pool of warm interpreters (not started yet), or ``None`` for none."""
+    size = _pool_size(launch)
+    if size == 0:
         return None
     preload = script_imports(launch.argv)
-    return WarmSpawner(plan.size, preload=preload, env=launch.env, fill=False)
+    return WarmSpawner(size, preload=preload, env=launch.env, fill=False)
 
 
-def serve(config: AgentConfig, state_dir: Path) -> int:
-    """Run the job until it ends or the backend stops it; returns the exit status."""
+def _adopt(pool: WarmSpawner, launch: JobLaunch) -> Callable[[], None]:
+    """What to do once the job's first workers train, when it started from a standby's
+    ``pool``: keep as many as the job's own plan says (ending the rest, or filling)."""
+
+    def keep() -> None:
+        pool.keep(_pool_size(launch), preload=script_imports(launch.argv))
+
+    return keep
+
+
+def serve(config: AgentConfig, state_dir: Path, pool: WarmSpawner | None = None) -> int:
+    """Run the job until it ends or the backend stops it; returns the exit status.
+    ``pool``: a standby's warm interpreters, which the job's first workers start from."""
     launch = config.launch
     log.info(
         "job=%s: each worker may use %s CPU(s) and %s of memory: %s",
@@ -267,7 +284,11 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         format_bytes(launch.memory) if launch.memory is not None else "any amount",
         enforcement(gpu=launch.gpu),
     )
-    spawner = _warm_spawner(launch)
+    spawner = pool if pool is not None else _warm_spawner(launch)
+    if pool is not None:
+        on_running: Callable[[], None] | None = _adopt(pool, launch)
+    else:
+        on_running = spawner.fill if spawner is not None else None
     driver = GroupDriver(
         launch.job_id,
         worker_spec(launch, timeout=config.timeout),
@@ -276,7 +297,7 @@ def serve(config: AgentConfig, state_dir: Path) -> int:
         roles=launch.roles,
         work_dir=launch.log_dir.parent if launch.log_dir is not None else None,
     )
-    control = StoreControl(driver.group.host.store, on_running=spawner.fill if spawner else None)
+    control = StoreControl(driver.group.host.store, on_running=on_running)
     driver.start(config.slots)
     # A first status before the record that lets the backend connect: a backend that
     # polls between the two would otherwise find no status and take the job for lost.

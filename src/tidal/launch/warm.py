@@ -119,10 +119,12 @@ class WarmSpawner:
         preload: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         fill: bool = True,
+        refill: bool = True,
     ) -> None:
         """Keep ``size`` interpreters (each refilled as it is taken), each importing torch
         and ``preload`` under this environment plus ``env`` (the job's); start them now,
-        or with ``fill=False`` at :meth:`fill`."""
+        or with ``fill=False`` at :meth:`fill`. With ``refill=False`` a taken one is not
+        replaced until :meth:`keep` is called (a job's start is not slowed by it)."""
         if size < 1:
             raise ValueError(f"size: expected at least 1 interpreter, got {size}")
         self.size = size
@@ -133,6 +135,7 @@ class WarmSpawner:
         self._lock = threading.Lock()
         self._filled = False
         self._closed = False
+        self._refill = refill
         if fill:
             self.fill()
 
@@ -170,7 +173,8 @@ class WarmSpawner:
             if not self._ready or self._closed:
                 return None
             process = self._ready.pop(0)
-            self._ready.append(self._start_one())
+            if self._refill:
+                self._ready.append(self._start_one())
         if process.poll() is None:
             return process
         process.wait()  # it died waiting (say, killed): start this worker cold
@@ -209,6 +213,23 @@ class WarmSpawner:
         assert process.stdout is not None
         reader = start_pump(process.stdout, on_line, worker_id)
         return LocalProcess(process, reader)
+
+    def keep(self, size: int, *, preload: Sequence[str] = ()) -> None:
+        """From now on keep ``size`` interpreters (0: close the pool), refilled as they
+        are taken: the excess ready ones end, missing ones start, importing ``preload``."""
+        if size < 1:
+            self.close()
+            return
+        with self._lock:
+            if self._closed:
+                return
+            self.size, self.preload = size, tuple(preload)
+            self._filled = self._refill = True
+            excess, self._ready = self._ready[size:], self._ready[:size]
+            self._ready.extend(self._start_one() for _ in range(size - len(self._ready)))
+        for process in excess:
+            process.kill()
+            process.wait()
 
     def close(self) -> None:
         """End the interpreters nobody took."""

@@ -8,6 +8,10 @@ sized by the job's elastic range (a job that starts at its maximum may be shrunk
 grown again), within the host's free memory. A job that cannot
 grow, or whose workers another launcher starts, keeps none. ``TIDAL_WARM_POOL=N`` in the
 job's environment overrides the default (``0``: none).
+
+The local backend's standby agent (``launch/standby.py``) keeps a pool too, for the next
+job's first workers: :func:`plan_standby` sizes it by the host's slots and free memory
+(``tidal server --standby-workers N`` overrides it; ``0``: no standby).
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ from pathlib import Path
 
 __all__ = [
     "DEFAULT_POOL",
+    "DEFAULT_STANDBY",
     "ENV_WARM_POOL",
     "INTERPRETER_BYTES",
     "MEMORY_RESERVE",
     "WarmPoolPlan",
     "available_memory",
+    "plan_standby",
     "plan_warm_pool",
     "requested_pool",
 ]
@@ -40,6 +46,10 @@ INTERPRETER_BYTES = 400 << 20
 
 #: Memory a default pool leaves free on the host for the workers themselves.
 MEMORY_RESERVE = 2 << 30
+
+#: The most interpreters a standby keeps by default: a new job's first workers on a
+#: small host all start warm; a larger job's others start cold.
+DEFAULT_STANDBY = 4
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,28 @@ def plan_warm_pool(
     reason = f"the job runs {min_workers} to {max_workers} worker(s)"
     if available_bytes is not None:
         fits = max(0, (available_bytes - MEMORY_RESERVE) // INTERPRETER_BYTES)
+        if fits < size:
+            return WarmPoolPlan(
+                int(fits), f"{reason}, but only {available_bytes >> 20} MiB of memory is free"
+            )
+    return WarmPoolPlan(size, reason)
+
+
+def plan_standby(
+    *, requested: int | None, host_slots: int, available_bytes: int | None
+) -> WarmPoolPlan:
+    """The warm interpreters of the local backend's standby agent (0: no standby) on a
+    host of ``host_slots`` slots with ``available_bytes`` of free memory (``None``:
+    unknown); ``requested`` is ``--standby-workers`` (``None``: not given)."""
+    if requested is not None:
+        if requested < 0:
+            raise ValueError(f"standby_workers: expected a whole number >= 0, got {requested}")
+        return WarmPoolPlan(requested, f"--standby-workers {requested}")
+    size = min(DEFAULT_STANDBY, max(0, host_slots))
+    reason = f"up to {DEFAULT_STANDBY}, one per slot of {host_slots}"
+    if available_bytes is not None:
+        # The standby agent itself holds about what one interpreter does.
+        fits = max(0, (available_bytes - MEMORY_RESERVE) // INTERPRETER_BYTES - 1)
         if fits < size:
             return WarmPoolPlan(
                 int(fits), f"{reason}, but only {available_bytes >> 20} MiB of memory is free"

@@ -31,6 +31,7 @@ from tidal.controller.store.jobs import JobStore
 from tidal.controller.store.server_lock import StoreLock, hold_store
 from tidal.launch.file_modes import private_files
 from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES
+from tidal.launch.warm_plan import available_memory, plan_standby
 from tidal.policy.api import Policy
 from tidal.policy.team_queues import TeamQueues, pool_capacity
 from tidal.policy.teams import Team, check_quotas
@@ -78,6 +79,9 @@ class ServerConfig:
     autoscale: bool = False
     #: The most slots asked for in all (``--max-slots``; ``None``: no cap).
     max_slots: int | None = None
+    #: The local backend's standby agent's warm interpreters (``--standby-workers``;
+    #: ``None``: sized by the host's slots and free memory; 0: no standby).
+    standby_workers: int | None = None
 
 
 class AutoscaleUnsupported(PluginError):
@@ -237,9 +241,16 @@ def _serve(
     cluster: ClusterModel,
     teams: Sequence[Team] | None = None,
 ) -> None:
-    backend = load_backend(
-        config.backend, data_dir=config.data_dir, gpus=cluster.gpu, **config.backend_options
-    )
+    options = dict(config.backend_options)
+    if config.backend == "local":
+        standby = plan_standby(
+            requested=config.standby_workers,
+            host_slots=cluster.total_slots,
+            available_bytes=available_memory(),
+        )
+        log.info("standby agent: %d warm interpreter(s) (%s)", standby.size, standby.reason)
+        options["standby_workers"] = standby.size
+    backend = load_backend(config.backend, data_dir=config.data_dir, gpus=cluster.gpu, **options)
     try:
         if config.autoscale and not isinstance(backend, ClusterScaling):
             raise AutoscaleUnsupported(
