@@ -17,12 +17,9 @@ with the median of the per-trial ratios beside them (each pairs two runs next to
 in time, so it moves less with other users' load).
 CPU time per sample (the training process and its loader workers, counted once the workers
 have been stopped and reaped) is printed beside it: on a shared machine it moves much less
-with other users' load than samples/s does.
-
-Two epochs by default, as training runs several: tidal's persistent workers read on into
-the next epoch's first batches while the current one ends (a DataLoader stops at the
-epoch's end and starts again at the next ``iter()``), so the last epoch of a trial pays
-for a few batches nobody reads, and every boundary before it gains them.
+with other users' load than samples/s does. So is the number of samples the workers read
+per sample taken (counted in shared memory by the dataset): above 1, a loader read samples
+that nobody took, whose CPU counts in the CPU per sample.
 
     PYTHONPATH=src python benchmarks/loader.py --trials 5
     PYTHONPATH=src python benchmarks/loader.py --device cuda --workers 0,4,8 --trials 5
@@ -31,6 +28,7 @@ for a few batches nobody reads, and every boundary before it gains them.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import random
 import resource
@@ -66,16 +64,20 @@ def write_images(folder: Path, count: int, size: int, classes: int = 10) -> None
 
 
 class JpegFolder(Dataset[tuple[torch.Tensor, int]]):
-    """Decode, random crop, random flip, to a float tensor in [0, 1], CHW."""
+    """Decode, random crop, random flip, to a float tensor in [0, 1], CHW; ``reads`` counts
+    the samples read by every process (shared memory, inherited by forked workers)."""
 
     def __init__(self, folder: Path) -> None:
         self.items = sorted((path, int(path.parent.name)) for path in folder.glob("*/*.jpg"))
+        self.reads = multiprocessing.Value("q", 0)
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         path, label = self.items[index]
+        with self.reads.get_lock():
+            self.reads.value += 1
         with Image.open(path) as image:
             image = image.convert("RGB")
             width, height = image.size
@@ -177,39 +179,47 @@ def main() -> None:
         )
         rates: dict[tuple[str, int], list[float]] = {}
         cpu: dict[tuple[str, int], list[float]] = {}
+        read: dict[tuple[str, int], list[float]] = {}
         for trial in range(args.trials):
             for workers in counts:
                 order = [("torch", run_torch), ("tidal", run_tidal)]
                 if trial % 2:
                     order.reverse()
                 for name, run in order:
+                    dataset.reads.value = 0
                     cpu_before = cpu_seconds()
                     count, elapsed = run(dataset, workers, args)
                     per_sample = (cpu_seconds() - cpu_before) / count * 1e3
                     rates.setdefault((name, workers), []).append(count / elapsed)
                     cpu.setdefault((name, workers), []).append(per_sample)
+                    read.setdefault((name, workers), []).append(dataset.reads.value / count)
                     print(
                         f"trial {trial} workers {workers} {name:5s} "
-                        f"{count / elapsed:8.1f} samples/s {per_sample:6.2f} CPU ms/sample",
+                        f"{count / elapsed:8.1f} samples/s {per_sample:6.2f} CPU ms/sample "
+                        f"{dataset.reads.value / count:5.3f} read/taken",
                         flush=True,
                     )
         print(f"\nmedians over {args.trials} trials (load {os.getloadavg()[0]:.1f} at the end)")
         print(
             f"{'num_workers':>11}  {'DataLoader':>10}  {'tidal':>10}  {'ratio':>6}  "
-            f"{'per trial':>9}  {'CPU ms/sample: DataLoader':>25}  {'tidal':>6}"
+            f"{'per trial':>9}  {'CPU ms/sample: DataLoader':>25}  {'tidal':>6}  "
+            f"{'read/taken: DataLoader':>22}  {'tidal':>6}"
         )
         for workers in counts:
             base = statistics.median(rates[("torch", workers)])
             ours = statistics.median(rates[("tidal", workers)])
             base_cpu = statistics.median(cpu[("torch", workers)])
             ours_cpu = statistics.median(cpu[("tidal", workers)])
+            base_read = statistics.median(read[("torch", workers)])
+            ours_read = statistics.median(read[("tidal", workers)])
             paired = statistics.median(
                 a / b
                 for a, b in zip(rates[("tidal", workers)], rates[("torch", workers)], strict=True)
             )
             print(
                 f"{workers:>11}  {base:>10.1f}  {ours:>10.1f}  {ours / base:>6.3f}  "
-                f"{paired:>9.3f}  {base_cpu:>25.2f}  {ours_cpu:>6.2f}"
+                f"{paired:>9.3f}  {base_cpu:>25.2f}  {ours_cpu:>6.2f}  "
+                f"{base_read:>22.3f}  {ours_read:>6.3f}"
             )
     finally:
         shutil.rmtree(folder, ignore_errors=True)

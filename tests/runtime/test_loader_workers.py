@@ -4,6 +4,7 @@ exact resume, stale prefetches dropped, errors raised, no process left behind.""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -101,6 +102,36 @@ def test_workers_give_the_batches_of_the_training_process(kind: str, persistent:
         assert all(r["values"] == [[i, i * i] for i in r["indices"]] for r in fetched)
     assert loader._prefetch is not None and loader._prefetch.replans >= 2
     loader.close()
+
+
+class Counted(Numbered):
+    """:class:`Numbered`, counting the samples read by every process (shared memory)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = multiprocessing.Value("l", 0)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
+        with self.reads.get_lock():
+            self.reads.value += 1
+        return super().__getitem__(i)
+
+
+def test_persistent_workers_read_no_sample_past_the_epoch_taken() -> None:
+    # Reading on into the next epoch costs, after a job's last epoch, the CPU of batches
+    # nobody takes; the next epoch's steps are planned when it starts, as a DataLoader's.
+    dataset = Counted()
+    loader = _loader(dataset, num_workers=2, prefetch_factor=3, persistent_workers=True)
+    consumed: list[int] = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        consumed += [i for batch in loader for i in batch[1].tolist()]
+        assert loader._prefetch is not None and loader._prefetch.in_flight == 0
+    workers = loader._prefetch
+    loader.close()
+    assert sorted(consumed) == sorted(list(range(N)) * 2)
+    assert dataset.reads.value == len(consumed)  # every sample read was taken
+    assert workers.replans == 0  # a new epoch is no re-plan: nothing in flight was dropped
 
 
 def test_workers_resume_mid_epoch_exactly() -> None:

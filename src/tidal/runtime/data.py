@@ -74,19 +74,20 @@ class _Step(NamedTuple):
     rank: int
 
 
-def _plan(first: _Step, batch_size: int, drop_last: bool, next_epochs: bool) -> Iterator[Planned]:
-    """This rank's steps from ``first`` on, as the loader takes them if the world, the batch
-    size and the position do not change; with ``next_epochs``, on into the epochs after."""
+def _plan(first: _Step, batch_size: int, drop_last: bool) -> Iterator[Planned]:
+    """This rank's steps from ``first`` to the end of its epoch, as the loader takes them if
+    the world, the batch size and the position do not change.
+
+    The plan stops at the epoch's end, as a DataLoader's sampler does: reading on into the
+    next epoch would read, after the last epoch a job runs, up to ``num_workers x
+    prefetch_factor`` batches that nobody takes (their CPU taken from other jobs).
+    """
     seed, shuffle, n, epoch, position, _, world, rank = first
     order = epoch_order(n, seed, shuffle, epoch)
     while True:
         size = step_size(n - position, batch_size, world, drop_last)
         if size == 0:
-            if position == 0 or not next_epochs:
-                return  # an epoch without a step would repeat forever
-            epoch, position = epoch + 1, 0
-            order = epoch_order(n, seed, shuffle, epoch)
-            continue
+            return
         lo, hi = shard_bounds(size, world, rank)
         step = _Step(seed, shuffle, n, epoch, position, size, world, rank)
         yield step, order[position + lo : position + hi].tolist()
@@ -291,9 +292,8 @@ class ElasticDataLoader:
                 pin_memory=self.prefetch_options.pin_memory and device.type == "cuda",
                 seed=self.seed,
             )
-        persistent = self.prefetch_options.persistent_workers
         batch, indices = self._prefetch.take(
-            step, lambda: _plan(step, self.batch_size, self.drop_last, persistent)
+            step, lambda: _plan(step, self.batch_size, self.drop_last)
         )
         lo, hi = shard_bounds(step.size, step.world, step.rank)
         self._consume(step.start, step.size, lo, hi, indices)

@@ -149,9 +149,15 @@ class Prefetcher:
         self._steps = _PlannedSteps()
         self._loader: DataLoader[Any] | None = None
         self._iterator: Iterator[Any] | None = None
-        #: How many times the plan was dropped and made again (a diagnostic).
+        #: How many times the batches in flight were dropped and the plan made again (a
+        #: diagnostic).
         self.replans = 0
         _live.add(self)
+
+    @property
+    def in_flight(self) -> int:
+        """Planned steps handed to the workers and not taken yet (a diagnostic)."""
+        return len(self._steps.handed_out)
 
     def take(self, step: Hashable, plan: Callable[[], Iterator[Planned]]) -> tuple[Any, list[int]]:
         """The batch of ``step`` and its indices. ``plan()`` gives the steps from ``step``
@@ -176,7 +182,8 @@ class Prefetcher:
 
     def _start(self, plan: Iterator[Planned]) -> None:
         if self._iterator is not None:
-            self.replans += 1
+            if self._steps.handed_out:
+                self.replans += 1  # batches in flight are dropped (not a new epoch's start)
             if not self._options.persistent_workers:
                 self.close()  # its workers end here; the next iterator starts its own
         self._steps.restart(plan)
