@@ -61,6 +61,9 @@ TIMING_WINDOW = 16
 REPORT_INTERVAL = 2.0
 #: Steps' gradient norms kept while they travel from the device (older ones are dropped).
 _MAX_READINGS = 4
+#: Steps over which the learning rate moves from the old batch's to the new one's after a
+#: batch change (:func:`tidal.runtime.lr_scaling.current_factor`).
+WARMUP_STEPS = 10
 
 
 class AdaptiveBatch:
@@ -97,6 +100,11 @@ class AdaptiveBatch:
         self.profile: Profile = {}
         #: Training progress in steps at the initial batch (the sum of the gains).
         self.progress = 0.0
+        #: Steps of learning-rate warm-up after a batch change (0: the new rate at once).
+        self.warmup_steps = WARMUP_STEPS
+        #: The batch before the last change, and the steps taken since that change.
+        self.previous_batch: int | None = None
+        self.steps_since_change = 0
         self.recorder = GradientRecorder(context)
         self._attached = False
         # Why the batch should be looked at again: "world", "epoch" or None.
@@ -126,14 +134,19 @@ class AdaptiveBatch:
         self._local, self._global = local, global_
         self.recorder.reset()
 
-    def end_step(self) -> None:
-        """A step committed: record its time and gradient statistics (every rank)."""
+    def end_step(self, timing: tuple[float, float] | None = None) -> None:
+        """A step committed: record its time and gradient statistics (every rank).
+
+        ``timing``: the step's ``(seconds, exposed sync seconds)`` where they come from
+        elsewhere than this process's clock (a simulator replaying a throughput model);
+        by default the time since the previous step's end and the hook's sync time."""
         now = time.perf_counter()
         world = self.context.world_size
         recorder = self.recorder
         self._step_stats = None
         if self._global > 0:
             self.progress += self.gain()
+            self.steps_since_change += 1
             reading = recorder.totals_async()
             self._readings.append((reading, self._local, self._global, world, recorder.paired))
             # On a GPU the norms arrive a step or so later; never wait for them (a host
@@ -141,10 +154,12 @@ class AdaptiveBatch:
             while self._readings and self._readings[0][0].ready():
                 self._take(*self._readings.pop(0))
             del self._readings[:-_MAX_READINGS]
-            if self._last_end is not None:
+            if timing is None and self._last_end is not None:
+                timing = (now - self._last_end, recorder.sync_time)
+            if timing is not None:
                 key = self._config(world, self.loader.batch_size)
                 times = self.profile.setdefault(key, [])
-                times.append((now - self._last_end, recorder.sync_time))
+                times.append(timing)
                 del times[:-TIMING_WINDOW]
         self._last_end = now
         if (
@@ -239,6 +254,8 @@ class AdaptiveBatch:
         """Train at global ``batch`` from the next step on (every rank, the same step)."""
         if batch == self.loader.batch_size:
             return
+        self.previous_batch = int(self.loader.batch_size)
+        self.steps_since_change = 0
         self.loader.batch_size = int(batch)
         self._last_end = None
         self._gain_cache = None
@@ -291,6 +308,10 @@ class AdaptiveBatch:
         value = adascale_gain(self.noise.noise_scale, self.init_batch, batch)
         self._gain_cache = (batch, self.noise.count, value)
         return value
+
+    def gain_at(self, batch: float) -> float:
+        """AdaScale gain of global ``batch`` with the current noise estimate."""
+        return adascale_gain(self.noise.noise_scale, self.init_batch, batch)
 
     def _config(self, workers: int, batch: int) -> Configuration:
         return batch_choice.configuration(self.limits, workers, batch)
@@ -347,6 +368,8 @@ class AdaptiveBatch:
             "profile": {key: list(times) for key, times in self.profile.items()},
             "progress": self.progress,
             "pending": self._pending,
+            "previous_batch": self.previous_batch,
+            "steps_since_change": self.steps_since_change,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -356,5 +379,8 @@ class AdaptiveBatch:
         self.profile = {tuple(k): list(v) for k, v in state["profile"].items()}
         self.progress = float(state["progress"])
         self._pending = state.get("pending")
+        previous = state.get("previous_batch")
+        self.previous_batch = int(previous) if previous is not None else None
+        self.steps_since_change = int(state.get("steps_since_change", 0))
         self._gain_cache = None
         self._last_end = None
