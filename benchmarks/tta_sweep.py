@@ -237,11 +237,6 @@ def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
     """The whole protocol on one task: sweep, autoscale variants, the rescale."""
     task = TASKS[name]()
     calibrate(task)
-    print(
-        f"{name}: alpha {task.alpha * 1e3:.3f} ms, beta {task.beta * 1e6:.2f} us/sample, "
-        f"{task.params} parameters",
-        flush=True,
-    )
     fixed_world = [(0.0, args.workers)]
     out: dict[str, Any] = {"task": name, "target": task.target, "configs": []}
     if args.fixed_from:
@@ -253,14 +248,23 @@ def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
         fixed = [c for c in earlier["configs"] if c["name"].startswith("fixed")]
         out["configs"] = fixed
         best = {c["batch"]: (c["lr"], [Run(t, 0, 0, 0, 0) for t in c["seconds"]]) for c in fixed}
-        args.rescale = False
+        rescaled = earlier.get("rescale")
     else:
+        rescaled = None
         best = sweep(task, args.seeds, fixed_world)
         for batch, (lr, runs) in best.items():
             out["configs"].append({**summary(f"fixed {batch}", runs), "lr": lr, "batch": batch})
     out["model"] = {"alpha": task.alpha, "beta": task.beta, "params": task.params}
-    init = task.fixed[0]
+    print(
+        f"{name}: alpha {task.alpha * 1e3:.3f} ms, beta {task.beta * 1e6:.2f} us/sample, "
+        f"{task.params} parameters",
+        flush=True,
+    )
+    # The smallest batch whose sweep reached the target: the only small batch with a
+    # best rate to start from (AdaScale scales a rate tuned for the initial batch).
+    init = min(b for b, (_, runs) in best.items() if math.isfinite(median_time(runs)))
     init_lr = best[init][0]
+    out["init"] = {"batch": init, "lr": init_lr}
     limit = LIMIT * min(median_time(r) for _, r in best.values())
     out["limit"] = limit
     for variant in args.variants.split(","):
@@ -272,7 +276,13 @@ def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
         reference = min(median_time(r) for _, r in best.values())
         schedule = [(0.0, 2), (0.25 * reference, 4), (0.5 * reference, 1)]
         out["rescale"] = {"schedule": schedule, "configs": []}
-        for batch, (lr, _) in best.items():
+        if rescaled is not None:
+            schedule = [(float(t), int(w)) for t, w in rescaled["schedule"]]
+            out["rescale"]["schedule"] = schedule
+            out["rescale"]["configs"] = [
+                c for c in rescaled["configs"] if c["name"].startswith("fixed")
+            ]
+        for batch, (lr, _) in best.items() if rescaled is None else ():
             runs = [train(task, batch, lr, s, schedule, limit=limit) for s in range(args.seeds)]
             out["rescale"]["configs"].append({**summary(f"fixed {batch}", runs), "lr": lr})
         for variant in args.variants.split(","):

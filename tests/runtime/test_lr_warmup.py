@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 import torch
 
-from tidal.runtime.adaptive import WARMUP_STEPS, AdaptiveBatch
+from tidal.runtime.adaptive import AdaptiveBatch
 from tidal.runtime.lr_scaling import adaptive_lr, current_factor, warmup_factor
+
+WARMUP_STEPS = 10
 
 
 class FakeLoader:
@@ -26,6 +28,7 @@ def noise_dominated(init_batch: int = 64) -> tuple[FakeLoader, AdaptiveBatch]:
     adaptive = AdaptiveBatch(loader, context, 4096, (1, 4096), True)
     loader.adaptive = adaptive
     adaptive.noise.sqr, adaptive.noise.var, adaptive.noise.weight = 1.0, 1e12, 1.0
+    adaptive.warmup_steps = WARMUP_STEPS
     return loader, adaptive
 
 
@@ -55,8 +58,10 @@ def test_factor_after_a_batch_change_ramps_over_the_warmup_steps() -> None:
     assert factors[0] == pytest.approx(1 + 3 / WARMUP_STEPS, rel=1e-6)
     assert factors == sorted(factors)
     assert factors[WARMUP_STEPS - 1 :] == pytest.approx([4.0] * 3, rel=1e-6)
-    # Off: the new batch's factor at once.
-    adaptive.warmup_steps = 0
+    # Off (the default): the new batch's factor at once.
+    adaptive.warmup_steps = AdaptiveBatch(
+        FakeLoader(64), adaptive.context, 64, (1, 64), True
+    ).warmup_steps
     adaptive.apply(128)
     assert current_factor(adaptive, "adascale") == pytest.approx(2.0, rel=1e-6)
 

@@ -62,8 +62,10 @@ REPORT_INTERVAL = 2.0
 #: Steps' gradient norms kept while they travel from the device (older ones are dropped).
 _MAX_READINGS = 4
 #: Steps over which the learning rate moves from the old batch's to the new one's after a
-#: batch change (:func:`tidal.runtime.lr_scaling.current_factor`).
-WARMUP_STEPS = 10
+#: batch change (:func:`tidal.runtime.lr_scaling.current_factor`). Off by default: in
+#: ``benchmarks/tta_sweep.py`` a 10-step warm-up made time to accuracy 5-10 % worse on
+#: every task (docs/benchmarks.md, "Time to accuracy, tuned").
+WARMUP_STEPS = 0
 
 
 class AdaptiveBatch:

@@ -7,11 +7,11 @@ gain ``r = (var + sqr) / (var / scale + sqr)``, in ``[1, scale]``, for SGD, ``sq
 (AdamScale) for Adam-like optimizers. The gain comes from the loader's
 :class:`~tidal.runtime.adaptive.AdaptiveBatch`.
 
-After a batch change the factor does not jump: it moves linearly from the old batch's
-factor to the new one's over ``AdaptiveBatch.warmup_steps`` steps (:func:`warmup_factor`),
-as a learning-rate warm-up does after a batch is raised (Goyal et al. 2017): momentum
-carries the old step's direction, and the new rate's first steps at a batch the noise
-estimate has not yet seen are the likeliest to overshoot.
+With ``AdaptiveBatch.warmup_steps`` set, the factor does not jump after a batch change: it
+moves linearly from the old batch's factor to the new one's over that many steps
+(:func:`warmup_factor`), as a learning-rate warm-up does after a batch is raised (Goyal et
+al. 2017). It is off by default: measured, it cost time to accuracy (see
+:data:`tidal.runtime.adaptive.WARMUP_STEPS`).
 """
 
 from __future__ import annotations
