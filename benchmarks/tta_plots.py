@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +44,41 @@ def _batches(ax: Any, configs: list[dict[str, Any]], title: str) -> None:
         if not c["name"].startswith("autoscale") or not c.get("batches"):
             continue
         points = c["batches"][0]
-        xs = [p[0] for p in points]
+        xs = [0.0] + [p[0] for p in points[1:]]
         ys = [p[1] for p in points]
+        if c.get("curves") and c["curves"][0]:
+            xs.append(c["curves"][0][-1][0])  # held to the end of the run
+            ys.append(ys[-1])
         ax.step(xs, ys, where="post", label=c["name"])
     ax.set_yscale("log")
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("modelled seconds")
     ax.set_ylabel("global batch")
     ax.legend(fontsize=7)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}" if math.isfinite(value) else "not reached"
+
+
+def table(result: dict[str, Any], key: str | None = None) -> str:
+    """A markdown table of one task's configurations: rate, median and per-seed modelled
+    seconds to target, and the ratio to the best fixed configuration."""
+    configs = result[key]["configs"] if key else result["configs"]
+    fixed = [c["median_seconds"] for c in configs if c["name"].startswith("fixed")]
+    best, middle = min(fixed), statistics.median(fixed)
+    rows = [
+        "| configuration | lr | median s | seeds | / best fixed | / median fixed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in configs:
+        t = c["median_seconds"]
+        seeds = ", ".join(_seconds(x) for x in c["seconds"])
+        lr = f"{c['lr']:.4f}" if c.get("lr") else ""
+        rows.append(
+            f"| {c['name']} | {lr} | {_seconds(t)} | {seeds} | {t / best:.2f} | {t / middle:.2f} |"
+        )
+    return "\n".join(rows)
 
 
 def main() -> None:
@@ -74,6 +103,9 @@ def main() -> None:
         path = out / f"tta{suffix}.png"
         fig.savefig(path, dpi=90)
         print(path)
+        for result in rows:
+            title = result["task"] + (" under 2 → 4 → 1 workers" if key else "")
+            print(f"\n{title}\n\n{table(result, key)}")
 
 
 if __name__ == "__main__":

@@ -46,8 +46,6 @@ except ImportError:  # run as a module from the repository root
 LR0 = {"digits": 0.05, "teacher": 0.05, "images": 0.02}
 LR_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)
 MAX_LOCAL = 256
-#: Held-out accuracy is checked every this many training samples (same for every batch).
-EVAL_SAMPLES = 1024
 #: A run stops once it is this many times slower than the fastest fixed one so far.
 LIMIT = 4.0
 
@@ -122,7 +120,7 @@ def train(
     seconds = wall_start = 0.0
     wall_start = time.perf_counter()
     steps = samples = 0
-    next_eval = EVAL_SAMPLES
+    next_eval = task.eval_samples
     accuracy = 0.0
     run = Run(math.inf, 0.0, 0, 0, 0.0)
     for epoch in range(task.max_epochs):
@@ -177,7 +175,7 @@ def train(
             if not run.batches or run.batches[-1][1:] != (loader.batch_size, workers):
                 run.batches.append((seconds, loader.batch_size, workers))
             if samples >= next_eval:
-                next_eval += EVAL_SAMPLES
+                next_eval += task.eval_samples
                 with torch.no_grad():
                     accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
                 run.curve.append((seconds, accuracy))
