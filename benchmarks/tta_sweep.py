@@ -1,13 +1,15 @@
 """Time to accuracy, fairly: every fixed batch at its best learning rate against autoscale.
 
-Protocol (see ``docs/benchmarks.md``, "Time to accuracy"): for each task of
+Protocol (see ``docs/benchmarks.md``, "Time to accuracy, tuned"): for each task of
 ``benchmarks/tta_tasks.py`` and each fixed global batch, a grid of 5 learning rates
 (``lr0 · sqrt(B / B0)`` times 1/4 .. 4), 3 seeds each, SGD with momentum 0.9; the best rate
 of a batch is the one with the lowest median time to target. Autoscale starts from the
-smallest batch of the grid at that batch's best rate and tunes nothing else: the runtime's
-own :class:`~tidal.runtime.adaptive.AdaptiveBatch` estimates the gradient noise, fits the
-throughput model, chooses the batch, and gives the AdaScale gain and progress;
-:func:`~tidal.runtime.lr_scaling.lr_factor` gives the learning rate.
+smallest batch that reached the target, at that batch's best rate, and tunes nothing else:
+the runtime's own :class:`~tidal.runtime.adaptive.AdaptiveBatch` estimates the gradient
+noise, fits the throughput model, chooses the batch, and gives the AdaScale gain and
+progress; :func:`~tidal.runtime.lr_scaling.current_factor` gives the learning rate.
+``--variants`` are rules of :func:`~tidal.runtime.lr_scaling.lr_factor`, ``+warmup`` adding
+a 10-step warm-up after each batch change.
 
 Everything runs in this one process. ``W`` replicas are emulated by splitting each global
 batch into ``W`` shards (at least 2, so the noise estimate has two gradients to compare
@@ -104,7 +106,7 @@ def train(
     :func:`lr_factor`, optionally ``+warmup``) switches autoscale on from ``batch``.
     A run still short of the target after ``limit`` modelled seconds stops there."""
     model = task.build(seed)
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
     optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     x, y = task.train
@@ -114,10 +116,10 @@ def train(
     context = _Context(schedule[0][1])
     adaptive = AdaptiveBatch(loader, context, max_global, (1, MAX_LOCAL), True) if variant else None
     rule, *changes = (variant or "adascale").split("+")
-    if adaptive is not None and "warmup" not in changes:
-        adaptive.warmup_steps = 0
+    if adaptive is not None:
+        adaptive.warmup_steps = 10 if "warmup" in changes else 0
     generator = torch.Generator().manual_seed(seed)
-    seconds = wall_start = 0.0
+    seconds = 0.0
     wall_start = time.perf_counter()
     steps = samples = 0
     next_eval = task.eval_samples
