@@ -19,8 +19,9 @@ maximises *goodput* = throughput x statistical efficiency for the current world,
 function of them (:mod:`tidal.runtime.batch_choice`). Decisions are made on rank 0 only
 and carried to the others inside the agreement collective every rank already runs at the
 step boundary (:class:`tidal.State`), so all ranks switch to the new batch at the same
-step. The batch is re-chosen when the world changes and at epoch boundaries when the
-predicted goodput gain exceeds :data:`~tidal.runtime.batch_choice.RECHOOSE_GAIN` (5%).
+step. The batch is re-chosen when the world changes, and at epoch boundaries and every
+:data:`RECHOOSE_STEPS` steps when the predicted goodput gain exceeds
+:data:`~tidal.runtime.batch_choice.RECHOOSE_GAIN` (5%).
 Everything here is part of the loader's state: it travels to newcomers, is rolled back
 with a failed step, and is saved in durable checkpoints.
 
@@ -61,6 +62,11 @@ TIMING_WINDOW = 16
 REPORT_INTERVAL = 2.0
 #: Steps' gradient norms kept while they travel from the device (older ones are dropped).
 _MAX_READINGS = 4
+#: Steps after which the batch is looked at again without an epoch boundary (as at one:
+#: moved only for RECHOOSE_GAIN): about the noise estimate's time constant
+#: (1 / (1 - NOISE_SMOOTHING)), so each look sees a largely new estimate. An epoch of
+#: hundreds of steps no longer holds a batch chosen from the first few steps' noise.
+RECHOOSE_STEPS = 50
 #: Steps over which the learning rate moves from the old batch's to the new one's after a
 #: batch change (:func:`tidal.runtime.lr_scaling.current_factor`). Off by default: in
 #: ``benchmarks/tta_sweep.py`` a 10-step warm-up made time to accuracy 5-10 % worse on
@@ -111,6 +117,7 @@ class AdaptiveBatch:
         self._attached = False
         # Why the batch should be looked at again: "world", "epoch" or None.
         self._pending: str | None = "world"
+        self._since_look = 0
         self._last_end: float | None = None
         self._local = 0
         self._global = 0
@@ -149,6 +156,9 @@ class AdaptiveBatch:
         if self._global > 0:
             self.progress += self.gain()
             self.steps_since_change += 1
+            self._since_look += 1
+            if self._pending is None and self._since_look >= RECHOOSE_STEPS:
+                self._pending = "epoch"
             reading = recorder.totals_async()
             self._readings.append((reading, self._local, self._global, world, recorder.paired))
             # On a GPU the norms arrive a step or so later; never wait for them (a host
@@ -235,6 +245,7 @@ class AdaptiveBatch:
         if self._pending is None or not self.ready():
             return 0
         reason, self._pending = self._pending, None
+        self._since_look = 0
         world = self.context.world_size
         model = self.model()
         current = self.loader.batch_size
@@ -370,6 +381,7 @@ class AdaptiveBatch:
             "profile": {key: list(times) for key, times in self.profile.items()},
             "progress": self.progress,
             "pending": self._pending,
+            "since_look": self._since_look,
             "previous_batch": self.previous_batch,
             "steps_since_change": self.steps_since_change,
         }
@@ -381,6 +393,7 @@ class AdaptiveBatch:
         self.profile = {tuple(k): list(v) for k, v in state["profile"].items()}
         self.progress = float(state["progress"])
         self._pending = state.get("pending")
+        self._since_look = int(state.get("since_look", 0))
         previous = state.get("previous_batch")
         self.previous_batch = int(previous) if previous is not None else None
         self.steps_since_change = int(state.get("steps_since_change", 0))

@@ -1,4 +1,5 @@
-"""The learning rate after a batch change: warmed up from the old batch's, not a jump."""
+"""The adaptive batch over time: the learning rate after a batch change (warm-up), and the
+batch looked at again within a long epoch."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from tidal.runtime.adaptive import AdaptiveBatch
+from tidal.runtime.adaptive import RECHOOSE_STEPS, AdaptiveBatch
 from tidal.runtime.lr_scaling import adaptive_lr, current_factor, warmup_factor
 
 WARMUP_STEPS = 10
@@ -99,3 +100,18 @@ def test_end_step_records_a_given_step_time() -> None:
         commit(adaptive)
     assert adaptive.profile[adaptive._config(1, 64)] == [(0.01, 0.0)] * 3
     assert adaptive.progress == pytest.approx(3.0)
+
+
+def test_batch_is_looked_at_again_within_a_long_epoch() -> None:
+    """An epoch of many steps does not hold a batch chosen from the first steps' noise."""
+    _, adaptive = noise_dominated(init_batch=64)
+    adaptive.noise.count = 100
+    adaptive.profile[adaptive._config(1, 64)] = [(0.001 + 0.0001 * 64, 0.0)] * 5
+    adaptive.profile[adaptive._config(1, 128)] = [(0.001 + 0.0001 * 128, 0.0)] * 5
+    adaptive._pending = None  # the first decision was taken; no epoch boundary since
+    for _ in range(RECHOOSE_STEPS - 1):
+        commit(adaptive)
+        assert adaptive.proposal() == 0
+    commit(adaptive)
+    best = adaptive.proposal()
+    assert best == adaptive.best_batch(1) != 64
