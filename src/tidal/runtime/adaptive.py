@@ -69,8 +69,8 @@ _MAX_READINGS = 4
 RECHOOSE_STEPS = 50
 #: Steps over which the learning rate moves from the old batch's to the new one's after a
 #: batch change (:func:`tidal.runtime.lr_scaling.current_factor`). Off by default: in
-#: ``benchmarks/tta_sweep.py`` a 10-step warm-up made time to accuracy 5-10 % worse on
-#: every task (docs/benchmarks.md, "Time to accuracy, tuned").
+#: ``benchmarks/tta_sweep.py`` a 10-step warm-up gained nothing (digits the same, teacher
+#: 9 % slower; docs/benchmarks.md, "Time to accuracy, tuned").
 WARMUP_STEPS = 0
 
 
