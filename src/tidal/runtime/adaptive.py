@@ -19,8 +19,9 @@ maximises *goodput* = throughput x statistical efficiency for the current world,
 function of them (:mod:`tidal.runtime.batch_choice`). Decisions are made on rank 0 only
 and carried to the others inside the agreement collective every rank already runs at the
 step boundary (:class:`tidal.State`), so all ranks switch to the new batch at the same
-step. The batch is re-chosen when the world changes and at epoch boundaries when the
-predicted goodput gain exceeds :data:`~tidal.runtime.batch_choice.RECHOOSE_GAIN` (5%).
+step. The batch is re-chosen when the world changes, and at epoch boundaries and every
+:data:`RECHOOSE_STEPS` steps when the predicted goodput gain exceeds
+:data:`~tidal.runtime.batch_choice.RECHOOSE_GAIN` (5%).
 Everything here is part of the loader's state: it travels to newcomers, is rolled back
 with a failed step, and is saved in durable checkpoints.
 
@@ -61,6 +62,16 @@ TIMING_WINDOW = 16
 REPORT_INTERVAL = 2.0
 #: Steps' gradient norms kept while they travel from the device (older ones are dropped).
 _MAX_READINGS = 4
+#: Steps after which the batch is looked at again without an epoch boundary (as at one:
+#: moved only for RECHOOSE_GAIN): about the noise estimate's time constant
+#: (1 / (1 - NOISE_SMOOTHING)), so each look sees a largely new estimate. An epoch of
+#: hundreds of steps no longer holds a batch chosen from the first few steps' noise.
+RECHOOSE_STEPS = 50
+#: Steps over which the learning rate moves from the old batch's to the new one's after a
+#: batch change (:func:`tidal.runtime.lr_scaling.current_factor`). Off by default: in
+#: ``benchmarks/tta_sweep.py`` a 10-step warm-up gained nothing (digits the same, teacher
+#: 9 % slower; docs/benchmarks.md, "Time to accuracy, tuned").
+WARMUP_STEPS = 0
 
 
 class AdaptiveBatch:
@@ -97,10 +108,16 @@ class AdaptiveBatch:
         self.profile: Profile = {}
         #: Training progress in steps at the initial batch (the sum of the gains).
         self.progress = 0.0
+        #: Steps of learning-rate warm-up after a batch change (0: the new rate at once).
+        self.warmup_steps = WARMUP_STEPS
+        #: The batch before the last change, and the steps taken since that change.
+        self.previous_batch: int | None = None
+        self.steps_since_change = 0
         self.recorder = GradientRecorder(context)
         self._attached = False
         # Why the batch should be looked at again: "world", "epoch" or None.
         self._pending: str | None = "world"
+        self._since_look = 0
         self._last_end: float | None = None
         self._local = 0
         self._global = 0
@@ -126,14 +143,22 @@ class AdaptiveBatch:
         self._local, self._global = local, global_
         self.recorder.reset()
 
-    def end_step(self) -> None:
-        """A step committed: record its time and gradient statistics (every rank)."""
+    def end_step(self, timing: tuple[float, float] | None = None) -> None:
+        """A step committed: record its time and gradient statistics (every rank).
+
+        ``timing``: the step's ``(seconds, exposed sync seconds)`` where they come from
+        elsewhere than this process's clock (a simulator replaying a throughput model);
+        by default the time since the previous step's end and the hook's sync time."""
         now = time.perf_counter()
         world = self.context.world_size
         recorder = self.recorder
         self._step_stats = None
         if self._global > 0:
             self.progress += self.gain()
+            self.steps_since_change += 1
+            self._since_look += 1
+            if self._pending is None and self._since_look >= RECHOOSE_STEPS:
+                self._pending = "epoch"
             reading = recorder.totals_async()
             self._readings.append((reading, self._local, self._global, world, recorder.paired))
             # On a GPU the norms arrive a step or so later; never wait for them (a host
@@ -141,10 +166,12 @@ class AdaptiveBatch:
             while self._readings and self._readings[0][0].ready():
                 self._take(*self._readings.pop(0))
             del self._readings[:-_MAX_READINGS]
-            if self._last_end is not None:
+            if timing is None and self._last_end is not None:
+                timing = (now - self._last_end, recorder.sync_time)
+            if timing is not None:
                 key = self._config(world, self.loader.batch_size)
                 times = self.profile.setdefault(key, [])
-                times.append((now - self._last_end, recorder.sync_time))
+                times.append(timing)
                 del times[:-TIMING_WINDOW]
         self._last_end = now
         if (
@@ -218,6 +245,7 @@ class AdaptiveBatch:
         if self._pending is None or not self.ready():
             return 0
         reason, self._pending = self._pending, None
+        self._since_look = 0
         world = self.context.world_size
         model = self.model()
         current = self.loader.batch_size
@@ -239,6 +267,8 @@ class AdaptiveBatch:
         """Train at global ``batch`` from the next step on (every rank, the same step)."""
         if batch == self.loader.batch_size:
             return
+        self.previous_batch = int(self.loader.batch_size)
+        self.steps_since_change = 0
         self.loader.batch_size = int(batch)
         self._last_end = None
         self._gain_cache = None
@@ -291,6 +321,10 @@ class AdaptiveBatch:
         value = adascale_gain(self.noise.noise_scale, self.init_batch, batch)
         self._gain_cache = (batch, self.noise.count, value)
         return value
+
+    def gain_at(self, batch: float) -> float:
+        """AdaScale gain of global ``batch`` with the current noise estimate."""
+        return adascale_gain(self.noise.noise_scale, self.init_batch, batch)
 
     def _config(self, workers: int, batch: int) -> Configuration:
         return batch_choice.configuration(self.limits, workers, batch)
@@ -347,6 +381,9 @@ class AdaptiveBatch:
             "profile": {key: list(times) for key, times in self.profile.items()},
             "progress": self.progress,
             "pending": self._pending,
+            "since_look": self._since_look,
+            "previous_batch": self.previous_batch,
+            "steps_since_change": self.steps_since_change,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -356,5 +393,9 @@ class AdaptiveBatch:
         self.profile = {tuple(k): list(v) for k, v in state["profile"].items()}
         self.progress = float(state["progress"])
         self._pending = state.get("pending")
+        self._since_look = int(state.get("since_look", 0))
+        previous = state.get("previous_batch")
+        self.previous_batch = int(previous) if previous is not None else None
+        self.steps_since_change = int(state.get("steps_since_change", 0))
         self._gain_cache = None
         self._last_end = None

@@ -6,6 +6,12 @@ each step runs at the base rate times :func:`lr_factor` of the current batch: th
 gain ``r = (var + sqr) / (var / scale + sqr)``, in ``[1, scale]``, for SGD, ``sqrt(r)``
 (AdamScale) for Adam-like optimizers. The gain comes from the loader's
 :class:`~tidal.runtime.adaptive.AdaptiveBatch`.
+
+With ``AdaptiveBatch.warmup_steps`` set, the factor does not jump after a batch change: it
+moves linearly from the old batch's factor to the new one's over that many steps
+(:func:`warmup_factor`), as a learning-rate warm-up does after a batch is raised (Goyal et
+al. 2017). It is off by default: measured, it cost time to accuracy (see
+:data:`tidal.runtime.adaptive.WARMUP_STEPS`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,29 @@ def lr_factor(rule: str, gain: float, scale: float) -> float:
     raise ValueError(f"rule: expected adascale, adamscale, sqrt or linear, got {rule!r}")
 
 
+def warmup_factor(before: float, after: float, steps: int, warmup_steps: int) -> float:
+    """The factor ``steps`` steps after a change from ``before`` to ``after``: linear over
+    ``warmup_steps`` steps (the first step already one ``warmup_steps``-th of the way),
+    ``after`` from then on."""
+    if warmup_steps <= 0 or steps + 1 >= warmup_steps:
+        return after
+    fraction = (max(steps, 0) + 1) / warmup_steps
+    return before + (after - before) * fraction
+
+
+def current_factor(adaptive: AdaptiveBatch, rule: str) -> float:
+    """The learning-rate multiplier of the next step: :func:`lr_factor` of the current
+    batch, warmed up from the previous batch's after a change (:func:`warmup_factor`)."""
+    init = max(adaptive.init_batch, 1)
+    batch = adaptive.loader.batch_size
+    after = lr_factor(rule, adaptive.gain(), batch / init)
+    previous = adaptive.previous_batch
+    if previous is None or adaptive.steps_since_change >= adaptive.warmup_steps:
+        return after
+    before = lr_factor(rule, adaptive.gain_at(previous), previous / init)
+    return warmup_factor(before, after, adaptive.steps_since_change, adaptive.warmup_steps)
+
+
 def adaptive_lr(
     optimizer: torch.optim.Optimizer, loader: Any, rule: str = "auto"
 ) -> torch.optim.Optimizer:
@@ -59,8 +88,7 @@ def adaptive_lr(
         adaptive: AdaptiveBatch | None = getattr(loader, "adaptive", None)
         if adaptive is None:
             return original(*args, **kwargs)
-        scale = loader.batch_size / max(adaptive.init_batch, 1)
-        factor = lr_factor(rule, adaptive.gain(), scale)
+        factor = current_factor(adaptive, rule)
         if factor == 1.0:
             return original(*args, **kwargs)
         saved = [group["lr"] for group in optimizer.param_groups]
