@@ -13,7 +13,7 @@ import pytest
 
 from tidal.launch.limits import WorkerLimits
 from tidal.launch.process import LocalProcess
-from tidal.launch.warm import ENV_WARM_POOL, WarmSpawner, warm_pool_size
+from tidal.launch.warm import ENV_WARM_POOL, READY_LINE, WarmSpawner, warm_pool_size
 from tidal.launch.worker import last_exception
 
 pytestmark = pytest.mark.slow
@@ -102,6 +102,29 @@ def test_a_warm_worker_runs_like_a_cold_one(tmp_path: Path) -> None:
     finally:
         spawner.close()
     assert left and all(p.poll() is not None for p in left)  # the pool's spares end too
+
+
+def test_the_pool_says_when_its_imports_are_done(tmp_path: Path) -> None:
+    # wait_warm reads each interpreter's ready line; the worker's output never holds it,
+    # read or not (the test above takes an interpreter whose line nobody read).
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    spawner = WarmSpawner(2, preload=["xml.dom.minidom"])
+    try:
+        assert spawner.wait_warm(120) == 2
+        assert spawner.wait_warm(0) == 2  # nothing left to read: at once
+        process, out = _spawn(spawner, script, tmp_path)
+        assert process.wait(timeout=120) == 3
+        process.drain(timeout=10)
+        assert READY_LINE not in "".join(out.lines)
+        assert json.loads(out.lines[0])["preloaded"] is True
+        # Those that died while waiting are not warm.
+        for taken in spawner._ready:
+            taken.kill()
+            taken.wait()
+        assert spawner.wait_warm(120) == 0
+    finally:
+        spawner.close()
 
 
 def test_other_commands_start_cold(tmp_path: Path) -> None:

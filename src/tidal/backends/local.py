@@ -136,6 +136,7 @@ class LocalBackend:
         )
         boot = AgentBoot(config, time.monotonic() + _START_TIMEOUT, retries=0, first=True)
         self._spawn_agent(boot, launch.log_dir, standby=True)
+        self._standby.learn(launch.argv, launch.working_dir)
 
     def _spawn_agent(
         self, boot: AgentBoot, log_dir: Path | None, *, standby: bool = False

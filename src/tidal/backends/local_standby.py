@@ -4,7 +4,10 @@
 the next job a backend starts; the job's agent is then that process, its first workers
 the standby's warm interpreters. The next standby is started only while no job starts
 (:meth:`Standby.keep` is told so by the backend), so its imports never compete with a
-job's start. Its stdin is a pipe from the backend: when the server ends or dies, the pipe
+job's start. Its interpreters import ahead the installed packages the scripts of the
+latest jobs imported (:meth:`Standby.learn`): a team runs the same scripts again, and a
+package such as scikit-learn costs a newcomer seconds more than torch already imported
+does. Its stdin is a pipe from the backend: when the server ends or dies, the pipe
 closes and a standby that took no job exits with its pool, leaving nothing to find.
 """
 
@@ -16,16 +19,21 @@ import os
 import secrets
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tidal.launch.agent import ENV_AGENT_TREE
 from tidal.launch.file_modes import user_umask
 from tidal.launch.process import kill_marked
+from tidal.launch.warm import script_imports
 
-__all__ = ["Handed", "Standby"]
+__all__ = ["PRELOAD_MAX", "Handed", "Standby"]
 
 log = logging.getLogger("tidal.backends.local")
+
+#: The most modules a standby's interpreters import ahead (the newest jobs' first).
+PRELOAD_MAX = 16
 
 #: How long a killed standby is waited for (reaped) before its tree is swept.
 _KILL_WAIT_S = 10.0
@@ -53,6 +61,20 @@ class Standby:
         #: The job that took the last standby, until it trains (or ends): no new one
         #: starts meanwhile.
         self.taken_by: str | None = None
+        #: What the next standby's interpreters import ahead: installed packages the
+        #: latest jobs' scripts import at their top level, the newest job's first.
+        self.preload: tuple[str, ...] = ()
+
+    def learn(self, argv: Sequence[str], working_dir: Path | None) -> None:
+        """Note what the script of a job just started imports, for the next standby to
+        import ahead (a script named relative to the job's ``working_dir`` is read there)."""
+        if self.workers == 0 or len(argv) < 2:
+            return
+        script = Path(argv[1])
+        if working_dir is not None and not script.is_absolute():
+            script = working_dir / script
+        found = script_imports([argv[0], str(script), *argv[2:]])
+        self.preload = tuple(dict.fromkeys([*found, *self.preload]))[:PRELOAD_MAX]
 
     def keep(self, *, starting: bool) -> None:
         """Replace a standby that died, and start one where none is, unless a job is
@@ -72,7 +94,7 @@ class Standby:
             self.process = subprocess.Popen(
                 [
                     *(sys.executable, "-m", "tidal.launch.standby"),
-                    *(str(self.workers), str(self.state_dir)),
+                    *(str(self.workers), str(self.state_dir), *self.preload),
                 ],
                 stdout=sink,
                 stderr=subprocess.STDOUT,
@@ -82,7 +104,10 @@ class Standby:
                 umask=user_umask(),
             )
         log.info(
-            "standby agent pid=%d started (%d warm interpreter(s))", self.process.pid, self.workers
+            "standby agent pid=%d started (%d warm interpreter(s), importing %s)",
+            self.process.pid,
+            self.workers,
+            ", ".join(("torch", *self.preload)),
         )
 
     def hand(self, job_id: str, config_path: Path) -> Handed | None:

@@ -4,9 +4,10 @@ A new job's agent spawned for it pays for an interpreter and the launch layer's 
 (torch, ``torch.distributed``), and its first workers each pay for theirs: seconds each,
 tens of seconds on a loaded host, while the slots they were given stay idle. The local
 backend keeps one standby instead (``backends/local_standby.py``):
-``python -m tidal.launch.standby N STATE_DIR`` imports all the agent needs, starts a
-:class:`~tidal.launch.warm.WarmSpawner` of ``N`` interpreters at once (no preload, the
-server's environment) and waits on its stdin.
+``python -m tidal.launch.standby N STATE_DIR [MODULE ...]`` imports all the agent needs,
+starts a :class:`~tidal.launch.warm.WarmSpawner` of ``N`` interpreters at once (each
+importing torch and each ``MODULE``, in the server's environment) and waits on its
+stdin.
 
 The backend hands it a job by writing the path of the job's ``<job>.launch.json`` as one
 line. The standby then moves its output to ``<job>.agent.log``, lets go of its stdin and
@@ -24,6 +25,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
 from tidal.launch.agent import serve
@@ -34,6 +36,9 @@ from tidal.launch.warm import WarmSpawner
 __all__ = ["agent_log", "main"]
 
 log = logging.getLogger("tidal.standby")
+
+#: How long the standby waits for its pool's imports before saying how many are done.
+_WARM_WAIT_S = 600.0
 
 
 def agent_log(state_dir: Path, job_id: str) -> Path:
@@ -55,17 +60,26 @@ def _move_output(path: Path) -> None:
     os.close(devnull)
 
 
+def _say_when_warm(pool: WarmSpawner) -> None:
+    """Log once the pool's interpreters have done their imports (or the wait ends)."""
+    warm = pool.wait_warm(_WARM_WAIT_S)
+    log.info("standby: %d of %d interpreter(s) warm", warm, pool.size)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tidal.launch.standby SIZE STATE_DIR``: wait for a job, then serve it."""
+    """``python -m tidal.launch.standby SIZE STATE_DIR [MODULE ...]``: wait for a job,
+    then serve it."""
     parser = argparse.ArgumentParser(description="tidal standby agent")
     parser.add_argument("size", type=int)
     parser.add_argument("state_dir", type=Path)
+    parser.add_argument("preload", nargs="*", help="modules the interpreters import ahead")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     with private_files():
         # Refilled only once the job it serves trains, by the job's own plan.
-        pool = WarmSpawner(args.size, refill=False)
+        pool = WarmSpawner(args.size, preload=args.preload, refill=False)
         log.info("standby: %d warm interpreter(s); waiting for a job", args.size)
+        threading.Thread(target=_say_when_warm, args=(pool,), daemon=True).start()
         line = sys.stdin.readline().strip()
         if not line:
             pool.close()  # no job will come: the backend closed, or its server died

@@ -35,11 +35,14 @@ import ast
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import runpy
+import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -49,11 +52,24 @@ from tidal.launch.log_sink import start_pump
 from tidal.launch.process import LocalProcess, LocalSpawner, resolve_python, slot_number
 from tidal.launch.warm_plan import ENV_WARM_POOL, requested_pool
 
-__all__ = ["ENV_WARM_POOL", "WarmSpawner", "main", "script_imports", "warm_pool_size"]
+__all__ = [
+    "ENV_WARM_POOL",
+    "READY_LINE",
+    "WarmSpawner",
+    "main",
+    "script_imports",
+    "warm_pool_size",
+]
+
+log = logging.getLogger(__name__)
 
 #: What the interpreters of the pool are started with on top of this environment; the
 #: worker's own environment sets the same (:func:`tidal.launch.worker.worker_env`).
 _START_ENV = {"PYTHONUNBUFFERED": "1"}
+
+#: The first line a pool's interpreter writes, once its imports are done: how the pool
+#: knows it is warm (:meth:`WarmSpawner.wait_warm`). Never reaches the worker's log.
+READY_LINE = "tidal-warm: ready"
 
 
 def warm_pool_size(env: Mapping[str, str]) -> int:
@@ -136,6 +152,8 @@ class WarmSpawner:
         self._filled = False
         self._closed = False
         self._refill = refill
+        #: Interpreters whose :data:`READY_LINE` was read (by :meth:`wait_warm`).
+        self._warm: set[int] = set()
         if fill:
             self.fill()
 
@@ -211,8 +229,38 @@ class WarmSpawner:
             pass
 
         assert process.stdout is not None
+        if process.pid not in self._warm:
+            on_line = _after_ready_line(on_line)
         reader = start_pump(process.stdout, on_line, worker_id)
         return LocalProcess(process, reader)
+
+    def wait_warm(self, timeout: float) -> int:
+        """Wait (up to ``timeout`` seconds in all) until each interpreter of the pool has
+        done its imports; how many have. A taken interpreter is not waited for."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            pending = [p for p in self._ready if p.pid not in self._warm]
+        for process in pending:
+            with self._lock:
+                # Read under the lock, so it is not taken (and its output pumped) meanwhile;
+                # a take waits at most for this interpreter's imports, as its worker would.
+                if process not in self._ready or self._closed:
+                    continue
+                assert process.stdout is not None
+                while True:
+                    left = max(deadline - time.monotonic(), 0.0)
+                    if not select.select([process.stdout], [], [], left)[0]:
+                        break  # still importing at the deadline
+                    line = process.stdout.readline()
+                    if not line:
+                        break  # it died: its take starts the worker cold
+                    if line.rstrip("\n") == READY_LINE:
+                        self._warm.add(process.pid)
+                        break
+                    # What its imports printed before any worker was in it.
+                    log.debug("warm interpreter pid=%d: %s", process.pid, line.rstrip())
+        with self._lock:
+            return sum(p.pid in self._warm and p.poll() is None for p in self._ready)
 
     def keep(self, size: int, *, preload: Sequence[str] = ()) -> None:
         """From now on keep ``size`` interpreters (0: close the pool), refilled as they
@@ -241,6 +289,21 @@ class WarmSpawner:
             process.wait()
 
 
+def _after_ready_line(on_line: Callable[[str], None]) -> Callable[[str], None]:
+    """``on_line`` for the output of an interpreter whose :data:`READY_LINE` nobody read
+    yet: that line is dropped (once; what its imports printed before it is kept)."""
+    seen = False
+
+    def pass_on(line: str) -> None:
+        nonlocal seen
+        if not seen and line.rstrip("\n") == READY_LINE:
+            seen = True
+            return
+        on_line(line)
+
+    return pass_on
+
+
 def main() -> None:
     """The pool's interpreter: import torch and the modules named in its arguments, wait
     for the worker's order, run its script."""
@@ -256,6 +319,7 @@ def main() -> None:
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         # CUDA would keep the devices it saw now, not the worker's CUDA_VISIBLE_DEVICES.
         sys.exit(0)
+    print(READY_LINE, flush=True)
 
     line = sys.stdin.readline()
     if not line:
