@@ -7,6 +7,8 @@ of 4 workers. Team ``a`` gives its loan back either by **shrinking** its job to 
 boundary (tidal) or by **evict** (the job is stopped and requeued, restarting from its
 checkpoint, as Kueue, KAI and Volcano take a loan back), alternating trial by trial.
 
+* **to b's group**: from b's submission to b's agent forming its first group (all four
+  workers joined; each starts its first step then), from the agent's log;
 * **to b training**: from b's submission to b's first reported step (rank 0 reports every
   5 steps, so this includes up to 5 of b's steps);
 * **a's lost steps**: steps a trained again after the reclaim (its step counter going
@@ -29,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from common import ROOT
@@ -65,6 +68,16 @@ def _second_standby_warm(data: Path) -> bool:
     return " interpreter(s) warm" in "".join(text.split("waiting for a job")[2:])
 
 
+def _group_formed(agent_log: Path) -> float:
+    """When (epoch seconds) the agent of ``agent_log`` formed its job's first group: its
+    workers all joined and start their first step."""
+    for line in agent_log.read_text().splitlines() if agent_log.exists() else ():
+        if "generation 0 formed" in line:
+            stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            return stamp.timestamp()
+    return nan
+
+
 def trial(mode: str, tmp: Path, standby: int) -> dict[str, float]:
     """One reclaim by ``mode`` with a standby of ``standby`` interpreters; its figures."""
     teams = tmp / "teams.yaml"
@@ -87,6 +100,7 @@ def trial(mode: str, tmp: Path, standby: int) -> dict[str, float]:
             b_log = tmp / "data" / "agents" / f"{b}.agent.log"
             # Whether b's agent was the standby (its first workers then were its pool's).
             warm = float("standby agent" in b_log.read_text()) if b_log.exists() else nan
+            formed = _group_formed(b_log) - submitted
             try:
                 # a back at work after the reclaim: a few reports after b's first.
                 until(
@@ -103,6 +117,7 @@ def trial(mode: str, tmp: Path, standby: int) -> dict[str, float]:
                     "a_lost_steps": nan,
                     "a_pause": nan,
                     "b_from_standby": warm,
+                    "to_b_group": formed,
                 }
             points = sorted(client.metrics(a), key=lambda m: m.time)
         lost, top = 0, 0
@@ -117,6 +132,7 @@ def trial(mode: str, tmp: Path, standby: int) -> dict[str, float]:
             "a_lost_steps": float(lost),
             "a_pause": max(gaps, default=float("nan")),
             "b_from_standby": warm,
+            "to_b_group": formed,
         }
     finally:
         stop_server(process)
@@ -143,7 +159,8 @@ def main() -> None:
     print("| median over trials | shrink (tidal) | evict (baseline) | ratio |")
     print("|---|---:|---:|---:|")
     for key, label in (
-        ("to_b_training", "b's submission → b training (s)"),
+        ("to_b_group", "b's submission → b's workers joined, training (s)"),
+        ("to_b_training", "b's submission → b's first report, step 5 (s)"),
         ("a_pause", "a's longest pause (s)"),
         ("a_lost_steps", "a's lost steps"),
     ):
