@@ -283,3 +283,18 @@ class BackendConformance:
         again.stop(JOB)
         watch.gone()
         assert_no_process(watch.pids)
+
+
+def python_children(parent: int, module: bytes) -> set[int]:
+    """Processes of ``python -m <module>`` whose parent is ``parent`` (say, a pool's
+    interpreters, ``b"tidal.launch.warm"``)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == parent and module in cmdline:
+            found.add(int(stat.parent.name))
+    return found

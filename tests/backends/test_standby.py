@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.conformance import SCRIPT, assert_no_process
+from tests.backends.conformance import SCRIPT, assert_no_process, python_children
 from tidal.backends.local import LocalBackend
 from tidal.launch.agent import ENV_AGENT_TREE
 from tidal.launch.api import JobLaunch, JobStatus, WorkerState
@@ -24,20 +24,6 @@ pytestmark = pytest.mark.slow
 
 #: How long a wait may take on a loaded host (each is event-driven, by polling).
 WAIT_S = 180.0
-
-
-def _children(parent: int, module: bytes) -> set[int]:
-    """Processes of ``python -m <module>`` whose parent is ``parent``."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == parent and module in cmdline:
-            found.add(int(stat.parent.name))
-    return found
 
 
 def _tree_of(pid: int) -> str:
@@ -80,9 +66,9 @@ def _standby_pool(polls: Polls, size: int, *, not_pid: int = 0) -> tuple[int, se
     assert process is not None
     _until(
         f"the standby's {size} interpreters",
-        lambda: len(_children(process.pid, b"tidal.launch.warm")) == size,
+        lambda: len(python_children(process.pid, b"tidal.launch.warm")) == size,
     )
-    return process.pid, _children(process.pid, b"tidal.launch.warm")
+    return process.pid, python_children(process.pid, b"tidal.launch.warm")
 
 
 class Polls:
@@ -194,10 +180,10 @@ def test_a_killed_server_leaves_no_standby(tmp_path: Path) -> None:
         env=dict(os.environ, TIDAL_HOME=str(tmp_path / "home")),
     )
     try:
-        _until("the server's standby", lambda: _children(server.pid, b"tidal.launch.standby"))
-        (standby,) = _children(server.pid, b"tidal.launch.standby")
+        _until("the server's standby", lambda: python_children(server.pid, b"tidal.launch.standby"))
+        (standby,) = python_children(server.pid, b"tidal.launch.standby")
         tree = _tree_of(standby)
-        _until("the standby's pool", lambda: _children(standby, b"tidal.launch.warm"))
+        _until("the standby's pool", lambda: python_children(standby, b"tidal.launch.warm"))
     finally:
         server.kill()
         server.wait(timeout=30)

@@ -9,26 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.conformance import JOB, Watch, assert_no_process, launch, running_on
+from tests.backends.conformance import (
+    JOB,
+    Watch,
+    assert_no_process,
+    launch,
+    python_children,
+    running_on,
+)
 from tidal.backends.local import LocalBackend
 from tidal.launch.api import WorkerState
 from tidal.launch.warm_plan import DEFAULT_POOL
 
 pytestmark = pytest.mark.slow
-
-
-def _warm_children(parent: int) -> set[int]:
-    """Pool interpreters (``python -m tidal.launch.warm``) whose parent is ``parent``."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == parent and b"tidal.launch.warm" in cmdline:
-            found.add(int(stat.parent.name))
-    return found
 
 
 def test_a_growable_job_starts_its_newcomer_from_the_pool(tmp_path: Path) -> None:
@@ -42,7 +35,7 @@ def test_a_growable_job_starts_its_newcomer_from_the_pool(tmp_path: Path) -> Non
         record = tmp_path / "data" / "agents" / f"{JOB}.agent.json"
         agent = int(json.loads(record.read_text())["pid"])
         deadline = time.monotonic() + 60
-        while len(pool := _warm_children(agent)) < DEFAULT_POOL:
+        while len(pool := python_children(agent, b"tidal.launch.warm")) < DEFAULT_POOL:
             assert time.monotonic() < deadline, f"no pool once the job trained: {pool}"
             time.sleep(0.05)
 
@@ -53,7 +46,7 @@ def test_a_growable_job_starts_its_newcomer_from_the_pool(tmp_path: Path) -> Non
         )
         assert newcomer in pool, "the newcomer started cold"
         # The newcomer keeps the pool's command line; the pool has one started in its place.
-        refilled = _warm_children(agent) - {newcomer}
+        refilled = python_children(agent, b"tidal.launch.warm") - {newcomer}
         assert len(refilled) == DEFAULT_POOL and pool - {newcomer} < refilled
 
         backend.stop(JOB)
