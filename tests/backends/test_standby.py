@@ -40,12 +40,15 @@ def _until(what: str, check: Callable[[], object]) -> None:
         time.sleep(0.05)
 
 
-def _job(tmp_path: Path, job_id: str, epochs: int) -> JobLaunch:
+def _job(tmp_path: Path, job_id: str, epochs: int, step_delay: float = 0.0) -> JobLaunch:
     out = tmp_path / job_id
     out.mkdir(exist_ok=True)
     return JobLaunch(
         job_id=job_id,
-        argv=(sys.executable, str(SCRIPT), "--out", str(out), "--epochs", str(epochs)),
+        argv=(
+            *(sys.executable, str(SCRIPT), "--out", str(out)),
+            *("--epochs", str(epochs), "--step-delay", str(step_delay)),
+        ),
         log_dir=tmp_path / job_id / "logs",
         checkpoint_dir=tmp_path / job_id / "ckpt",
         gpu=False,
@@ -112,7 +115,10 @@ def test_a_new_job_starts_in_the_standby_and_its_pool(tmp_path: Path) -> None:
     try:
         standby, pool = _standby_pool(polls, 2)
         seen |= pool | {standby}
-        backend.start(_job(tmp_path, "first", epochs=2), [("local", 0), ("local", 1)])
+        # Both jobs slowed (seconds of training), so each is still running, its agent's
+        # record there, when it is first seen training.
+        first = _job(tmp_path, "first", epochs=2, step_delay=0.1)
+        backend.start(first, [("local", 0), ("local", 1)])
         status = polls.until("first", "the first job training", _trains)
         record = json.loads((data / "agents" / "first.agent.json").read_text())
         assert record["pid"] == standby
@@ -124,7 +130,7 @@ def test_a_new_job_starts_in_the_standby_and_its_pool(tmp_path: Path) -> None:
         # The next standby's pool imports ahead what the first job's script imported.
         for pid in second_pool:
             assert b"sklearn.datasets" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        backend.start(_job(tmp_path, "second", epochs=1), [("local", 2)])
+        backend.start(_job(tmp_path, "second", epochs=1, step_delay=0.1), [("local", 2)])
         polls.until("second", "the second job training", _trains)
         record = json.loads((data / "agents" / "second.agent.json").read_text())
         assert record["pid"] == second
