@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The GPU check, in one unattended run of at most ~8.5 minutes: the machine (nvidia-smi), the
-# versions of torch, CUDA and NCCL, the tests marked `gpu` (pytest -m gpu tests/runtime),
-# then benchmarks/gpu_overhead.py within the time left. See "GPU" in docs/benchmarks.md.
+# versions of torch, CUDA and NCCL, the tests marked `gpu` (pytest -m gpu tests/runtime), a
+# new worker's first step (benchmarks/first_step.py), then benchmarks/gpu_overhead.py
+# within the time left. See "GPU" in docs/benchmarks.md.
 #
 #   benchmarks/gpu_check.sh          # on a machine with an NVIDIA GPU
 #   benchmarks/gpu_check.sh --cpu    # anywhere: the tests skip, the benchmark runs --quick
 #
-# Writes gpu_check.log (everything printed), gpu_overhead.json and gpu_logs.tar.gz (each
-# run's log, the tests' work folders) into $OUT, or into a new folder under /tmp. Knobs
+# Writes gpu_check.log (everything printed), first_step.json, gpu_overhead.json and
+# gpu_logs.tar.gz (each run's log, the tests' work folders) into $OUT, or into a new
+# folder under /tmp. Knobs
 # (environment): PYTHON (python3), GPU_CHECK_SECONDS (500: the whole script),
 # GPU_TEST_SECONDS (210: the tests; 0 skips them), GPU_TEST_TIMEOUT (150: one test),
 # GPU_BENCH_ARGS (more options for gpu_overhead.py, e.g. "--models mlp-2m,mlp-50m"),
@@ -93,6 +95,13 @@ EOF
         tests=$?
         echo "pytest exit status: $tests"
     fi
+
+    # A new worker's first step, cold and from a warm interpreter: what the CUDA context
+    # adds to a warm start (about 30 s on a GPU host).
+    section "first step of a new worker: first_step.py --device $DEVICE"
+    timeout -s INT -k 10 90 "$PY" benchmarks/first_step.py --device "$DEVICE" --trials 3 \
+        --json "$OUT/first_step.json"
+    echo "first_step exit status: $?"
 
     # Time kept for the profile at the end.
     local reserve=0

@@ -30,6 +30,7 @@ def _run(
     *extra: str,
     epochs: int = 4,
     script_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> tuple[Launch, Path]:
     out = tmp_path / "out"
     out.mkdir()
@@ -47,6 +48,7 @@ def _run(
             *script_args,
         ],
         home=tmp_path / "home",
+        env=env,
     )
     launches.append(launch)
     return launch, out
@@ -71,6 +73,9 @@ def test_batch_decisions_agree_and_survive_rescale(launches: list[Launch], tmp_p
         "--resize-at",
         "20:3,80:1",
         epochs=8,
+        # Asked for DDP's own all-reduce, the job still measures its gradients in the hook:
+        # each generation's DDP, a newcomer's too, is rebuilt with it at the first batch.
+        env={"TIDAL_GRADIENT_SYNC": "native"},
     )
     assert launch.finish(timeout=300) == 0, launch.output()
     history = final_history(steps(out))
@@ -88,6 +93,7 @@ def test_batch_decisions_agree_and_survive_rescale(launches: list[Launch], tmp_p
     assert all(b >= a for a, b in itertools.pairwise(samples)), samples
     progress = [g[0]["progress"] for g in history.values()]
     assert all(b > a for a, b in itertools.pairwise(progress))
+    assert {r["gradient_sync"] for g in history.values() for r in g} == {"guarded"}
     assert "restarts: 0" in launch.output(), launch.output()
 
 

@@ -37,6 +37,7 @@ def _run(
     workers: str,
     *extra: str,
     script_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> tuple[Launch, Path]:
     out = tmp_path / name
     out.mkdir()
@@ -56,6 +57,7 @@ def _run(
             *script_args,
         ],
         home=tmp_path / "home",
+        env=env,
     )
     launches.append(launch)
     return launch, out
@@ -75,6 +77,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     history = final_history(steps(out))
     assert len(history) == STEPS
     assert {r["world"] for g in history.values() for r in g} == {2}
+    # On gloo the default is the guarded hook.
+    assert {r["gradient_sync"] for g in history.values() for r in g} == {"guarded"}
     return out / "final.pt"
 
 
@@ -113,6 +117,27 @@ def test_micro_batches_match_fixed_run(
 ) -> None:
     launch, out = _run(launches, tmp_path, "micro", "3:3", script_args=("--micro-batch-size", "7"))
     assert launch.finish(timeout=180) == 0, launch.output()
+    assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
+
+
+def test_native_allreduce_with_uneven_shares_matches_fixed_run(
+    launches: list[Launch], tmp_path: Path, reference: Path
+) -> None:
+    """DDP's own all-reduce (what NCCL jobs use) with the share weighting on the model's
+    output: 3 workers split each batch of 64 as 21/21/22, in micro-batches of 7, and end
+    where the guarded hook's run at 2 workers does."""
+    launch, out = _run(
+        launches,
+        tmp_path,
+        "native",
+        "3:3",
+        script_args=("--micro-batch-size", "7"),
+        env={"TIDAL_GRADIENT_SYNC": "native"},
+    )
+    assert launch.finish(timeout=180) == 0, launch.output()
+    history = final_history(steps(out))
+    assert {r["gradient_sync"] for g in history.values() for r in g} == {"native"}
+    assert {r["world"] for g in history.values() for r in g} == {3}
     assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
 
 

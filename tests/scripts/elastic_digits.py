@@ -203,6 +203,7 @@ def main() -> None:
                         "checksum": [flat.sum().item(), flat.abs().sum().item()],
                         "stall": state.last_rescale_stall,
                         "backend": ctx.backend,
+                        "gradient_sync": model.gradient_sync,
                         "device": str(flat.device),
                         "time": time.time(),
                         "started": STARTED,

@@ -19,6 +19,10 @@ ENV_CHECKPOINT_EVERY_SECONDS = "TIDAL_CHECKPOINT_EVERY_SECONDS"
 ENV_TIMEOUT = "TIDAL_TIMEOUT"
 ENV_SYNC_EVERY = "TIDAL_SYNC_EVERY"
 ENV_BACKEND = "TIDAL_BACKEND"
+#: How gradients are all-reduced: ``auto`` (the default), ``native`` or ``guarded`` (see
+#: :func:`tidal.runtime.parallel.native_allreduce`).
+ENV_GRADIENT_SYNC = "TIDAL_GRADIENT_SYNC"
+GRADIENT_SYNC_MODES = ("auto", "native", "guarded")
 #: A job's parameters, a JSON object (name → value), and the location (a path or a URL)
 #: of the dataset it trains on: what ``tidal.params()`` reads.
 ENV_PARAMS = "TIDAL_PARAMS"
@@ -70,6 +74,7 @@ class RuntimeConfig:
     checkpoint_every_steps: int = 0
     checkpoint_every_seconds: float = 0.0
     backend: str | None = None
+    gradient_sync: str = "auto"
 
     @classmethod
     def from_env(cls) -> RuntimeConfig:
@@ -77,6 +82,12 @@ class RuntimeConfig:
         backend = os.environ.get(ENV_BACKEND) or None
         if backend not in (None, "gloo", "nccl"):
             raise ConfigError(f"{ENV_BACKEND}: expected 'gloo' or 'nccl', got {backend!r}")
+        gradient_sync = os.environ.get(ENV_GRADIENT_SYNC) or "auto"
+        if gradient_sync not in GRADIENT_SYNC_MODES:
+            raise ConfigError(
+                f"{ENV_GRADIENT_SYNC}: expected one of {', '.join(GRADIENT_SYNC_MODES)}, "
+                f"got {gradient_sync!r}"
+            )
         return cls(
             timeout=_env_float(ENV_TIMEOUT, 10.0, minimum=0.1),
             sync_every=_env_int(ENV_SYNC_EVERY, 1, minimum=1),
@@ -84,4 +95,5 @@ class RuntimeConfig:
             checkpoint_every_steps=_env_int(ENV_CHECKPOINT_EVERY_STEPS, 0, minimum=0),
             checkpoint_every_seconds=_env_float(ENV_CHECKPOINT_EVERY_SECONDS, 0.0, minimum=0.0),
             backend=backend,
+            gradient_sync=gradient_sync,
         )

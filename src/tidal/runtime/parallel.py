@@ -10,6 +10,11 @@ things DDP's default cannot:
 * routes every all-reduce through the context's failure guard, so a dead peer makes
   ``backward()`` return promptly (the step is then dropped and redone) instead of raising
   inside the user's loop or hanging until the timeout.
+
+On NCCL neither needs the hook (:func:`native_allreduce`): an NCCL all-reduce's future is
+complete once it is launched, so the guard has nothing to cut short there, and the share
+weighting moves onto the module's output. DDP then all-reduces with its own C++ code and
+a step's backward pass runs no Python at all, as plain DDP's does.
 """
 
 from __future__ import annotations
@@ -36,6 +41,19 @@ _NO_BUFFER_SYNC = (
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
     else "broadcast_buffers"
 )
+
+
+def native_allreduce(setting: str, backend: str, *, measuring: bool) -> bool:
+    """Whether DDP's own all-reduce serves the gradients, with no Python comm hook.
+
+    ``setting`` is ``TIDAL_GRADIENT_SYNC``: ``auto`` takes the native path on ``nccl``
+    only. On gloo the guarded hook is what lets a survivor stop waiting on a dead peer
+    within one watcher poll; ``native`` there trades that for speed (a lost peer then
+    makes ``backward()`` raise after the timeout). ``measuring``: the adaptive batch size
+    reads the gradient's statistics in the hook, so it is needed whatever the setting."""
+    if measuring or setting == "guarded":
+        return False
+    return setting == "native" or backend == "nccl"
 
 
 class _HookState:
@@ -131,6 +149,10 @@ class ElasticDataParallel(nn.Module):
         }
         self._hook_state = _HookState(self._context)
         self._ddp: DistributedDataParallel | None = None
+        #: Whether the current DDP all-reduces natively (:func:`native_allreduce`).
+        self._native = False
+        #: This rank's share of the global batch as (local, global) samples.
+        self._share = (1, 1)
         self._micro_weight = 1.0
         self._context.parallel = self
         if self._context.device.type == "cuda":
@@ -149,7 +171,21 @@ class ElasticDataParallel(nn.Module):
             init_sync=False,  # the state broadcast already made every rank equal
             **self._ddp_options,
         )
-        self._ddp.register_comm_hook(self._hook_state, _weighted_allreduce)
+        self._native = native_allreduce(
+            self._context.config.gradient_sync,
+            self._context.backend,
+            measuring=self._hook_state.recorder is not None,
+        )
+        if not self._native:
+            self._ddp.register_comm_hook(self._hook_state, _weighted_allreduce)
+
+    @property
+    def gradient_sync(self) -> str | None:
+        """How this generation all-reduces gradients: ``native`` (DDP's own all-reduce),
+        ``guarded`` (the weighting, failure-guarded hook), ``None`` outside a group."""
+        if self._ddp is None:
+            return None
+        return "native" if self._native else "guarded"
 
     def release(self) -> None:
         """Drop the DDP wrapper, so the old process group has no holder left."""
@@ -162,12 +198,18 @@ class ElasticDataParallel(nn.Module):
     def set_batch_share(self, local: int, global_: int) -> None:
         """This rank computes ``local`` of the step's ``global_`` samples."""
         self._hook_state.weight = local / global_ if global_ else 0.0
+        self._share = (local, global_)
         for layer in self._batchnorms:
             layer.share = self._hook_state.weight
 
     def set_recorder(self, recorder: GradientRecorder | None) -> None:
         """Measure gradient statistics in the hook (the adaptive batch size asks for it)."""
         self._hook_state.recorder = recorder
+        if recorder is not None and self._native:
+            # The statistics are read in the hook, which a DDP registers before its first
+            # backward only: rebuild it with the hook. Every rank of the generation does so
+            # at the same step (the adaptive batch attaches at its first batch).
+            self.rebuild()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the wrapped module (through DDP when part of a group whose collectives
@@ -177,6 +219,13 @@ class ElasticDataParallel(nn.Module):
             ddp = None
         out = ddp(*args, **kwargs) if ddp is not None else self.module(*args, **kwargs)
         weight = self._micro_weight
+        if ddp is not None and self._native:
+            # DDP averages over the world; the share weighting the hook would apply
+            # (local / global per rank, summed) is that average of local·W / global.
+            local, global_ = self._share
+            world = self._context.world_size
+            if global_ and local * world != global_:
+                weight *= local * world / global_
         if weight != 1.0 and torch.is_grad_enabled():
             out = _scale_gradients(out, weight)
         return out
