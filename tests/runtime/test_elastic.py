@@ -106,6 +106,10 @@ def test_resized_run_matches_fixed_run(
     # intermediate sizes; the planned sizes must all be visited, in order.
     planned = iter(visited)
     assert all(size in planned for size in (2, 4, 1, 3)), visited
+    # Alone, a worker trains without DDP (nothing to all-reduce); in a group, DDP with
+    # the guarded hook (gloo).
+    syncs = {(r["world"] == 1, r["gradient_sync"]) for g in history.values() for r in g}
+    assert syncs == {(True, "alone"), (False, "guarded")}, syncs
     assert_ranks_agree(history)  # newcomers hold the survivors' parameters at every step
     assert_each_sample_once(history, DIGITS)
     assert max_relative_difference(out / "final.pt", reference) < TOLERANCE

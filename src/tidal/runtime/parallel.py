@@ -15,6 +15,10 @@ On NCCL neither needs the hook (:func:`native_allreduce`): an NCCL all-reduce's 
 complete once it is launched, so the guard has nothing to cut short there, and the share
 weighting moves onto the module's output. DDP then all-reduces with its own C++ code and
 a step's backward pass runs no Python at all, as plain DDP's does.
+
+Alone (a generation of one worker) there is nothing to all-reduce: the module runs
+without DDP, as in a plain training loop, unless the adaptive batch size measures its
+gradients (then DDP runs with the hook, which skips the collective).
 """
 
 from __future__ import annotations
@@ -73,9 +77,7 @@ def _weighted_allreduce(
     if state.context.failed:
         # The generation is broken: a new collective would only block a gloo thread
         # until the timeout. The step's optimizer update is skipped anyway.
-        done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-        done.set_result(tensor)
-        return done
+        return _done(tensor)
     recorder = state.recorder
     if recorder is not None:
         # This rank's own gradient, before it is weighted and summed: with the reduced
@@ -83,6 +85,9 @@ def _weighted_allreduce(
         recorder.before(bucket.index(), tensor)
     if state.weight != 1.0:
         tensor.mul_(state.weight)
+    if state.context.world_size == 1:
+        # Alone, the all-reduce is the identity: no collective, nothing to guard.
+        return _done(recorder.after(tensor) if recorder is not None else tensor)
     group = state.context.group
     assert group is not None
     # The group's own all-reduce, not dist.all_reduce: its argument checks and logging
@@ -96,6 +101,12 @@ def _weighted_allreduce(
         )
     future = work.get_future().then(lambda f: recorder.after(f.value()[0]))
     return state.context.guard(future, lambda: tensor, device=tensor.device)
+
+
+def _done(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    done.set_result(tensor)
+    return done
 
 
 def _first(values: list[torch.Tensor]) -> torch.Tensor:
@@ -151,6 +162,8 @@ class ElasticDataParallel(nn.Module):
         self._ddp: DistributedDataParallel | None = None
         #: Whether the current DDP all-reduces natively (:func:`native_allreduce`).
         self._native = False
+        #: Whether this generation runs the module without DDP (a world of one).
+        self._alone = False
         #: This rank's share of the global batch as (local, global) samples.
         self._share = (1, 1)
         self._micro_weight = 1.0
@@ -161,7 +174,14 @@ class ElasticDataParallel(nn.Module):
     def rebuild(self) -> None:
         """Bind to the context's current process group (called on each generation)."""
         self._ddp = None
+        self._alone = False
         if not self._context.is_member:
+            return
+        measuring = self._hook_state.recorder is not None
+        if self._context.world_size == 1 and not measuring:
+            # DDP's wrapper and reducer cost a launch-bound GPU step ~0.2 ms over a plain
+            # loop, for an all-reduce over one rank. A newcomer's generation rebuilds.
+            self._alone = True
             return
         self._ddp = DistributedDataParallel(
             self.module,
@@ -172,9 +192,7 @@ class ElasticDataParallel(nn.Module):
             **self._ddp_options,
         )
         self._native = native_allreduce(
-            self._context.config.gradient_sync,
-            self._context.backend,
-            measuring=self._hook_state.recorder is not None,
+            self._context.config.gradient_sync, self._context.backend, measuring=measuring
         )
         if not self._native:
             self._ddp.register_comm_hook(self._hook_state, _weighted_allreduce)
@@ -182,7 +200,10 @@ class ElasticDataParallel(nn.Module):
     @property
     def gradient_sync(self) -> str | None:
         """How this generation all-reduces gradients: ``native`` (DDP's own all-reduce),
-        ``guarded`` (the weighting, failure-guarded hook), ``None`` outside a group."""
+        ``guarded`` (the weighting, failure-guarded hook), ``alone`` (a world of one: no
+        DDP, nothing to all-reduce), ``None`` outside a group."""
+        if self._alone:
+            return "alone"
         if self._ddp is None:
             return None
         return "native" if self._native else "guarded"
@@ -205,7 +226,7 @@ class ElasticDataParallel(nn.Module):
     def set_recorder(self, recorder: GradientRecorder | None) -> None:
         """Measure gradient statistics in the hook (the adaptive batch size asks for it)."""
         self._hook_state.recorder = recorder
-        if recorder is not None and self._native:
+        if recorder is not None and (self._native or self._alone):
             # The statistics are read in the hook, which a DDP registers before its first
             # backward only: rebuild it with the hook. Every rank of the generation does so
             # at the same step (the adaptive batch attaches at its first batch).
