@@ -101,10 +101,13 @@ def train(
     variant: str | None = None,
     limit: float = math.inf,
     max_global: int = 4096,
+    trace: bool = False,
 ) -> Run:
     """Train one configuration to the task's target; ``variant`` (a rule of
     :func:`lr_factor`, optionally ``+warmup``) switches autoscale on from ``batch``.
-    A run still short of the target after ``limit`` modelled seconds stops there."""
+    A run still short of the target after ``limit`` modelled seconds stops there.
+    ``trace`` prints each step at which autoscale's batch or world changes, and every
+    10th step: batch, predicted gain and efficiency, the learning-rate factor, the loss."""
     model = task.build(seed)
     params = list(model.parameters())
     optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
@@ -125,6 +128,7 @@ def train(
     next_eval = task.eval_samples
     accuracy = 0.0
     run = Run(math.inf, 0.0, 0, 0, 0.0)
+    traced = (0, 0)
     for epoch in range(task.max_epochs):
         order = torch.randperm(n, generator=generator)
         position = 0
@@ -144,9 +148,12 @@ def train(
             shards = idx.tensor_split(max(workers, 2))
             total = [torch.zeros_like(p) for p in params]
             local_sqr = []
+            loss = 0.0
             for shard in shards:
                 model.zero_grad()
-                loss_fn(model(x[shard]), y[shard]).backward()
+                shard_loss = loss_fn(model(x[shard]), y[shard])
+                shard_loss.backward()
+                loss += float(shard_loss.detach()) * len(shard) / size
                 grads = [p.grad for p in params]
                 local_sqr.append(float(sum((g * g).sum() for g in grads if g is not None)))
                 for t, g in zip(total, grads, strict=True):
@@ -161,6 +168,16 @@ def train(
                 inverse = statistics.fmean(1.0 / len(s) for s in shards)
                 adaptive.noise.update(statistics.fmean(local_sqr), 1.0 / inverse, global_sqr, size)
                 factor = current_factor(adaptive, rule)
+                if trace and (steps % 10 == 0 or (size, workers) != traced):
+                    traced = (size, workers)
+                    gain = adaptive.gain()
+                    print(
+                        f"    step {steps:>4} {seconds:.4f} s  batch {size:>4} x{workers}  "
+                        f"gain {gain:5.2f} eff {gain * adaptive.init_batch / size:4.2f}  "
+                        f"lr x{factor:5.2f}  noise {adaptive.noise.noise_scale:7.1f} "
+                        f"(n {adaptive.noise.count:>3})  loss {loss:.3f}  acc {accuracy:.3f}",
+                        flush=True,
+                    )
             for group in optimizer.param_groups:
                 group["lr"] = lr * factor
             optimizer.step()
@@ -269,7 +286,8 @@ def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
     out["limit"] = limit
     for variant in args.variants.split(","):
         runs = [
-            train(task, init, init_lr, s, fixed_world, variant, limit) for s in range(args.seeds)
+            train(task, init, init_lr, s, fixed_world, variant, limit, trace=args.trace)
+            for s in range(args.seeds)
         ]
         out["configs"].append({**summary(f"autoscale {variant}", runs), "lr": init_lr})
     if args.rescale:
@@ -287,7 +305,8 @@ def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
             out["rescale"]["configs"].append({**summary(f"fixed {batch}", runs), "lr": lr})
         for variant in args.variants.split(","):
             runs = [
-                train(task, init, init_lr, s, schedule, variant, limit) for s in range(args.seeds)
+                train(task, init, init_lr, s, schedule, variant, limit, trace=args.trace)
+                for s in range(args.seeds)
             ]
             out["rescale"]["configs"].append({**summary(f"autoscale {variant}", runs)})
     return out
@@ -322,6 +341,9 @@ def main() -> None:
         "--fixed-from", help="results.json of an earlier sweep: run only the autoscale variants"
     )
     parser.add_argument("--out", default="tta-results", help="results.json goes here")
+    parser.add_argument(
+        "--trace", action="store_true", help="print autoscale's decisions, step by step"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     started = time.time()
