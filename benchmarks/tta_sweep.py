@@ -250,6 +250,26 @@ def summary(name: str, runs: list[Run]) -> dict[str, Any]:
     }
 
 
+def remeasured(
+    task: Task,
+    fixed: list[dict[str, Any]],
+    seeds: int,
+    schedule: list[tuple[float, int]],
+    limit: float,
+) -> list[dict[str, Any]]:
+    """The earlier sweep's fixed rows, each batch re-run at its tuned rate over ``seeds``
+    seeds when ``seeds`` > 0 (the rate is not re-tuned; more seeds only measure it)."""
+    if seeds <= 0:
+        return fixed
+    out = []
+    for c in fixed:
+        batch = int(c["name"].split()[1])
+        runs = [train(task, batch, c["lr"], s, schedule, limit=limit) for s in range(seeds)]
+        print(f"  {task.name} fixed {batch:>4} lr {c['lr']:.4f}: {median_time(runs):.3f} s")
+        out.append({**summary(c["name"], runs), "lr": c["lr"], "batch": batch})
+    return out
+
+
 def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
     """The whole protocol on one task: sweep, autoscale variants, the rescale."""
     task = TASKS[name]()
@@ -263,6 +283,9 @@ def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
         )
         task.alpha, task.beta = earlier["model"]["alpha"], earlier["model"]["beta"]
         fixed = [c for c in earlier["configs"] if c["name"].startswith("fixed")]
+        # The earlier sweep's bound on a run (LIMIT x its fastest fixed batch), kept.
+        earlier_limit = LIMIT * min(c["median_seconds"] for c in fixed)
+        fixed = remeasured(task, fixed, args.fixed_seeds, fixed_world, earlier_limit)
         out["configs"] = fixed
         best = {c["batch"]: (c["lr"], [Run(t, 0, 0, 0, 0) for t in c["seconds"]]) for c in fixed}
         rescaled = earlier.get("rescale")
@@ -297,9 +320,13 @@ def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
         if rescaled is not None:
             schedule = [(float(t), int(w)) for t, w in rescaled["schedule"]]
             out["rescale"]["schedule"] = schedule
-            out["rescale"]["configs"] = [
-                c for c in rescaled["configs"] if c["name"].startswith("fixed")
-            ]
+            out["rescale"]["configs"] = remeasured(
+                task,
+                [c for c in rescaled["configs"] if c["name"].startswith("fixed")],
+                args.fixed_seeds,
+                schedule,
+                earlier_limit,
+            )
         for batch, (lr, _) in best.items() if rescaled is None else ():
             runs = [train(task, batch, lr, s, schedule, limit=limit) for s in range(args.seeds)]
             out["rescale"]["configs"].append({**summary(f"fixed {batch}", runs), "lr": lr})
@@ -339,6 +366,12 @@ def main() -> None:
     parser.add_argument("--rescale", action="store_true", help="also 2 -> 4 -> 1 workers")
     parser.add_argument(
         "--fixed-from", help="results.json of an earlier sweep: run only the autoscale variants"
+    )
+    parser.add_argument(
+        "--fixed-seeds",
+        type=int,
+        default=0,
+        help="with --fixed-from: re-run each fixed batch at its tuned rate over this many seeds",
     )
     parser.add_argument("--out", default="tta-results", help="results.json goes here")
     parser.add_argument(
