@@ -20,6 +20,10 @@ too): the machine is shared, and its load moves wall-clock by tens of percent.
 
     PYTHONPATH=src:. python benchmarks/tta_sweep.py --out /tmp/tta
     PYTHONPATH=src:. python benchmarks/tta_sweep.py --tasks digits --seeds 1 --variants adascale
+    PYTHONPATH=src:. python benchmarks/tta_sweep.py --fixed-from /tmp/tta/results.json \
+        --fixed-seeds 9 --seeds 9 --rescale --variants adascale,sqrt --out /tmp/tta-9
+    PYTHONPATH=src:. python benchmarks/tta_sweep.py --fixed-from /tmp/tta/results.json \
+        --tasks images --seeds 1 --variants adascale --trace     # each decision, step by step
 """
 
 from __future__ import annotations
