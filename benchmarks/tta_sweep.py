@@ -20,6 +20,10 @@ too): the machine is shared, and its load moves wall-clock by tens of percent.
 
     PYTHONPATH=src:. python benchmarks/tta_sweep.py --out /tmp/tta
     PYTHONPATH=src:. python benchmarks/tta_sweep.py --tasks digits --seeds 1 --variants adascale
+    PYTHONPATH=src:. python benchmarks/tta_sweep.py --fixed-from /tmp/tta/results.json \
+        --fixed-seeds 9 --seeds 9 --rescale --variants adascale,sqrt --out /tmp/tta-9
+    PYTHONPATH=src:. python benchmarks/tta_sweep.py --fixed-from /tmp/tta/results.json \
+        --tasks images --seeds 1 --variants adascale --trace     # each decision, step by step
 """
 
 from __future__ import annotations
@@ -101,10 +105,13 @@ def train(
     variant: str | None = None,
     limit: float = math.inf,
     max_global: int = 4096,
+    trace: bool = False,
 ) -> Run:
     """Train one configuration to the task's target; ``variant`` (a rule of
     :func:`lr_factor`, optionally ``+warmup``) switches autoscale on from ``batch``.
-    A run still short of the target after ``limit`` modelled seconds stops there."""
+    A run still short of the target after ``limit`` modelled seconds stops there.
+    ``trace`` prints each step at which autoscale's batch or world changes, and every
+    10th step: batch, predicted gain and efficiency, the learning-rate factor, the loss."""
     model = task.build(seed)
     params = list(model.parameters())
     optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
@@ -125,6 +132,7 @@ def train(
     next_eval = task.eval_samples
     accuracy = 0.0
     run = Run(math.inf, 0.0, 0, 0, 0.0)
+    traced = (0, 0)
     for epoch in range(task.max_epochs):
         order = torch.randperm(n, generator=generator)
         position = 0
@@ -144,9 +152,12 @@ def train(
             shards = idx.tensor_split(max(workers, 2))
             total = [torch.zeros_like(p) for p in params]
             local_sqr = []
+            loss = 0.0
             for shard in shards:
                 model.zero_grad()
-                loss_fn(model(x[shard]), y[shard]).backward()
+                shard_loss = loss_fn(model(x[shard]), y[shard])
+                shard_loss.backward()
+                loss += float(shard_loss.detach()) * len(shard) / size
                 grads = [p.grad for p in params]
                 local_sqr.append(float(sum((g * g).sum() for g in grads if g is not None)))
                 for t, g in zip(total, grads, strict=True):
@@ -161,6 +172,16 @@ def train(
                 inverse = statistics.fmean(1.0 / len(s) for s in shards)
                 adaptive.noise.update(statistics.fmean(local_sqr), 1.0 / inverse, global_sqr, size)
                 factor = current_factor(adaptive, rule)
+                if trace and (steps % 10 == 0 or (size, workers) != traced):
+                    traced = (size, workers)
+                    gain = adaptive.gain()
+                    print(
+                        f"    step {steps:>4} {seconds:.4f} s  batch {size:>4} x{workers}  "
+                        f"gain {gain:5.2f} eff {gain * adaptive.init_batch / size:4.2f}  "
+                        f"lr x{factor:5.2f}  noise {adaptive.noise.noise_scale:7.1f} "
+                        f"(n {adaptive.noise.count:>3})  loss {loss:.3f}  acc {accuracy:.3f}",
+                        flush=True,
+                    )
             for group in optimizer.param_groups:
                 group["lr"] = lr * factor
             optimizer.step()
@@ -233,6 +254,26 @@ def summary(name: str, runs: list[Run]) -> dict[str, Any]:
     }
 
 
+def remeasured(
+    task: Task,
+    fixed: list[dict[str, Any]],
+    seeds: int,
+    schedule: list[tuple[float, int]],
+    limit: float,
+) -> list[dict[str, Any]]:
+    """The earlier sweep's fixed rows, each batch re-run at its tuned rate over ``seeds``
+    seeds when ``seeds`` > 0 (the rate is not re-tuned; more seeds only measure it)."""
+    if seeds <= 0:
+        return fixed
+    out = []
+    for c in fixed:
+        batch = int(c["name"].split()[1])
+        runs = [train(task, batch, c["lr"], s, schedule, limit=limit) for s in range(seeds)]
+        print(f"  {task.name} fixed {batch:>4} lr {c['lr']:.4f}: {median_time(runs):.3f} s")
+        out.append({**summary(c["name"], runs), "lr": c["lr"], "batch": batch})
+    return out
+
+
 def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
     """The whole protocol on one task: sweep, autoscale variants, the rescale."""
     task = TASKS[name]()
@@ -246,6 +287,9 @@ def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
         )
         task.alpha, task.beta = earlier["model"]["alpha"], earlier["model"]["beta"]
         fixed = [c for c in earlier["configs"] if c["name"].startswith("fixed")]
+        # The earlier sweep's bound on a run (LIMIT x its fastest fixed batch), kept.
+        earlier_limit = LIMIT * min(c["median_seconds"] for c in fixed)
+        fixed = remeasured(task, fixed, args.fixed_seeds, fixed_world, earlier_limit)
         out["configs"] = fixed
         best = {c["batch"]: (c["lr"], [Run(t, 0, 0, 0, 0) for t in c["seconds"]]) for c in fixed}
         rescaled = earlier.get("rescale")
@@ -269,7 +313,8 @@ def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
     out["limit"] = limit
     for variant in args.variants.split(","):
         runs = [
-            train(task, init, init_lr, s, fixed_world, variant, limit) for s in range(args.seeds)
+            train(task, init, init_lr, s, fixed_world, variant, limit, trace=args.trace)
+            for s in range(args.seeds)
         ]
         out["configs"].append({**summary(f"autoscale {variant}", runs), "lr": init_lr})
     if args.rescale:
@@ -279,15 +324,20 @@ def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
         if rescaled is not None:
             schedule = [(float(t), int(w)) for t, w in rescaled["schedule"]]
             out["rescale"]["schedule"] = schedule
-            out["rescale"]["configs"] = [
-                c for c in rescaled["configs"] if c["name"].startswith("fixed")
-            ]
+            out["rescale"]["configs"] = remeasured(
+                task,
+                [c for c in rescaled["configs"] if c["name"].startswith("fixed")],
+                args.fixed_seeds,
+                schedule,
+                earlier_limit,
+            )
         for batch, (lr, _) in best.items() if rescaled is None else ():
             runs = [train(task, batch, lr, s, schedule, limit=limit) for s in range(args.seeds)]
             out["rescale"]["configs"].append({**summary(f"fixed {batch}", runs), "lr": lr})
         for variant in args.variants.split(","):
             runs = [
-                train(task, init, init_lr, s, schedule, variant, limit) for s in range(args.seeds)
+                train(task, init, init_lr, s, schedule, variant, limit, trace=args.trace)
+                for s in range(args.seeds)
             ]
             out["rescale"]["configs"].append({**summary(f"autoscale {variant}", runs)})
     return out
@@ -321,7 +371,16 @@ def main() -> None:
     parser.add_argument(
         "--fixed-from", help="results.json of an earlier sweep: run only the autoscale variants"
     )
+    parser.add_argument(
+        "--fixed-seeds",
+        type=int,
+        default=0,
+        help="with --fixed-from: re-run each fixed batch at its tuned rate over this many seeds",
+    )
     parser.add_argument("--out", default="tta-results", help="results.json goes here")
+    parser.add_argument(
+        "--trace", action="store_true", help="print autoscale's decisions, step by step"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     started = time.time()

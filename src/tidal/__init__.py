@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         log_metrics,
         params,
         per_sample_dropout,
+        progress_lr,
         sample_rand_like,
     )
 
@@ -70,6 +71,7 @@ __all__ = [
     "log_metrics",
     "params",
     "per_sample_dropout",
+    "progress_lr",
     "sample_rand_like",
 ]
 

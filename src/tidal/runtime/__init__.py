@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from tidal.runtime.env import EXIT_RELEASED, RuntimeConfig
     from tidal.runtime.job_params import Params, params
     from tidal.runtime.lr_scaling import adaptive_lr
+    from tidal.runtime.lr_schedule import progress_lr
     from tidal.runtime.parallel import ElasticDataParallel
     from tidal.runtime.report import log_metrics
     from tidal.runtime.sample_rng import PerSampleDropout, per_sample_dropout, sample_rand_like
@@ -33,6 +34,7 @@ _HOMES = {
     "init": "tidal.runtime.context",
     "ElasticDataLoader": "tidal.runtime.data",
     "adaptive_lr": "tidal.runtime.lr_scaling",
+    "progress_lr": "tidal.runtime.lr_schedule",
     "ElasticDataParallel": "tidal.runtime.parallel",
     "Params": "tidal.runtime.job_params",
     "params": "tidal.runtime.job_params",
@@ -64,6 +66,7 @@ __all__ = [
     "log_metrics",
     "params",
     "per_sample_dropout",
+    "progress_lr",
     "sample_rand_like",
 ]
 

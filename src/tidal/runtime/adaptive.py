@@ -21,7 +21,8 @@ and carried to the others inside the agreement collective every rank already run
 step boundary (:class:`tidal.State`), so all ranks switch to the new batch at the same
 step. The batch is re-chosen when the world changes, and at epoch boundaries and every
 :data:`RECHOOSE_STEPS` steps when the predicted goodput gain exceeds
-:data:`~tidal.runtime.batch_choice.RECHOOSE_GAIN` (5%).
+:data:`~tidal.runtime.batch_choice.RECHOOSE_GAIN` (5%); a choice made on a young noise
+estimate is looked at again sooner (:func:`~tidal.runtime.batch_choice.steps_to_next_look`).
 Everything here is part of the loader's state: it travels to newcomers, is rolled back
 with a failed step, and is saved in durable checkpoints.
 
@@ -31,29 +32,26 @@ The learning rate follows the batch through :func:`tidal.runtime.lr_scaling.adap
 from __future__ import annotations
 
 import logging
-import math
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from tidal.policy.api import ThroughputModel
-from tidal.policy.goodput_model import model_to_dict, statistical_gain
 from tidal.runtime import batch_choice
 from tidal.runtime.batch_choice import BatchLimits, Configuration, Profile
 from tidal.runtime.context import WorkerContext
+from tidal.runtime.goodput_report import BatchReading, goodput_report
 from tidal.runtime.gradient_noise import (
     GradientRecorder,
     HostReading,
     NoiseScaleEstimator,
     adascale_gain,
+    estimate_trusted,
 )
 from tidal.runtime.report import reporter
 
 log = logging.getLogger("tidal.runtime")
 
-#: Gradient samples needed before the noise scale is trusted for a decision.
-MIN_NOISE_SAMPLES = 10
 #: Step-time samples needed at the current configuration before a decision.
 MIN_TIMING_SAMPLES = 3
 #: Recent step times kept per configuration (their median is the configuration's time).
@@ -118,6 +116,7 @@ class AdaptiveBatch:
         # Why the batch should be looked at again: "world", "epoch" or None.
         self._pending: str | None = "world"
         self._since_look = 0
+        self._look_after = RECHOOSE_STEPS
         self._last_end: float | None = None
         self._local = 0
         self._global = 0
@@ -157,7 +156,7 @@ class AdaptiveBatch:
             self.progress += self.gain()
             self.steps_since_change += 1
             self._since_look += 1
-            if self._pending is None and self._since_look >= RECHOOSE_STEPS:
+            if self._pending is None and self._since_look >= self._look_after:
                 self._pending = "epoch"
             reading = recorder.totals_async()
             self._readings.append((reading, self._local, self._global, world, recorder.paired))
@@ -246,6 +245,7 @@ class AdaptiveBatch:
             return 0
         reason, self._pending = self._pending, None
         self._since_look = 0
+        self._look_after = batch_choice.steps_to_next_look(self.noise.count, RECHOOSE_STEPS)
         world = self.context.world_size
         model = self.model()
         current = self.loader.batch_size
@@ -283,8 +283,9 @@ class AdaptiveBatch:
         return any(len(times) >= MIN_TIMING_SAMPLES for times in self.profile.values())
 
     def ready(self) -> bool:
-        """Enough gradient and timing samples for a decision."""
-        if self.noise.count < MIN_NOISE_SAMPLES:
+        """A noise estimate to trust (:func:`~tidal.runtime.gradient_noise.estimate_trusted`)
+        and enough step times at the current configuration for a decision."""
+        if not estimate_trusted(self.noise.count, self.noise.relative_error):
             return False
         key = self._config(self.context.world_size, self.loader.batch_size)
         return len(self.profile.get(key, ())) >= MIN_TIMING_SAMPLES
@@ -333,37 +334,11 @@ class AdaptiveBatch:
 
     def report(self) -> dict[str, Any]:
         """The goodput report: fitted model, noise scale, batch, efficiency, speed-up."""
-        world = self.context.world_size
-        model = self.model()
-        batch = self.loader.batch_size
-        gain = float(statistical_gain(model, batch))
-        base = self.predicted_goodput(1, self.init_batch, model)
-        here = self.predicted_goodput(world, batch, model)
-        key = self._config(world, batch)
-        times = self.profile.get(key, [])
-        measured = statistics.median(t for t, _ in times) if times else None
-        fitted = model_to_dict(model)
-        # JSON has no infinity: "no signal left" is sent as a very large noise scale.
-        fitted["grad_noise_scale"] = min(fitted["grad_noise_scale"], 1e30)
-        return {
-            "model": fitted,
-            "batch_size": batch,
-            "workers": world,
-            "local_batch": batch / max(world, 1),
-            "accumulation": batch_choice.accumulation_steps(self.limits, batch / max(world, 1)),
-            "noise_scale": self.noise.noise_scale
-            if math.isfinite(self.noise.noise_scale)
-            else None,
-            "noise_samples": self.noise.count,
-            "gain": gain,
-            "efficiency": gain * self.init_batch / batch,
-            "speedup": here / base if base > 0 else None,
-            "step_time": measured,
-            "samples_per_s": batch / measured if measured else None,
-            "progress": self.progress,
-            "step": self.context.step,
-            "ready": self.ready(),
-        }
+        world, batch = self.context.world_size, self.loader.batch_size
+        times = self.profile.get(self._config(world, batch), [])
+        ready, step = self.ready(), self.context.step
+        reading = BatchReading(world, batch, times, self.noise, self.progress, step, ready)
+        return goodput_report(self.model(), self.limits, reading)
 
     def _report(self) -> None:
         try:
@@ -382,6 +357,7 @@ class AdaptiveBatch:
             "progress": self.progress,
             "pending": self._pending,
             "since_look": self._since_look,
+            "look_after": self._look_after,
             "previous_batch": self.previous_batch,
             "steps_since_change": self.steps_since_change,
         }
@@ -394,6 +370,7 @@ class AdaptiveBatch:
         self.progress = float(state["progress"])
         self._pending = state.get("pending")
         self._since_look = int(state.get("since_look", 0))
+        self._look_after = int(state.get("look_after", RECHOOSE_STEPS))
         previous = state.get("previous_batch")
         self.previous_batch = int(previous) if previous is not None else None
         self.steps_since_change = int(state.get("steps_since_change", 0))

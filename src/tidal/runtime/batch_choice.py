@@ -131,6 +131,14 @@ def best_global_batch(model: ThroughputModel, limits: BatchLimits, workers: int)
     return int(candidates[int(np.argmax(values))])
 
 
+def steps_to_next_look(noise_samples: int, rechoose_steps: int) -> int:
+    """Steps from one look at the batch to the next: as many as the noise estimate had
+    samples at this look, at most ``rechoose_steps``. A choice made on a young estimate is
+    looked at again once the estimate has about doubled (3, 6, 12, ... samples), so an
+    early decision is corrected early; a mature one every ``rechoose_steps``."""
+    return min(max(noise_samples, 1), rechoose_steps)
+
+
 def next_batch(
     model: ThroughputModel, limits: BatchLimits, workers: int, current: int, reason: str
 ) -> tuple[int, float]:

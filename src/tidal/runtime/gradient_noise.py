@@ -24,6 +24,12 @@ from tidal.runtime.context import WorkerContext
 
 #: Smoothing of the gradient statistics (effective window ~ (1 + s) / (1 - s) steps).
 NOISE_SMOOTHING = 0.98
+#: Gradient samples before the noise scale can decide the batch, if its relative standard
+#: error is within MAX_NOISE_ERROR by then; after TRUSTED_NOISE_SAMPLES (about the
+#: smoothing's time constant) it decides whatever its spread.
+MIN_NOISE_SAMPLES = 3
+MAX_NOISE_ERROR = 0.5
+TRUSTED_NOISE_SAMPLES = 50
 
 
 class NoiseScaleEstimator:
@@ -42,6 +48,11 @@ class NoiseScaleEstimator:
         self.var = 0.0
         self.weight = 0.0
         self.count = 0
+        # Smoothed squares of the per-step values and the sum of squared weights: the
+        # spread of the averages (their standard errors) comes from these.
+        self.sqr_sq = 0.0
+        self.var_sq = 0.0
+        self.weight_sq = 0.0
 
     def update(self, small_sqr: float, small: float, big_sqr: float, big: float) -> None:
         """Add one step's pair of squared norms (batches ``small < big``)."""
@@ -53,6 +64,9 @@ class NoiseScaleEstimator:
         self.sqr = s * self.sqr + (1 - s) * grad_sqr
         self.var = s * self.var + (1 - s) * trace
         self.weight = s * self.weight + (1 - s)
+        self.sqr_sq = s * self.sqr_sq + (1 - s) * grad_sqr * grad_sqr
+        self.var_sq = s * self.var_sq + (1 - s) * trace * trace
+        self.weight_sq = s * s * self.weight_sq + (1 - s) ** 2
         self.count += 1
 
     @property
@@ -74,16 +88,57 @@ class NoiseScaleEstimator:
             return math.inf
         return max(self.grad_var, 0.0) / self.grad_sqr
 
+    @property
+    def relative_error(self) -> float:
+        """Relative standard error of :attr:`noise_scale`, from the spread of the per-step
+        values around their averages (``inf`` before two samples or without signal).
+        Both averages' errors add in quadrature (the ratio's first-order error)."""
+        if self.count < 2 or self.weight <= 0 or self.weight_sq <= 0:
+            return math.inf
+        effective = self.weight**2 / self.weight_sq  # samples the weighted mean is worth
+        if effective <= 1.0:
+            return math.inf
+        errors = []
+        for mean_sq, mean in ((self.sqr_sq, self.grad_sqr), (self.var_sq, self.grad_var)):
+            if mean <= 0:
+                return math.inf
+            spread = max(mean_sq / self.weight - mean * mean, 0.0) * effective / (effective - 1)
+            errors.append(spread / effective / (mean * mean))
+        return math.sqrt(sum(errors))
+
     def state_dict(self) -> dict[str, float]:
         """Plain numbers."""
-        return {"sqr": self.sqr, "var": self.var, "weight": self.weight, "count": self.count}
+        return {
+            "sqr": self.sqr,
+            "var": self.var,
+            "weight": self.weight,
+            "count": self.count,
+            "sqr_sq": self.sqr_sq,
+            "var_sq": self.var_sq,
+            "weight_sq": self.weight_sq,
+        }
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        """Adopt :meth:`state_dict`."""
+        """Adopt :meth:`state_dict` (one without the spread reads as spread unknown)."""
         self.sqr = float(state["sqr"])
         self.var = float(state["var"])
         self.weight = float(state["weight"])
         self.count = int(state["count"])
+        self.sqr_sq = float(state.get("sqr_sq", 0.0))
+        self.var_sq = float(state.get("var_sq", 0.0))
+        self.weight_sq = float(state.get("weight_sq", 0.0))
+
+
+def estimate_trusted(count: int, relative_error: float) -> bool:
+    """Whether a noise estimate of ``count`` samples, with that relative standard error
+    (:attr:`NoiseScaleEstimator.relative_error`), may choose the batch: from
+    :data:`MIN_NOISE_SAMPLES` once its error is within :data:`MAX_NOISE_ERROR`, and from
+    :data:`TRUSTED_NOISE_SAMPLES` on whatever its spread. The gain that sets the learning
+    rate comes from the same estimate, so an estimate too noisy to trust (a first few
+    steps' ratio several times off) neither picks a batch nor scales the rate."""
+    if count >= TRUSTED_NOISE_SAMPLES:
+        return True
+    return count >= MIN_NOISE_SAMPLES and relative_error <= MAX_NOISE_ERROR
 
 
 def adascale_gain(noise_scale: float, init_batch: int, batch: float) -> float:
