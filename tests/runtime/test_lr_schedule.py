@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -82,11 +83,11 @@ def test_a_bad_schedule_value_names_the_schedule() -> None:
 
 def test_schedule_follows_progress_through_the_real_loader() -> None:
     """Alone (no launcher): the rate before each step is the schedule of the progress of
-    the steps before it, the batch raised from 16 to 128 after 10 steps."""
+    the steps before it, while the runtime raises the batch from 16 to 128."""
     env = dict(os.environ)
     env.pop("TIDAL_STORE", None)
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--steps", "30", "--switch", "10", "--raised", "128"],
+        [sys.executable, str(SCRIPT), "--steps", "30", "--raised", "128"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -97,9 +98,14 @@ def test_schedule_follows_progress_through_the_real_loader() -> None:
     assert result["steps"] == 30 and result["batch"] == 128
     records = result["records"]
     assert len(records) == 30
-    for lr, progress in records:
+    for lr, progress, _ in records:
         assert lr == pytest.approx(0.01 / (1.0 + progress / 10.0), rel=1e-9)
+    batches = [b for _, _, b in records]
+    raised = batches.index(128)
+    assert raised > 0 and set(batches[:raised]) == {16} and set(batches[raised:]) == {128}
     # One per step at 16, then each step at 128 worth its gain (> 1): ahead of the steps.
-    assert [p for _, p in records[:11]] == pytest.approx(list(range(11)))
-    assert result["progress"] > 30 + 20 * 0.5
+    progress = [p for _, p, _ in records]
+    assert progress[: raised + 1] == pytest.approx(list(range(raised + 1)))
+    assert all(b - a > 1.0 for a, b in itertools.pairwise(progress[raised:]))
+    assert result["progress"] > 30
     assert result["lr"] == pytest.approx(0.01 / (1.0 + result["progress"] / 10.0), rel=1e-9)

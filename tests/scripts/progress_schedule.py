@@ -1,9 +1,10 @@
 """A progress-following LR schedule through the real loader, alone (no launcher).
 
-Noisy linear regression from batch 16; after ``--switch`` steps the batch is raised to
-``--raised`` (as a decision of the runtime would), so each later step is worth its
-AdaScale gain in progress. A ``tidal.progress_lr`` schedule ``1 / (1 + p / 10)`` sets the
-rate; before every step the script records the group's rate and the loader's progress.
+Noisy linear regression from batch 16. The runtime may only choose ``--raised`` (each
+worker's share bounded below by it), so its first decision raises the batch there, at a
+step that does not depend on timing; each later step is worth its AdaScale gain in
+progress. A ``tidal.progress_lr`` schedule ``1 / (1 + p / 10)`` sets the rate; before
+every step the script records the group's rate, the loader's progress and batch.
 Prints one JSON line: the records, the steps, the final progress and batch.
 """
 
@@ -29,33 +30,33 @@ def schedule(progress: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--switch", type=int, default=10)
     parser.add_argument("--raised", type=int, default=128)
     args = parser.parse_args()
 
     tidal.init()
+    torch.manual_seed(0)  # the model's start, so the noise estimate's too
     g = torch.Generator().manual_seed(0)
-    n = 16 * args.switch + args.raised * (args.steps - args.switch)
+    n = args.raised * args.steps
     x = torch.randn(n, 8, generator=g)
     y = x @ torch.randn(8, generator=g) + 3.0 * torch.randn(n, generator=g)
     model = tidal.ElasticDataParallel(nn.Linear(8, 1))
     loader = tidal.ElasticDataLoader(TensorDataset(x, y), batch_size=16, seed=0)
-    adaptive = loader.autoscale_batch_size(args.raised)
+    # One choice: the goodput fit, which depends on measured step times, cannot pick
+    # another batch, and the runtime moves to it once the noise estimate is trusted.
+    adaptive = loader.autoscale_batch_size(args.raised, local_bounds=(args.raised, args.raised))
     optimizer = torch.optim.SGD(model.parameters(), lr=BASE_LR)
     scheduler = tidal.progress_lr(optimizer, loader, schedule)
     state = tidal.State(model=model, optimizer=optimizer, loader=loader, scheduler=scheduler)
     records = []
     for _ in state.epochs(1):
         for xb, yb in loader:
-            records.append((optimizer.param_groups[0]["lr"], adaptive.progress))
+            records.append((optimizer.param_groups[0]["lr"], adaptive.progress, len(yb)))
             optimizer.zero_grad()
             loss = nn.functional.mse_loss(model(xb).squeeze(1), yb)
             loss.backward()
             optimizer.step()
             scheduler.step()
             state.step()
-            if state.global_step == args.switch:
-                adaptive.apply(args.raised)
             if state.global_step == args.steps:
                 break
     print(
