@@ -49,6 +49,9 @@ controller_app.add_typer(_registry.model_app, name="model")
 controller_app.add_typer(_users.user_app, name="user")
 controller_app.add_typer(_users.token_app, name="token")
 
+# Help is rich markup for every verb (typer takes the mode of this, the outermost app):
+# a default that is not the parameter's value goes in `show_default`, since a `[default:
+# ...]` written in a help string reads as a markup tag and vanishes.
 app = typer.Typer(
     name="tidal",
     help="Elastic PyTorch training on a shared pool of GPUs.",

@@ -34,14 +34,12 @@ dataset_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
 )
 model_app = typer.Typer(
     help="Register models (code, entry point, parameters), their versions and aliases.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
 )
 
 NameArg = Annotated[str, typer.Argument(help="The dataset's or model's name.")]
@@ -352,7 +350,7 @@ def train(
     options: ClientOptions,
     model: Annotated[str, typer.Argument(help="The registered model to train.")],
     dataset: Annotated[
-        str | None, typer.Option(help="NAME or NAME:VERSION (default: the model's, latest).")
+        str | None, typer.Option(help="NAME or NAME:VERSION.", show_default="the model's, latest")
     ] = None,
     set_: Annotated[
         list[str] | None,
