@@ -127,6 +127,31 @@ def test_the_pool_says_when_its_imports_are_done(tmp_path: Path) -> None:
         spawner.close()
 
 
+def test_the_pool_remembers_only_the_interpreters_still_warm(tmp_path: Path) -> None:
+    # A pid whose interpreter was taken or died may come back as another process's.
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    spawner = WarmSpawner(1)
+    taken: list[int] = []
+    try:
+        for _ in range(3):
+            assert spawner.wait_warm(120) == 1
+            process, out = _spawn(spawner, script, tmp_path)
+            taken.append(process.pid)
+            assert process.wait(timeout=120) == 3
+            process.drain(timeout=10)
+            assert READY_LINE not in "".join(out.lines)
+        assert spawner.wait_warm(120) == 1
+        assert spawner._warm == {spawner._ready[0].pid}
+        assert spawner._warm.isdisjoint(taken)
+        spawner._ready[0].kill()
+        spawner._ready[0].wait()
+        assert spawner.wait_warm(120) == 0
+        assert spawner._warm == set()
+    finally:
+        spawner.close()
+
+
 def test_other_commands_start_cold(tmp_path: Path) -> None:
     spawner = WarmSpawner(1)
     try:
