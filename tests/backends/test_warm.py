@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tidal.launch.failure_cause import last_exception
 from tidal.launch.limits import WorkerLimits
 from tidal.launch.process import LocalProcess
 from tidal.launch.warm import ENV_WARM_POOL, READY_LINE, WarmSpawner, warm_pool_size
-from tidal.launch.worker import last_exception
 
 pytestmark = pytest.mark.slow
 
