@@ -68,6 +68,7 @@ from tidal.launch.api import (
 )
 from tidal.launch.process import kill_marked
 from tidal.launch.slot_names import format_slot
+from tidal.launch.warm import script_imports
 from tidal.policy.api import Slot
 
 log = logging.getLogger("tidal.backends.local")
@@ -125,15 +126,18 @@ class LocalBackend:
             self.assign(launch.job_id, slots)
             return
         final_path(self.state_dir, launch.job_id).unlink(missing_ok=True)
+        # Read once, here: the agent's warm interpreters and the next standby's import it.
+        preload = script_imports(launch.argv, launch.working_dir)
         config = AgentConfig(
             # Workers are pinned to their GPUs only where this machine's slots are GPUs.
             launch=replace(launch, gpu=self.gpus and launch.gpu),
             slots=[format_slot(s) for s in slots],
             timeout=self.timeout,
+            preload=preload,
         )
         boot = AgentBoot(config, time.monotonic() + START_TIMEOUT, retries=0, first=True)
         self._spawn_agent(boot, launch.log_dir, standby=True)
-        self._standby.learn(launch.argv, launch.working_dir)
+        self._standby.learn(preload)
 
     def _spawn_agent(
         self, boot: AgentBoot, log_dir: Path | None, *, standby: bool = False

@@ -96,13 +96,16 @@ def _top_level_imports(tree: ast.Module) -> list[str]:
     return names
 
 
-def script_imports(argv: Sequence[str]) -> list[str]:
+def script_imports(argv: Sequence[str], working_dir: Path | None = None) -> list[str]:
     """The installed modules a ``python script.py`` command's script imports at its top
     level, in order, for the pool to import ahead (empty for any other command, or a
-    script that cannot be read or parsed). Modules found beside the script are left out."""
+    script that cannot be read or parsed). A script named relative to the job's
+    ``working_dir`` is read there. Modules found beside the script are left out."""
     if len(argv) < 2 or not argv[1].endswith(".py"):
         return []
     script = Path(argv[1])
+    if working_dir is not None and not script.is_absolute():
+        script = working_dir / script
     try:
         tree = ast.parse(script.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
