@@ -11,7 +11,6 @@ depth and alias expansion.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -46,6 +45,7 @@ from tidal.spec_fields import (
     text_problem,
 )
 from tidal.spec_lines import locate_problems
+from tidal.spec_problems import unknown_field, validation_problems
 from tidal.spec_roles import (
     MAX_ROLES,
     Env,
@@ -193,69 +193,6 @@ _SECTION_CHECKS: dict[str, tuple[type[BaseModel], Callable[[Any], list[tuple[str
 }
 
 
-def _path(loc: Sequence[int | str]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, str) and not part.isprintable():
-            part = shown(part)[1:-1]  # a key with a newline or a lone surrogate, escaped
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-#: Type errors, told with what was given (pydantic's own message leaves it out).
-_TYPE_ERRORS = {
-    "int_type": "expected an integer",
-    "float_type": "expected a number",
-    "string_type": "expected a string",
-    "list_type": "expected a list",
-    "dict_type": "expected a mapping",
-    "model_type": "expected a mapping",
-}
-
-
-def _field_names(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[str]:
-    """Every field name of ``model`` and of the models its fields hold, at any depth."""
-    names: set[str] = set()
-    if model in seen:
-        return names
-    seen.add(model)
-    for name, info in model.model_fields.items():
-        names.add(name)
-        stack: list[Any] = [info.annotation]
-        while stack:
-            kind = stack.pop()
-            if isinstance(kind, type) and issubclass(kind, BaseModel):
-                names |= _field_names(kind, seen)
-            stack.extend(getattr(kind, "__args__", ()))
-    return names
-
-
-def unknown_field(key: object) -> str:
-    """``unknown field``, with the spec's field ``key`` most likely meant as a hint
-    (``workrs`` → ``unknown field (did you mean `workers`?)``)."""
-    close = difflib.get_close_matches(str(key), sorted(_field_names(JobSpec, set())), n=1)
-    return f"unknown field (did you mean `{close[0]}`?)" if close else "unknown field"
-
-
-def _message(error: Mapping[str, Any]) -> str:
-    kind = error.get("type", "")
-    if kind == "missing":
-        return "required"
-    if kind == "extra_forbidden":
-        loc = error.get("loc") or ("",)
-        return unknown_field(loc[-1])
-    if kind in _TYPE_ERRORS:
-        return f"{_TYPE_ERRORS[kind]} (got {shown(error.get('input'))})"
-    if kind == "finite_number":
-        return "must be a finite number"
-    msg = str(error.get("msg", "invalid"))
-    return msg.removeprefix("Value error, ")
-
-
-def _problems(exc: ValidationError) -> list[tuple[str, str]]:
-    return [(_path(err["loc"]), _message(err)) for err in exc.errors()]
-
-
 def _partial_check(
     key: str,
     model: type[BaseModel],
@@ -322,7 +259,7 @@ def _readable_keys(
             kept[key] = value
         else:
             text = shown(key).strip("'") if isinstance(key, str) else shown(key)
-            problems.append((f"{path}.{text}" if path else text, unknown_field(text)))
+            problems.append((f"{path}.{text}" if path else text, unknown_field(text, JobSpec)))
     return kept
 
 
@@ -357,7 +294,7 @@ def parse_spec(data: Any, source: str | None = None) -> JobSpec:
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        problems.extend(_problems(exc))
+        problems.extend(validation_problems(exc, JobSpec))
         if "command" not in data and "roles" not in data:
             _insert_in_field_order(problems, ("command", "required"))
     if spec is not None:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tidal.launch.failure_cause import last_exception
 from tidal.launch.limits import WorkerLimits
 from tidal.launch.process import LocalProcess
 from tidal.launch.warm import ENV_WARM_POOL, READY_LINE, WarmSpawner, warm_pool_size
-from tidal.launch.worker import last_exception
 
 pytestmark = pytest.mark.slow
 
@@ -123,6 +123,31 @@ def test_the_pool_says_when_its_imports_are_done(tmp_path: Path) -> None:
             taken.kill()
             taken.wait()
         assert spawner.wait_warm(120) == 0
+    finally:
+        spawner.close()
+
+
+def test_the_pool_remembers_only_the_interpreters_still_warm(tmp_path: Path) -> None:
+    # A pid whose interpreter was taken or died may come back as another process's.
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    spawner = WarmSpawner(1)
+    taken: list[int] = []
+    try:
+        for _ in range(3):
+            assert spawner.wait_warm(120) == 1
+            process, out = _spawn(spawner, script, tmp_path)
+            taken.append(process.pid)
+            assert process.wait(timeout=120) == 3
+            process.drain(timeout=10)
+            assert READY_LINE not in "".join(out.lines)
+        assert spawner.wait_warm(120) == 1
+        assert spawner._warm == {spawner._ready[0].pid}
+        assert spawner._warm.isdisjoint(taken)
+        spawner._ready[0].kill()
+        spawner._ready[0].wait()
+        assert spawner.wait_warm(120) == 0
+        assert spawner._warm == set()
     finally:
         spawner.close()
 

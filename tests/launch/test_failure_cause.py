@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidal.launch.worker import last_error_line, last_exception
+from tidal.launch.failure_cause import last_error_line, last_exception
 
 TRACEBACK = """\
 step 3 loss 0.25

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from tidal.launch.failure_cause import last_exception
 from tidal.launch.limits import (
     ENV_CPUS,
     ENV_MEMORY,
@@ -19,7 +20,6 @@ from tidal.launch.limits import (
     memory_cause,
 )
 from tidal.launch.process import LocalSpawner
-from tidal.launch.worker import last_exception
 
 GIB = 1 << 30
 

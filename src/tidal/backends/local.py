@@ -10,7 +10,8 @@ agents of many jobs start side by side, while the controller's loop goes on appl
 requests. Each :meth:`LocalBackend.poll` looks whether a starting agent serves its store
 yet (connecting then) and reports its slots held meanwhile
 (:attr:`~tidal.launch.api.JobStatus.starting_slots`). What the controller asks of a job
-whose agent is still starting (new slots, a stop) is carried out as soon as it serves.
+whose agent is still starting (new slots, a stop) is carried out as soon as it serves
+(:mod:`tidal.backends.local_boot`).
 
 With ``standby_workers`` above 0 a standby agent is kept started ahead
 (:mod:`tidal.backends.local_standby`): a job's first start hands it the job instead of
@@ -20,13 +21,10 @@ spawning an agent, so the agent's imports and its first workers' are paid alread
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import secrets
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -42,6 +40,13 @@ from tidal.backends.local_agents import (
     let_go,
     read_status,
     unreported,
+)
+from tidal.backends.local_boot import (
+    AGENT_STARTS,
+    START_TIMEOUT,
+    advance_boot,
+    kill_tree,
+    spawn_agent_process,
 )
 from tidal.backends.local_reattach import ended_jobs, live_agents
 from tidal.backends.local_standby import Standby
@@ -61,19 +66,12 @@ from tidal.launch.api import (
     WorkerState,
     worker_logs,
 )
-from tidal.launch.file_modes import user_umask
 from tidal.launch.process import kill_marked
-from tidal.launch.slot_names import format_slot, parse_slots
+from tidal.launch.slot_names import format_slot
+from tidal.launch.warm import script_imports
 from tidal.policy.api import Slot
-from tidal.runtime.rendezvous import connect_store
 
 log = logging.getLogger("tidal.backends.local")
-
-#: How long an agent may take to serve its store before it is taken for a failed start
-#: (nothing waits on it: it only bounds how long a hung agent holds its slots).
-_START_TIMEOUT = 120.0
-#: Tries to start a job's new agent after its agent died, before giving up on the restart.
-_AGENT_STARTS = 3
 
 
 class LocalBackend:
@@ -128,15 +126,18 @@ class LocalBackend:
             self.assign(launch.job_id, slots)
             return
         final_path(self.state_dir, launch.job_id).unlink(missing_ok=True)
+        # Read once, here: the agent's warm interpreters and the next standby's import it.
+        preload = script_imports(launch.argv, launch.working_dir)
         config = AgentConfig(
             # Workers are pinned to their GPUs only where this machine's slots are GPUs.
             launch=replace(launch, gpu=self.gpus and launch.gpu),
             slots=[format_slot(s) for s in slots],
             timeout=self.timeout,
+            preload=preload,
         )
-        boot = AgentBoot(config, time.monotonic() + _START_TIMEOUT, retries=0, first=True)
+        boot = AgentBoot(config, time.monotonic() + START_TIMEOUT, retries=0, first=True)
         self._spawn_agent(boot, launch.log_dir, standby=True)
-        self._standby.learn(launch.argv, launch.working_dir)
+        self._standby.learn(preload)
 
     def _spawn_agent(
         self, boot: AgentBoot, log_dir: Path | None, *, standby: bool = False
@@ -149,7 +150,7 @@ class LocalBackend:
         agent = AgentHandle(config.job_id, 0, None, log_dir, boot=boot)
         handed = self._standby.hand(config.job_id, config_path) if standby else None
         if handed is None:
-            self._spawn_process(agent)
+            spawn_agent_process(self.state_dir, agent)
         else:
             # A killed agent leaves its record: the standby's must not be taken for it.
             record_path(self.state_dir, agent.job_id).unlink(missing_ok=True)
@@ -161,26 +162,6 @@ class LocalBackend:
             self._log_dirs[config.job_id] = log_dir
         return agent
 
-    def _spawn_process(self, agent: AgentHandle) -> None:
-        """Start ``agent``'s process (again, for a start that died before serving)."""
-        config_path = self.state_dir / f"{agent.job_id}.launch.json"
-        agent_log = self.state_dir / f"{agent.job_id}.agent.log"
-        tree = f"{agent.job_id}-{secrets.token_hex(8)}"
-        # A killed agent leaves its record: the new one's must not be taken for it.
-        record_path(self.state_dir, agent.job_id).unlink(missing_ok=True)
-        fd = os.open(agent_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with open(fd, "ab") as sink:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "tidal.launch.agent", str(config_path), str(self.state_dir)],
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # outlives the controller
-                env={**os.environ, ENV_AGENT_TREE: tree},
-                umask=user_umask(),  # the agent makes its own files private itself
-            )
-        agent.pid, agent.process, agent.tree = process.pid, process, tree
-
     def _restart_agent(self, dead: AgentHandle, slots: Sequence[Slot]) -> None:
         """A new agent for a job whose agent died: the same launch on ``slots``; its
         workers resume from the job's latest checkpoint, numbered after the old ones."""
@@ -191,84 +172,8 @@ class LocalBackend:
         config.first_worker_id = max([config.first_worker_id - 1, *known]) + 1
         final_path(self.state_dir, dead.job_id).unlink(missing_ok=True)
         log.warning("job=%s: starting a new agent on %d slot(s)", dead.job_id, len(slots))
-        deadline = time.monotonic() + _START_TIMEOUT
-        self._spawn_agent(AgentBoot(config, deadline, _AGENT_STARTS - 1, first=False), dead.log_dir)
-
-    def _advance_boot(self, agent: AgentHandle) -> JobStatus | None:
-        """One look at a starting agent, never waiting for it: connect once it serves
-        (and send what was asked meanwhile), start it again or give it up if it died or
-        hangs. Returns what to report while it still starts (its slots held), or a
-        failed start; ``None`` once it serves or is over (the usual poll takes over)."""
-        boot = agent.boot
-        assert boot is not None and agent.process is not None
-        record = record_path(self.state_dir, agent.job_id)
-        final = final_path(self.state_dir, agent.job_id)
-        code = agent.process.poll()
-        try:
-            # An agent that exited left a record only if it was killed: nothing to reach.
-            text = record.read_text() if code is None else None
-        except FileNotFoundError:
-            text = None
-        if text is not None:
-            host, _, port = str(json.loads(text)["store"]).rpartition(":")
-            try:
-                agent.store = connect_store(host, int(port), timeout=10)
-            except Exception as exc:
-                # Over between the record and the connection (poll reads the final
-                # status), or dying: the next look finds its exit.
-                log.debug("job=%s: agent store not reached: %s", agent.job_id, exc)
-            if agent.store is not None or final.exists():
-                agent.boot = None
-                self._landed(agent, boot)
-                return None
-        if final.exists():
-            # Its workers ended at once: the agent wrote its final status, removed its
-            # record (and may have exited) before this looked; a job started and over.
-            agent.boot = None
-            return None
-        if code is None and time.monotonic() < boot.deadline:
-            return JobStatus(agent.job_id, -1, starting_slots=self._slots(boot))
-        if code is None:
-            why = f"did not serve within {_START_TIMEOUT:.0f} s"
-            agent.process.kill()
-            agent.process.wait(timeout=10)
-        else:
-            why = f"exited with status {code}"
-        if final.exists():  # written just before it exited
-            agent.boot = None
-            return None
-        self._kill_tree(agent)
-        where = self.state_dir / f"{agent.job_id}.agent.log"
-        log.warning("job=%s: the agent %s before serving; see %s", agent.job_id, why, where)
-        if boot.retries > 0 and not agent.stopped:
-            boot.retries -= 1
-            boot.deadline = time.monotonic() + _START_TIMEOUT
-            self._spawn_process(agent)
-            return JobStatus(agent.job_id, -1, starting_slots=self._slots(boot))
-        agent.boot = None
-        if boot.first or agent.stopped:
-            del self._agents[agent.job_id]
-            reason = f"the job's agent {why} before it started; see {where}"
-            return JobStatus(agent.job_id, -1, failed=not agent.stopped, reason=reason)
-        return None  # a restart that never served: the agent died (see poll)
-
-    @staticmethod
-    def _slots(boot: AgentBoot) -> tuple[Slot, ...]:
-        """The slots a starting agent holds: those it was started on, and any assigned
-        since (until it serves, either may be what its workers come up on)."""
-        names = [*boot.config.slots, *(boot.order or ())]
-        return tuple(dict.fromkeys(s for name in names for s in parse_slots(name)))
-
-    def _landed(self, agent: AgentHandle, boot: AgentBoot) -> None:
-        """The agent serves its store: carry out what was asked while it started."""
-        if agent.store is None:
-            return
-        with contextlib.suppress(Exception):  # an agent that just ended: poll reports it
-            if agent.stopped:
-                agent.store.set(KEY_STOP, "1")
-            elif boot.order is not None:
-                agent.assign_seq += 1
-                write_order(agent.store, boot.order, agent.assign_seq)
+        deadline = time.monotonic() + START_TIMEOUT
+        self._spawn_agent(AgentBoot(config, deadline, AGENT_STARTS - 1, first=False), dead.log_dir)
 
     def assign(self, job_id: str, slots: Sequence[Slot]) -> None:
         """Set the job's slots (applied at its next step boundary)."""
@@ -310,8 +215,10 @@ class LocalBackend:
                 statuses[job_id] = agent.died
                 continue
             if agent.boot is not None:
-                starting = self._advance_boot(agent)
+                starting = advance_boot(self.state_dir, agent)
                 if starting is not None:
+                    if agent.boot is None:  # a start given up on
+                        del self._agents[job_id]
                     statuses[job_id] = starting
                     continue
             alive = agent_alive(agent)
@@ -330,7 +237,7 @@ class LocalBackend:
                     if unstarted is not None:
                         statuses[job_id] = self._on_agent_death(agent, unstarted)
                         continue
-                    self._kill_tree(agent)
+                    kill_tree(agent)
                     statuses[job_id] = JobStatus(job_id, -1, failed=True, reason="agent died")
                     del self._agents[job_id]
                 continue
@@ -368,17 +275,11 @@ class LocalBackend:
         booting = any(a.boot is not None for a in self._agents.values())
         self._standby.keep(starting=booting or self._standby.taken_by is not None)
 
-    def _kill_tree(self, agent: AgentHandle) -> None:
-        if agent.tree:
-            killed = kill_marked(agent.tree, variable=ENV_AGENT_TREE)
-            if killed:
-                log.warning("job=%s: killed %d process(es) its agent left", agent.job_id, killed)
-
     def _on_agent_death(self, agent: AgentHandle, last: AgentStatus) -> JobStatus:
         """The agent died mid-job: kill what it left (its workers lost their store) and
         report them failed, so the controller's restart decision counts one restart or
         fails the job; a restart reaches :meth:`assign`, which starts a new agent."""
-        self._kill_tree(agent)
+        kill_tree(agent)
         agent.store, agent.reports = None, None
         live = (WorkerState.STARTING, WorkerState.RUNNING)
         status = last.job_status()
@@ -402,7 +303,7 @@ class LocalBackend:
         for agent in list(self._agents.values()):
             while agent_alive(agent) and time.monotonic() < deadline:
                 if agent.boot is not None:
-                    self._advance_boot(agent)  # told to stop once it serves
+                    advance_boot(self.state_dir, agent)  # told to stop once it serves
                 elif final_path(self.state_dir, agent.job_id).exists():
                     let_go(agent)  # it waits for that before it exits
                 time.sleep(0.02)

@@ -26,7 +26,6 @@ from pathlib import Path
 from tidal.launch.agent import ENV_AGENT_TREE
 from tidal.launch.file_modes import user_umask
 from tidal.launch.process import kill_marked
-from tidal.launch.warm import script_imports
 
 __all__ = ["PRELOAD_MAX", "Handed", "Standby"]
 
@@ -65,16 +64,12 @@ class Standby:
         #: latest jobs' scripts import at their top level, the newest job's first.
         self.preload: tuple[str, ...] = ()
 
-    def learn(self, argv: Sequence[str], working_dir: Path | None) -> None:
-        """Note what the script of a job just started imports, for the next standby to
-        import ahead (a script named relative to the job's ``working_dir`` is read there)."""
-        if self.workers == 0 or len(argv) < 2:
+    def learn(self, imports: Sequence[str]) -> None:
+        """Note what the script of a job just started imports
+        (:func:`~tidal.launch.warm.script_imports`), for the next standby to import ahead."""
+        if self.workers == 0:
             return
-        script = Path(argv[1])
-        if working_dir is not None and not script.is_absolute():
-            script = working_dir / script
-        found = script_imports([argv[0], str(script), *argv[2:]])
-        self.preload = tuple(dict.fromkeys([*found, *self.preload]))[:PRELOAD_MAX]
+        self.preload = tuple(dict.fromkeys([*imports, *self.preload]))[:PRELOAD_MAX]
 
     def keep(self, *, starting: bool) -> None:
         """Replace a standby that died, and start one where none is, unless a job is

@@ -33,6 +33,7 @@ from tidal.cli import server as _server
 from tidal.cli import submit as _submit  # noqa: F401
 from tidal.cli import jobs as _jobs  # noqa: F401
 from tidal.cli import cluster as _cluster  # noqa: F401
+from tidal.cli import datasets as _datasets
 from tidal.cli import registry as _registry
 from tidal.cli import users as _users
 
@@ -44,11 +45,14 @@ from tidal.cli.workers import workers_app
 __all__ = ["app", "controller_app", "main", "run_app"]
 
 controller_app.add_typer(workers_app, name="workers")
-controller_app.add_typer(_registry.dataset_app, name="dataset")
+controller_app.add_typer(_datasets.dataset_app, name="dataset")
 controller_app.add_typer(_registry.model_app, name="model")
 controller_app.add_typer(_users.user_app, name="user")
 controller_app.add_typer(_users.token_app, name="token")
 
+# Help is rich markup for every verb (typer takes the mode of this, the outermost app):
+# a default that is not the parameter's value goes in `show_default`, since a `[default:
+# ...]` written in a help string reads as a markup tag and vanishes.
 app = typer.Typer(
     name="tidal",
     help="Elastic PyTorch training on a shared pool of GPUs.",

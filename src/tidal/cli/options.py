@@ -49,7 +49,6 @@ controller_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
 )
 
 #: Where results go, for people; errors go to :data:`err`.
@@ -60,7 +59,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DataDirOpt = Annotated[
     Path | None,
-    typer.Option("--data-dir", help="Server data dir (default: $TIDAL_DATA_DIR or ~/.tidal)."),
+    typer.Option("--data-dir", help="Server data dir.", show_default="$TIDAL_DATA_DIR or ~/.tidal"),
 ]
 UrlOpt = Annotated[
     str | None, typer.Option("--url", envvar="TIDAL_URL", help="Server URL (else from data dir).")

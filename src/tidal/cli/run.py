@@ -33,7 +33,9 @@ console = Console(stderr=True)
 def run_command(
     command: Annotated[list[str], typer.Argument(help="SCRIPT [ARGS...]: what each worker runs")],
     workers: Annotated[str, typer.Option(help="MIN:MAX workers (or N)")] = "1:1",
-    initial: Annotated[int | None, typer.Option(help="workers at start (default MAX)")] = None,
+    initial: Annotated[
+        int | None, typer.Option(help="workers at start", show_default="MAX")
+    ] = None,
     max_restarts: Annotated[int, typer.Option(help="failures to recover from")] = 3,
     run_id: Annotated[str | None, typer.Option(help="name of this run")] = None,
     checkpoint_dir: Annotated[Path | None, typer.Option(help="durable checkpoints here")] = None,
@@ -43,11 +45,15 @@ def run_command(
     ] = 0.0,
     timeout: Annotated[
         float | None,
-        typer.Option(help="seconds before a silent peer is dead [default: $TIDAL_TIMEOUT or 10]"),
+        typer.Option(
+            help="seconds before a silent peer is dead", show_default="$TIDAL_TIMEOUT or 10"
+        ),
     ] = None,
     sync_every: Annotated[
         int | None,
-        typer.Option(help="agree on membership every K steps [default: $TIDAL_SYNC_EVERY or 1]"),
+        typer.Option(
+            help="agree on membership every K steps", show_default="$TIDAL_SYNC_EVERY or 1"
+        ),
     ] = None,
     log_dir: Annotated[Path | None, typer.Option(help="also write each worker's log here")] = None,
     resize_at: Annotated[str, typer.Option(help="scripted resizes: STEP:N[,STEP:N...]")] = "",

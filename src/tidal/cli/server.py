@@ -47,7 +47,7 @@ GC_YOUNG_THRESHOLD = 10_000
 def server(
     slots: Annotated[
         int | None,
-        typer.Option(min=1, help="Virtual CPU slots [default: one per GPU, else per core]."),
+        typer.Option(min=1, help="Virtual CPU slots.", show_default="one per GPU, else per core"),
     ] = None,
     data_dir: DataDirOpt = None,
     policy: Annotated[
@@ -76,7 +76,8 @@ def server(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 0,
     db_url: Annotated[
-        str | None, typer.Option(help="SQLAlchemy URL [default: SQLite in the data dir].")
+        str | None,
+        typer.Option(help="SQLAlchemy URL.", show_default="SQLite in the data dir"),
     ] = None,
     interval: Annotated[float, typer.Option(min=0.05, help="Seconds between ticks.")] = 0.5,
     group: Annotated[str | None, typer.Option(help="Resource group of this host.")] = None,
@@ -104,7 +105,8 @@ def server(
         typer.Option(
             min=0,
             help="Warm interpreters of the agent kept ready for the next job, local "
-            "backend (0: none; default: one per slot up to 4, as memory allows).",
+            "backend (0: none).",
+            show_default="one per slot up to 4, as memory allows",
         ),
     ] = None,
 ) -> None:

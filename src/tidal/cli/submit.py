@@ -215,7 +215,7 @@ def export(
         typer.Option(help="Container image the pods run (required: Kubernetes needs one)."),
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")
+        Path | None, typer.Option("--output", "-o", help="File to write.", show_default="stdout")
     ] = None,
 ) -> None:
     """Write a job back as a Kubeflow manifest (TFJob, PyTorchJob or TrainJob)."""

@@ -118,9 +118,10 @@ def user_remove(options: ClientOptions, name: NameArg) -> None:
 def token_create(
     options: ClientOptions,
     name: Annotated[str, typer.Argument(help="The token's name, e.g. laptop or ci.")],
-    user: Annotated[str | None, typer.Option(help="Whose (default: yours; admins).")] = None,
+    user: Annotated[str | None, typer.Option(help="Whose (admins).", show_default="yours")] = None,
     expires: Annotated[
-        str | None, typer.Option(help="Valid for this long (30d, 12h); default: until revoked.")
+        str | None,
+        typer.Option(help="Valid for this long (30d, 12h).", show_default="until revoked"),
     ] = None,
 ) -> None:
     """Create a token. It is shown this once: the server keeps only a hash of it."""
@@ -176,7 +177,7 @@ def token_revoke(
         str | None,
         typer.Argument(help="Deprecated form `revoke USER NAME`: the token's name.", hidden=True),
     ] = None,
-    user: Annotated[str | None, typer.Option(help="Whose (default: yours; admins).")] = None,
+    user: Annotated[str | None, typer.Option(help="Whose (admins).", show_default="yours")] = None,
 ) -> None:
     """Revoke a token; the dashboard sessions opened with it end too."""
     if former is not None:

@@ -254,21 +254,20 @@ def _pool_size(launch: JobLaunch) -> int:
     return plan.size
 
 
-def _warm_spawner(launch: JobLaunch) -> WarmSpawner | None:
+def _warm_spawner(launch: JobLaunch, preload: Sequence[str]) -> WarmSpawner | None:
     """The job's pool of warm interpreters (not started yet), or ``None`` for none."""
     size = _pool_size(launch)
     if size == 0:
         return None
-    preload = script_imports(launch.argv)
     return WarmSpawner(size, preload=preload, env=launch.env, fill=False)
 
 
-def _adopt(pool: WarmSpawner, launch: JobLaunch) -> Callable[[], None]:
+def _adopt(pool: WarmSpawner, launch: JobLaunch, preload: Sequence[str]) -> Callable[[], None]:
     """What to do once the job's first workers train, when it started from a standby's
     ``pool``: keep as many as the job's own plan says (ending the rest, or filling)."""
 
     def keep() -> None:
-        pool.keep(_pool_size(launch), preload=script_imports(launch.argv))
+        pool.keep(_pool_size(launch), preload=preload)
 
     return keep
 
@@ -284,9 +283,11 @@ def serve(config: AgentConfig, state_dir: Path, pool: WarmSpawner | None = None)
         format_bytes(launch.memory) if launch.memory is not None else "any amount",
         enforcement(gpu=launch.gpu),
     )
-    spawner = pool if pool is not None else _warm_spawner(launch)
+    # The backend read the script already; a config without its findings is read here.
+    preload = config.preload if config.preload is not None else script_imports(launch.argv)
+    spawner = pool if pool is not None else _warm_spawner(launch, preload)
     if pool is not None:
-        on_running: Callable[[], None] | None = _adopt(pool, launch)
+        on_running: Callable[[], None] | None = _adopt(pool, launch, preload)
     else:
         on_running = spawner.fill if spawner is not None else None
     driver = GroupDriver(

@@ -82,6 +82,10 @@ class AgentConfig:
     timeout: float = 10.0
     #: The first worker's number (a restarted agent continues after its predecessor's).
     first_worker_id: int = 0
+    #: What the job's script imports at its top level, as the backend found it
+    #: (:func:`~tidal.launch.warm.script_imports`), for the job's warm interpreters to
+    #: import ahead; ``None``: the agent reads the script itself.
+    preload: list[str] | None = None
 
     @property
     def job_id(self) -> str:
@@ -96,6 +100,7 @@ class AgentConfig:
                 "slots": list(self.slots),
                 "timeout": self.timeout,
                 "first_worker_id": self.first_worker_id,
+                "preload": self.preload,
             }
         )
 
@@ -113,6 +118,16 @@ class AgentConfig:
                 slots=[str(s) for s in data["slots"]],
                 timeout=float(data.get("timeout", 10.0)),
                 first_worker_id=int(data.get("first_worker_id", 0)),
+                preload=_preload(data.get("preload")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed launch config: {type(exc).__name__}: {exc}") from None
+
+
+def _preload(value: object) -> list[str] | None:
+    """The config's ``preload``: a list of module names, or absent (``None``)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise TypeError(f"preload: expected a list of module names, got {value!r}")
+    return list(value)

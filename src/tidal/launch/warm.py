@@ -96,13 +96,16 @@ def _top_level_imports(tree: ast.Module) -> list[str]:
     return names
 
 
-def script_imports(argv: Sequence[str]) -> list[str]:
+def script_imports(argv: Sequence[str], working_dir: Path | None = None) -> list[str]:
     """The installed modules a ``python script.py`` command's script imports at its top
     level, in order, for the pool to import ahead (empty for any other command, or a
-    script that cannot be read or parsed). Modules found beside the script are left out."""
+    script that cannot be read or parsed). A script named relative to the job's
+    ``working_dir`` is read there. Modules found beside the script are left out."""
     if len(argv) < 2 or not argv[1].endswith(".py"):
         return []
     script = Path(argv[1])
+    if working_dir is not None and not script.is_absolute():
+        script = working_dir / script
     try:
         tree = ast.parse(script.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
@@ -152,7 +155,9 @@ class WarmSpawner:
         self._filled = False
         self._closed = False
         self._refill = refill
-        #: Interpreters whose :data:`READY_LINE` was read (by :meth:`wait_warm`).
+        #: Interpreters of the pool whose :data:`READY_LINE` was read (by
+        #: :meth:`wait_warm`); a pid leaves once its interpreter is taken or found dead,
+        #: since the system may give it to another process, even to a later interpreter.
         self._warm: set[int] = set()
         if fill:
             self.fill()
@@ -186,15 +191,18 @@ class WarmSpawner:
         names = {k for k in (*full, *self._start_env) if k.startswith("PYTHON")}
         return all(full.get(k) == self._start_env.get(k) for k in names)
 
-    def _take(self) -> subprocess.Popen[str] | None:
+    def _take(self) -> tuple[subprocess.Popen[str], bool] | None:
+        """The next interpreter of the pool, and whether its ready line was read."""
         with self._lock:
             if not self._ready or self._closed:
                 return None
             process = self._ready.pop(0)
+            read_ready = process.pid in self._warm
+            self._warm.discard(process.pid)
             if self._refill:
                 self._ready.append(self._start_one())
         if process.poll() is None:
-            return process
+            return process, read_ready
         process.wait()  # it died waiting (say, killed): start this worker cold
         return None
 
@@ -210,11 +218,12 @@ class WarmSpawner:
     ) -> LocalProcess:
         """Hand the worker to a warm interpreter when it fits, else start it cold."""
         command = resolve_python(argv)
-        process = self._take() if self._fits(command, env) else None
-        if process is None:
+        taken = self._take() if self._fits(command, env) else None
+        if taken is None:
             return self._cold.spawn(
                 worker_id=worker_id, slot=slot, argv=argv, env=env, cwd=cwd, on_line=on_line
             )
+        process, read_ready = taken
         order = {
             "argv": command[1:],
             "env": {**os.environ, **env},
@@ -229,7 +238,7 @@ class WarmSpawner:
             pass
 
         assert process.stdout is not None
-        if process.pid not in self._warm:
+        if not read_ready:
             on_line = _after_ready_line(on_line)
         reader = start_pump(process.stdout, on_line, worker_id)
         return LocalProcess(process, reader)
@@ -260,7 +269,10 @@ class WarmSpawner:
                     # What its imports printed before any worker was in it.
                     log.debug("warm interpreter pid=%d: %s", process.pid, line.rstrip())
         with self._lock:
-            return sum(p.pid in self._warm and p.poll() is None for p in self._ready)
+            for process in self._ready:
+                if process.poll() is not None:
+                    self._warm.discard(process.pid)
+            return sum(p.pid in self._warm for p in self._ready)
 
     def keep(self, size: int, *, preload: Sequence[str] = ()) -> None:
         """From now on keep ``size`` interpreters (0: close the pool), refilled as they
@@ -274,6 +286,7 @@ class WarmSpawner:
             self.size, self.preload = size, tuple(preload)
             self._filled = self._refill = True
             excess, self._ready = self._ready[size:], self._ready[:size]
+            self._warm.difference_update(p.pid for p in excess)
             self._ready.extend(self._start_one() for _ in range(size - len(self._ready)))
         for process in excess:
             process.kill()
@@ -283,6 +296,7 @@ class WarmSpawner:
         """End the interpreters nobody took."""
         with self._lock:
             ready, self._ready = self._ready, []
+            self._warm.clear()
             self._closed = True
         for process in ready:
             process.kill()

@@ -15,17 +15,16 @@ copied in one place.
 from __future__ import annotations
 
 import enum
-import os
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tidal.launch.api import JobLaunch, RoleLaunch
-from tidal.launch.limits import ENV_CPUS, ENV_MEMORY, WorkerLimits, memory_cause
+from tidal.launch.failure_cause import failure_cause
+from tidal.launch.limits import ENV_CPUS, ENV_MEMORY, WorkerLimits
 from tidal.launch.log_sink import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES, RotatingLog
-from tidal.launch.process import LocalProcess, Spawner, WorkerProcess
+from tidal.launch.process import Spawner, WorkerProcess
 from tidal.launch.slot_names import slot_indices
 from tidal.runtime.env import (
     ENV_CHECKPOINT_DIR,
@@ -48,10 +47,7 @@ __all__ = [
     "WorkerPhase",
     "WorkerSpec",
     "close_outputs",
-    "failure_cause",
     "kill_workers",
-    "last_error_line",
-    "last_exception",
     "role_spec",
     "spawn_logged",
     "wait_for_exit",
@@ -60,14 +56,6 @@ __all__ = [
     "worker_number",
     "worker_spec",
 ]
-
-#: Bytes at the end of a failed worker's log searched for the exception that ended it.
-_TAIL_BYTES = 32768
-#: The exception line is cut to this many characters.
-_CAUSE_CHARS = 300
-_TRACEBACK = "Traceback (most recent call last):"
-#: ``ValueError: ...``, ``torch.OutOfMemoryError``, ``KeyboardInterrupt``: a dotted name.
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |$)")
 
 
 class WorkerPhase(enum.Enum):
@@ -202,7 +190,8 @@ class Worker:
     def failed_with(self, message: str, log_dir: Path | None, memory: int | None = None) -> str:
         """Record why this worker failed (:func:`failure_cause`; with a ``memory`` limit,
         that it passed it) and return ``message`` followed by it."""
-        self.cause = failure_cause(self, log_dir, memory)
+        log_path = worker_log_path(log_dir, self.id) if log_dir is not None else None
+        self.cause = failure_cause(self.process, log_path, memory)
         return message if self.cause is None else f"{message}: {self.cause}"
 
 
@@ -312,60 +301,6 @@ def spawn_logged(
         cwd=spec.working_dir,
         on_line=on_line,
     )
-
-
-def last_exception(text: str) -> str | None:
-    """The exception line of the last Python traceback in ``text`` (``ValueError: lr must
-    be positive``), or ``None`` when there is no complete one."""
-    lines = text.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith(_TRACEBACK)]
-    if not starts:
-        return None
-    for line in lines[starts[-1] + 1 :]:
-        if not line or line[0].isspace():
-            continue  # the frames and their source lines are indented
-        if _EXCEPTION_LINE.match(line):
-            return line if len(line) <= _CAUSE_CHARS else line[: _CAUSE_CHARS - 1] + "…"
-        return None
-    return None
-
-
-#: The last words of a program that could not start its work, without a traceback:
-#: ``python: can't open file '/job/t.py': [Errno 2] No such file or directory``, a shell's
-#: ``sh: 1: trian.sh: not found``.
-_START_ERROR = re.compile(
-    r"can't open file|\[Errno \d+\]|No such file or directory|command not found|: not found$"
-)
-
-
-def last_error_line(text: str) -> str | None:
-    """The last line of ``text`` when it says a file or program was not found (a worker
-    that never got to a traceback), else ``None``: no other line is taken for a cause."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines or not _START_ERROR.search(lines[-1]):
-        return None
-    line = lines[-1].strip()
-    return line if len(line) <= _CAUSE_CHARS else line[: _CAUSE_CHARS - 1] + "…"
-
-
-def failure_cause(worker: Worker, log_dir: Path | None, memory: int | None = None) -> str | None:
-    """The exception that ended ``worker``, read from the end of its log in ``log_dir``,
-    so a job's failure says why (the log has the whole traceback); else its last line
-    when that says a file or program was not found (:func:`last_error_line`). A worker
-    with a ``memory`` limit that ended for want of memory (a failed allocation, or the
-    kernel's OOM killer in its cgroup) *exceeded its memory limit of 2 GiB*."""
-    oom_killed = isinstance(worker.process, LocalProcess) and worker.process.out_of_memory()
-    if log_dir is None:
-        return memory_cause(memory, None, oom_killed)
-    worker.process.drain(timeout=1.0)  # its last lines may still be in the pipe
-    try:
-        with worker_log_path(log_dir, worker.id).open("rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - _TAIL_BYTES))
-            tail = log.read().decode("utf-8", errors="replace")
-    except OSError:
-        return memory_cause(memory, None, oom_killed)
-    exception = last_exception(tail)
-    return memory_cause(memory, exception, oom_killed) or exception or last_error_line(tail)
 
 
 def wait_for_exit(workers: Sequence[Worker], grace: float) -> None:

@@ -2,13 +2,17 @@
 
 Written to a temporary name in the same folder, flushed and fsynced, renamed over the final
 name (atomic on POSIX), and the folder fsynced so the rename itself survives a crash.
+:class:`CheckpointClock` says when the next one is due; a full disk (:func:`disk_full`)
+costs that checkpoint, not the training.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +76,36 @@ def load_latest(directory: str | Path) -> dict[str, Any] | None:
         log.info("resuming from %s", path)
         return state
     return None
+
+
+class CheckpointClock:
+    """When the next checkpoint is due: ``every_steps`` steps or ``every_seconds`` seconds
+    (either 0: never) after the last one written, or resumed from."""
+
+    def __init__(self) -> None:
+        self.last_step = 0
+        self.last_time = time.monotonic()
+
+    def due(self, step: int, every_steps: int, every_seconds: float) -> bool:
+        """Whether a checkpoint is due at ``step``."""
+        if every_steps > 0 and step - self.last_step >= every_steps:
+            return True
+        return every_seconds > 0 and time.monotonic() - self.last_time >= every_seconds
+
+    def reset(self, step: int) -> None:
+        """Count from ``step``, now: a checkpoint was written (or skipped) here."""
+        self.last_step = step
+        self.last_time = time.monotonic()
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` or one it was raised from is a full disk (torch's writer reports
+    one as a ``RuntimeError`` raised from the ``OSError``)."""
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -1,5 +1,6 @@
-"""The worker's view of its job: which generation it is in, its process group, and a
-watcher thread that turns a peer's death into a prompt, clean error.
+"""The worker's view of its job: which generation it is in, its process group (formed and
+left by :mod:`tidal.runtime.generation_groups`), and a watcher thread that turns a peer's
+death into a prompt, clean error.
 
 Why the guard: a gloo collective blocked on a dead peer only fails for the ranks wired to
 that peer; the others wait for the full timeout. Every collective the runtime issues goes
@@ -16,21 +17,20 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from tidal.runtime.control import ControlChannel
-from tidal.runtime.env import ENV_STORE, ENV_WORKER_ID, RuntimeConfig
-from tidal.runtime.group_release import abandon_default_group, drop_later, wait_for_releases
+from tidal.runtime.env import RuntimeConfig
+from tidal.runtime.generation_groups import default_backend, form_groups, leave_groups
+from tidal.runtime.group_release import drop_later, wait_for_releases
 from tidal.runtime.rendezvous import (
     Generation,
     RendezvousClient,
-    RendezvousHost,
     RendezvousTimeout,
-    connect_store,
+    WorkerStore,
 )
 from tidal.runtime.sample_span import SampleSpan
 
@@ -51,23 +51,12 @@ class WorkerContext:
 
     def __init__(self, config: RuntimeConfig | None = None) -> None:
         self.config = config or RuntimeConfig.from_env()
-        address = os.environ.get(ENV_STORE)
-        self._local_host: RendezvousHost | None = None
-        if address:
-            host, _, port = address.rpartition(":")
-            self.worker_id = os.environ.get(ENV_WORKER_ID, f"w{os.getpid()}")
-            self._store_address = (host, int(port))
-            store: dist.Store = connect_store(
-                host, int(port), timeout=max(30.0, self.config.timeout)
-            )
-        else:
-            # Alone: host a private store so one code path serves both cases.
-            self._local_host = RendezvousHost()
-            self.worker_id = "w0"
-            self._store_address = (self._local_host.host, self._local_host.port)
-            store = self._local_host.store
+        self._store = WorkerStore.from_env(os.environ)
+        self._local_host = self._store.local
+        self.worker_id = self._store.worker_id
+        store = self._store.connect(timeout=max(30.0, self.config.timeout))
         self.rendezvous = RendezvousClient(store, self.worker_id)
-        self.backend = self.config.backend or ("nccl" if _has_own_gpu() else "gloo")
+        self.backend = self.config.backend or default_backend()
         self.device = torch.device("cuda", 0) if self.backend == "nccl" else torch.device("cpu")
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -155,22 +144,13 @@ class WorkerContext:
         rank = generation.rank_of(self.worker_id)
         assert rank is not None
         started = time.perf_counter()
-        prefix = dist.PrefixStore(f"tidal/pg/{generation.number}/", self.rendezvous.store)
-        dist.init_process_group(
+        control = form_groups(
             self.backend,
-            store=prefix,
-            rank=rank,
-            world_size=len(generation.members),
-            timeout=timedelta(seconds=self.config.timeout),
-        )
-        # Same store, a prefix of its own. If it cannot form, teardown() finds the main
-        # group initialised and leaves it.
-        control = ControlChannel(
             self.rendezvous.store,
             generation.number,
             rank,
             len(generation.members),
-            timeout=self.config.timeout,
+            self.config.timeout,
         )
         with self._lock:
             self.generation = generation
@@ -196,25 +176,13 @@ class WorkerContext:
         with self._lock:
             group, self.group = self.group, None
             control, self.control = self.control, None
-        if control is not None:
-            if self.failed:
-                # A control collective may be blocked on the dead peer: abort it, and let
-                # the group's threads go off this thread once they have given up.
-                control.abort()
-                drop_later(control, after=self.config.timeout + 1.0)
-            else:
-                control.close()
-        if group is None and not dist.is_initialized():
-            return
-        try:
-            if self.backend == "nccl" and self.failed:
-                dist.distributed_c10d._abort_process_group()
-            elif self.failed:
-                abandon_default_group(release_after=self.config.timeout + 1.0)
-            else:
-                dist.destroy_process_group()
-        except Exception as exc:  # a broken group may refuse a clean shutdown
-            log.debug("teardown of gen=%s: %s", self.generation, exc)
+        leave_groups(
+            self.backend,
+            control,
+            formed=group is not None,
+            failed=self.failed,
+            timeout=self.config.timeout,
+        )
 
     def release_after_failure(self, *objects: object) -> None:
         """Hand over objects that hold the broken generation's process group (a DDP
@@ -329,13 +297,8 @@ class WorkerContext:
 
     def _watch(self) -> None:
         # Its own connection: a TCPStore client is not meant to be shared across threads.
-        if self._local_host is not None:
-            view = RendezvousClient(self._local_host.store, self.worker_id)
-        else:
-            view = RendezvousClient(
-                connect_store(*self._store_address, timeout=max(30.0, self.config.timeout)),
-                self.worker_id,
-            )
+        store = self._store.connect(timeout=max(30.0, self.config.timeout))
+        view = RendezvousClient(store, self.worker_id)
         last_progress = 0.0
         reported_step = -1
         while not self._stop.is_set():
@@ -385,10 +348,6 @@ class WorkerContext:
             self._watcher.join(timeout=2 * _WATCH_INTERVAL + 1.0)
         self.teardown()
         wait_for_releases()
-
-
-def _has_own_gpu() -> bool:
-    return torch.cuda.is_available() and torch.cuda.device_count() >= 1
 
 
 _context: WorkerContext | None = None

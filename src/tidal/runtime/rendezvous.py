@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
+
+from tidal.runtime.env import ENV_STORE, ENV_WORKER_ID
 
 PREFIX = "tidal/"
 
@@ -79,6 +83,35 @@ def connect_store(host: str, port: int, *, timeout: float = 30.0) -> dist.TCPSto
     return dist.TCPStore(
         host, port, is_master=False, timeout=timedelta(seconds=timeout), wait_for_workers=False
     )
+
+
+@dataclass(frozen=True)
+class WorkerStore:
+    """Where a worker meets its job: the launcher's store at ``address`` (its
+    ``TIDAL_STORE``), or, for a worker with no launcher, a private one hosted here
+    (``local``), so that one code path serves both."""
+
+    worker_id: str
+    address: tuple[str, int]
+    local: RendezvousHost | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> WorkerStore:
+        """The launcher's store and this worker's id, from ``environ``; else a private
+        store, the worker ``w0``."""
+        address = environ.get(ENV_STORE)
+        if not address:
+            local = RendezvousHost()
+            return cls("w0", (local.host, local.port), local)
+        host, _, port = address.rpartition(":")
+        return cls(environ.get(ENV_WORKER_ID, f"w{os.getpid()}"), (host, int(port)))
+
+    def connect(self, timeout: float) -> dist.Store:
+        """A connection of its own (a store client is not shared across threads); the
+        private store itself."""
+        if self.local is not None:
+            return self.local.store
+        return connect_store(*self.address, timeout=timeout)
 
 
 class _StoreView:

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import copy
 import functools
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from tidal.runtime.context import WorkerContext
@@ -129,6 +131,31 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def all_rng_state() -> dict[str, Any]:
+    """torch's CPU generator, numpy's and Python's global ones: what a newcomer and a
+    checkpoint carry (once per rescale or checkpoint, not per step)."""
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+
+
+def restore_all_rng(state: dict[str, Any]) -> None:
+    """Put back what :func:`all_rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+class Stateful(Protocol):
+    """Anything with ``state_dict`` / ``load_state_dict`` (modules, optimizers, schedulers)."""
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any, /) -> Any: ...
+
+
 @dataclass
 class StepSnapshot:
     """The small state of a :class:`~tidal.State` at a step boundary."""
@@ -142,6 +169,58 @@ class StepSnapshot:
     extras: dict[str, Any]
     rng: dict[str, Any]
     scaler: tuple[torch.Tensor | None, torch.Tensor | None] | None = None
+
+    @classmethod
+    def take(
+        cls,
+        global_step: int,
+        epoch: int,
+        *,
+        loader: Stateful | None,
+        scheduler: Stateful | None,
+        optimizer: torch.optim.Optimizer | None,
+        objects: dict[str, Stateful],
+        extras: dict[str, Any],
+        scaler: torch.amp.GradScaler | None,
+    ) -> StepSnapshot:
+        """Copy what a failed step can change besides the model and the optimizer's
+        tensors (which a failed step leaves alone: its ``optimizer.step()`` is skipped)."""
+        return cls(
+            global_step=global_step,
+            epoch=epoch,
+            loader=loader.state_dict() if loader is not None else None,
+            scheduler=copy_state(scheduler.state_dict()) if scheduler is not None else None,
+            hyperparameters=hyperparameters(optimizer) if optimizer is not None else None,
+            objects={name: copy_state(o.state_dict()) for name, o in objects.items()},
+            extras=copy_state(extras),
+            rng=rng_state(),
+            scaler=scaler_state(scaler) if scaler is not None else None,
+        )
+
+    def put_back(
+        self,
+        *,
+        loader: Stateful | None,
+        scheduler: Stateful | None,
+        optimizer: torch.optim.Optimizer | None,
+        objects: dict[str, Stateful],
+        scaler: torch.amp.GradScaler | None,
+    ) -> None:
+        """Put back into these objects, and torch's generators, what :meth:`take` copied
+        (the step, the epoch and the extras are the caller's to take back)."""
+        if loader is not None and self.loader is not None:
+            loader.load_state_dict(self.loader)
+        if scheduler is not None and self.scheduler is not None:
+            scheduler.load_state_dict(copy_state(self.scheduler))
+        if optimizer is not None and self.hyperparameters is not None:
+            # scheduler.step() already wrote the next step's lr, betas ... into the groups;
+            # the scheduler's own state does not hold them.
+            restore_hyperparameters(optimizer, self.hyperparameters)
+        for name, obj in objects.items():
+            obj.load_state_dict(copy_state(self.objects[name]))
+        if scaler is not None and self.scaler is not None:
+            restore_scaler(scaler, self.scaler)
+        restore_rng(self.rng)
 
 
 def skip_failed_steps(

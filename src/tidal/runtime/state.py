@@ -13,14 +13,11 @@ redone.
 
 from __future__ import annotations
 
-import errno
 import logging
-import random
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
-import numpy as np
 import torch
 
 from tidal.runtime import checkpoint, rollback
@@ -31,18 +28,10 @@ from tidal.runtime.data import ElasticDataLoader
 from tidal.runtime.leaving import exit_released
 from tidal.runtime.parallel import ElasticDataParallel
 from tidal.runtime.rendezvous import Generation
-from tidal.runtime.rollback import StepSnapshot
+from tidal.runtime.rollback import Stateful, StepSnapshot
 from tidal.runtime.transfer import broadcast_state
 
 log = logging.getLogger("tidal.runtime")
-
-
-class Stateful(Protocol):
-    """Anything with ``state_dict`` / ``load_state_dict`` (modules, optimizers, schedulers)."""
-
-    def state_dict(self) -> Any: ...
-
-    def load_state_dict(self, state: Any, /) -> Any: ...
 
 
 class State:
@@ -100,8 +89,7 @@ class State:
         self._has_state = False
         self._commit: StepSnapshot | None = None
         self._agreement = Agreement(self.context)
-        self._last_checkpoint_time = time.monotonic()
-        self._last_checkpoint_step = 0
+        self._checkpoint_clock = checkpoint.CheckpointClock()
         #: Seconds from the end of the last step at the old size to the first at the new.
         self.last_rescale_stall: float | None = None
         #: Whether this step's ``optimizer.step()`` ran on a complete gradient.
@@ -290,18 +278,15 @@ class State:
         self.last_rescale_stall = time.perf_counter() - stalled_from
 
     def _snapshot(self) -> None:
-        """Remember what a failed step can change besides the model and the optimizer's
-        tensors (which a failed step leaves alone: its ``optimizer.step()`` is skipped)."""
-        self._commit = StepSnapshot(
-            global_step=self.global_step,
-            epoch=self._epoch,
-            loader=self.loader.state_dict() if self.loader is not None else None,
-            scheduler=rollback.copy_state(self.scheduler.state_dict()) if self.scheduler else None,
-            hyperparameters=rollback.hyperparameters(self.optimizer) if self.optimizer else None,
-            objects={name: rollback.copy_state(o.state_dict()) for name, o in self.objects.items()},
-            extras=rollback.copy_state(self.extras),
-            rng=rollback.rng_state(),
-            scaler=rollback.scaler_state(self.scaler) if self.scaler is not None else None,
+        self._commit = StepSnapshot.take(
+            self.global_step,
+            self._epoch,
+            loader=self.loader,
+            scheduler=self.scheduler,
+            optimizer=self.optimizer,
+            objects=self.objects,
+            extras=self.extras,
+            scaler=self.scaler,
         )
 
     def _restore_snapshot(self) -> None:
@@ -310,20 +295,14 @@ class State:
         self.global_step = commit.global_step
         self.context.step = self.global_step
         self._epoch = commit.epoch
-        if self.loader is not None and commit.loader is not None:
-            self.loader.load_state_dict(commit.loader)
-        if self.scheduler is not None and commit.scheduler is not None:
-            self.scheduler.load_state_dict(rollback.copy_state(commit.scheduler))
-        if self.optimizer is not None and commit.hyperparameters is not None:
-            # scheduler.step() already wrote the next step's lr, betas ... into the groups;
-            # the scheduler's own state does not hold them.
-            rollback.restore_hyperparameters(self.optimizer, commit.hyperparameters)
-        for name, obj in self.objects.items():
-            obj.load_state_dict(rollback.copy_state(commit.objects[name]))
         self.extras = rollback.copy_state(commit.extras)
-        if self.scaler is not None and commit.scaler is not None:
-            rollback.restore_scaler(self.scaler, commit.scaler)
-        rollback.restore_rng(commit.rng)
+        commit.put_back(
+            loader=self.loader,
+            scheduler=self.scheduler,
+            optimizer=self.optimizer,
+            objects=self.objects,
+            scaler=self.scaler,
+        )
 
     # -- state and checkpoints ----------------------------------------------------------
 
@@ -340,11 +319,7 @@ class State:
             "loader": self.loader.state_dict() if self.loader is not None else None,
             "objects": {name: obj.state_dict() for name, obj in self.objects.items()},
             "extras": self.extras,
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "numpy": np.random.get_state(),
-                "python": random.getstate(),
-            },
+            "rng": rollback.all_rng_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any], *, restore_rng: bool = True) -> None:
@@ -367,9 +342,7 @@ class State:
                 obj.load_state_dict(state["objects"][name])
         self.extras = dict(state["extras"])
         if restore_rng:
-            torch.set_rng_state(state["rng"]["torch"])
-            np.random.set_state(state["rng"]["numpy"])
-            random.setstate(state["rng"]["python"])
+            rollback.restore_all_rng(state["rng"])
 
     def save_checkpoint(self) -> None:
         """Write a durable checkpoint now (rank 0 only; a no-op without a directory)."""
@@ -378,29 +351,23 @@ class State:
         checkpoint.save_atomic(
             self.state_dict(), self.checkpoint_dir, self.global_step, keep=self.keep_checkpoints
         )
-        self._last_checkpoint_time = time.monotonic()
-        self._last_checkpoint_step = self.global_step
+        self._checkpoint_clock.reset(self.global_step)
 
     def _maybe_checkpoint(self) -> None:
         if self.checkpoint_dir is None or self.context.rank != 0:
             return
         every_steps, every_seconds = self.checkpoint_every_steps, self.checkpoint_every_seconds
-        due_steps = every_steps > 0 and self.global_step - self._last_checkpoint_step >= every_steps
-        due_time = (
-            every_seconds > 0 and time.monotonic() - self._last_checkpoint_time >= every_seconds
-        )
-        if not (due_steps or due_time):
+        if not self._checkpoint_clock.due(self.global_step, every_steps, every_seconds):
             return
         try:
             self.save_checkpoint()
         except Exception as exc:
-            if not _disk_full(exc):
+            if not checkpoint.disk_full(exc):
                 raise
             # A full disk costs this checkpoint, not the training: the next one is tried
             # when it is due again, and the latest complete one stays.
             log.warning("checkpoint at step %d skipped: %s", self.global_step, exc)
-            self._last_checkpoint_time = time.monotonic()
-            self._last_checkpoint_step = self.global_step
+            self._checkpoint_clock.reset(self.global_step)
 
     def _resume_from_checkpoint(self) -> None:
         if self.checkpoint_dir is None:
@@ -408,17 +375,4 @@ class State:
         state = checkpoint.load_latest(self.checkpoint_dir)
         if state is not None:
             self.load_state_dict(state)
-            self._last_checkpoint_step = self.global_step
-
-
-def _disk_full(error: BaseException) -> bool:
-    """Whether ``error`` or one it was raised from is a full disk (torch's writer reports
-    one as a ``RuntimeError`` raised from the ``OSError``)."""
-    seen: BaseException | None = error
-    for _ in range(8):
-        if seen is None:
-            return False
-        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+            self._checkpoint_clock.last_step = self.global_step

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from tidal.wire.schema import RequestBody
 
 __all__ = [
     "NAME_PATTERN",
@@ -25,11 +27,7 @@ _Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=63)]
 RoleName = Literal["admin", "member", "viewer"]
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class UserRequest(_Body):
+class UserRequest(RequestBody):
     """Add a user: a name, a role and a team (the team's jobs are theirs to change)."""
 
     name: _Name
@@ -37,7 +35,7 @@ class UserRequest(_Body):
     team: _Name = "default"
 
 
-class UserChange(_Body):
+class UserChange(RequestBody):
     """Change a user's role, team, or both (at least one)."""
 
     role: RoleName | None = None
@@ -53,7 +51,7 @@ class UserView(BaseModel):
     created_at: float
 
 
-class TokenRequest(_Body):
+class TokenRequest(RequestBody):
     """Create a named token for ``user`` (default: the caller), valid for ``expires_in_s``
     seconds (default: until revoked)."""
 

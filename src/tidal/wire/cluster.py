@@ -7,7 +7,9 @@ the jobs' bodies are :mod:`tidal.wire.schema`.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from tidal.wire.schema import RequestBody
 
 __all__ = [
     "CheckpointOrderView",
@@ -21,18 +23,14 @@ __all__ = [
 ]
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class DrainRequest(_Body):
+class DrainRequest(RequestBody):
     """``POST /cluster/hosts/{host}/drain``: the host goes within ``deadline`` seconds,
     if given (no deadline: its jobs move off as room allows)."""
 
     deadline: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
 
 
-class PreemptionNotice(_Body):
+class PreemptionNotice(RequestBody):
     """``POST /cluster/hosts/{host}/notice``: a cloud's notice that the host goes at
     ``at`` (seconds since the epoch)."""
 

@@ -15,7 +15,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from tidal.wire.schema import RequestBody
 
 __all__ = [
     "ENV_DATASET",
@@ -59,11 +61,7 @@ MAX_TEXT = 1024
 _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ParamSpec(_Body):
+class ParamSpec(RequestBody):
     """One parameter a model's script reads: its type, default, and allowed values."""
 
     name: Annotated[str, Field(pattern=_PARAM_NAME.pattern)]
@@ -244,7 +242,7 @@ def parse_dataset_ref(ref: str) -> tuple[str, int | None]:
 # -- datasets -------------------------------------------------------------------------------
 
 
-class DatasetIn(_Body):
+class DatasetIn(RequestBody):
     """A dataset version to register: a new dataset, or the next version of one."""
 
     name: RegistryName
@@ -283,7 +281,7 @@ class DatasetView(BaseModel):
 # -- models ---------------------------------------------------------------------------------
 
 
-class ModelIn(_Body):
+class ModelIn(RequestBody):
     """A model to register: where its code is, how to run it, what it reads."""
 
     name: RegistryName
@@ -341,13 +339,13 @@ class ModelView(BaseModel):
     latest_version: int | None
 
 
-class ModelAlias(_Body):
+class ModelAlias(RequestBody):
     """Point an alias (``champion``) at one of the model's versions."""
 
     version: int = Field(ge=1)
 
 
-class TrainRequest(_Body):
+class TrainRequest(RequestBody):
     """Train a model: a job running its entry point with these parameters."""
 
     #: ``NAME`` or ``NAME:VERSION``; the model's own dataset (latest version) if omitted.

@@ -20,6 +20,7 @@ __all__ = [
     "MetricsReport",
     "MetricsView",
     "PriorityRequest",
+    "RequestBody",
     "RequestView",
     "ScaleByRequest",
     "ScaleRequest",
@@ -33,7 +34,9 @@ __all__ = [
 ]
 
 
-class _Body(BaseModel):
+class RequestBody(BaseModel):
+    """The base of every request body the API reads: a field it does not know is refused."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -53,13 +56,13 @@ def _metric_name(value: str) -> str:
 _MetricName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_metric_name)]
 
 
-class PriorityRequest(_Body):
+class PriorityRequest(RequestBody):
     """Set a job's priority (higher is more important)."""
 
     priority: int = Field(ge=1, le=MAX_PRIORITY)
 
 
-class ScaleRequest(_Body):
+class ScaleRequest(RequestBody):
     """Ask for exactly ``workers`` workers (within the job's ``[min, max]``); with
     ``role``, ``workers`` counts that role's replicas (the job's elastic role) and the
     fixed roles keep theirs."""
@@ -68,7 +71,7 @@ class ScaleRequest(_Body):
     role: str | None = Field(default=None, min_length=1, max_length=200)
 
 
-class ScaleByRequest(_Body):
+class ScaleByRequest(RequestBody):
     """Grow or shrink by ``count`` workers; a scale-out with ``timeout_s`` is rolled back
     if the job has not reached its new size by then."""
 
@@ -76,7 +79,7 @@ class ScaleByRequest(_Body):
     timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
 
 
-class StopWorkersRequest(_Body):
+class StopWorkersRequest(RequestBody):
     """Stop these workers of the job (their worker ids) for good; the job goes on without
     them (:mod:`tidal.controller.loop.worker_stops`)."""
 
@@ -85,7 +88,7 @@ class StopWorkersRequest(_Body):
     )
 
 
-class MetricsReport(_Body):
+class MetricsReport(RequestBody):
     """Training metrics of one step, e.g. ``{"step": 120, "values": {"loss": 0.31}}``."""
 
     step: int = Field(ge=0, le=MAX_STEP)
