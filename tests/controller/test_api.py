@@ -24,7 +24,7 @@ def snapshot(served: Served) -> tuple[object, ...]:
 
 def test_health_is_public_and_openapi_is_served(served: Served) -> None:
     assert httpx.get(f"{served.url}/health", timeout=5).json()["status"] == "ok"
-    paths = httpx.get(f"{served.url}/openapi.json", timeout=5).json()["paths"]
+    paths = httpx.get(f"{served.url}/openapi.json", timeout=30).json()["paths"]
     assert {"/jobs", "/jobs/{ref}/scale-out", "/metrics", "/cluster"} <= set(paths)
 
 
@@ -156,7 +156,7 @@ def test_slot_counts_are_served_under_their_former_names_too(served: Served) -> 
     assert (body["min_workers"], body["max_workers"], body["target_workers"]) == (1, 4, 2)
     (pending,) = body["pending_requests"]
     assert (pending["data"]["target_slots"], pending["data"]["workers"]) == (2, 2)
-    schema = httpx.get(f"{served.url}/openapi.json", timeout=5).json()
+    schema = httpx.get(f"{served.url}/openapi.json", timeout=30).json()
     fields = schema["components"]["schemas"]["JobView"]["properties"]
     assert fields["target_workers"]["deprecated"] is True
     assert "deprecated" not in fields["target_slots"]
