@@ -174,13 +174,14 @@ class ElasticDataParallel(nn.Module):
     def rebuild(self) -> None:
         """Bind to the context's current process group (called on each generation)."""
         self._ddp = None
-        self._alone = False
+        self._native = self._alone = False
         if not self._context.is_member:
             return
         measuring = self._hook_state.recorder is not None
         if self._context.world_size == 1 and not measuring:
             # DDP's wrapper and reducer cost a launch-bound GPU step ~0.2 ms over a plain
-            # loop, for an all-reduce over one rank. A newcomer's generation rebuilds.
+            # loop, for an all-reduce over one rank. The generation that admits a
+            # newcomer builds DDP again.
             self._alone = True
             return
         self._ddp = DistributedDataParallel(
