@@ -52,7 +52,6 @@ class WorkerContext:
     def __init__(self, config: RuntimeConfig | None = None) -> None:
         self.config = config or RuntimeConfig.from_env()
         self._store = WorkerStore.from_env(os.environ)
-        self._local_host = self._store.local
         self.worker_id = self._store.worker_id
         store = self._store.connect(timeout=max(30.0, self.config.timeout))
         self.rendezvous = RendezvousClient(store, self.worker_id)
@@ -113,8 +112,9 @@ class WorkerContext:
             # worker released, the job waiting for slots — must not send away the workers
             # started to resume it.
             after = max(after, self.rendezvous.latest_number())
-        if self._local_host is not None and self._local_host.latest_number() < 0:
-            self._local_host.publish(Generation(0, (self.worker_id,), reason="start"))
+        local = self._store.local
+        if local is not None and local.latest_number() < 0:
+            local.publish(Generation(0, (self.worker_id,), reason="start"))
         if newcomer:
             self.rendezvous.mark_ready()
         while True:
