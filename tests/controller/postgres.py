@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.processes import running
+
 
 @dataclass(frozen=True)
 class Postgres:
@@ -98,20 +100,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` still runs; an exited process that its parent (here the init
-    process, since pg_ctl detaches the server) has not reaped yet counts as gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 def _wait_for_exit(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _running(pid):
+        if not running(pid):
             return True
         time.sleep(0.05)
     return False

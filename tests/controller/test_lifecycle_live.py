@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.controller.live import start_server, stop_server, until
+from tests.processes import running
 from tidal.client import Client
 
 pytestmark = pytest.mark.slow
@@ -122,14 +123,6 @@ time.sleep(600)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_cancel_kills_grandchildren_in_their_own_session(server: Client, data_root: Path) -> None:
     script = data_root / "grandchild.py"
     script.write_text(GRANDCHILD)
@@ -139,11 +132,11 @@ def test_cancel_kills_grandchildren_in_their_own_session(server: Client, data_ro
     )
     until(lambda: marker.exists() and marker.read_text().strip() != "", 60, "the grandchild")
     pid = int(marker.read_text())
-    assert _alive(pid)
+    assert running(pid)
     assert os.getsid(pid) == pid  # it left the worker's session
     server.cancel(job.id)
     _ended(server, job.id)
-    until(lambda: not _alive(pid), 30, f"grandchild {pid} to be killed")
+    until(lambda: not running(pid), 30, f"grandchild {pid} to be killed")
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.py"
@@ -184,7 +177,7 @@ def test_an_agent_that_dies_is_restarted_and_the_job_resumes(
     os.kill(agent_pid, signal.SIGKILL)
     until(lambda: server.get(job.id).restarts == 1, 60, "the restart")
     for pid in old_pids:
-        until(lambda pid=pid: not _alive(pid), 30, f"old worker {pid} to be gone")
+        until(lambda pid=pid: not running(pid), 30, f"old worker {pid} to be gone")
     view = _ended(server, job.id, timeout=180)
     assert view["state"] == "succeeded", view["reason"]
     assert view["restarts"] == 1

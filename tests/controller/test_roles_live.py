@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.controller.live import start_server, stop_server, until
+from tests.processes import running
 from tidal.client import Client
 
 pytestmark = pytest.mark.slow
@@ -27,20 +28,6 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 def _logs(data: Path, job_id: str) -> str:
     logs = sorted((data / "jobs" / job_id / "logs").glob("worker-*.log"))
     return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in logs)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is gone for our purposes: its parent (the agent) has not reaped it yet.
-    try:
-        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
-    except OSError:
-        return False
 
 
 def _role(name: str, mode: str, out: Path, replicas: int, **extra: object) -> dict[str, object]:
@@ -202,7 +189,7 @@ def test_a_parameter_server_job_trains_digits_and_its_servers_stop(tmp_path: Pat
             detail = client.get(job.id)
             pids = [w.pid for w in detail.worker_list if w.pid is not None]
             # The server was stopped once the workers finished: no process of the job runs.
-            until(lambda: not any(_alive(pid) for pid in pids), 30, "the job's processes to end")
+            until(lambda: not any(running(pid) for pid in pids), 30, "the job's processes to end")
     finally:
         stop_server(process)
     assert detail.state == "succeeded", (detail.reason, _logs(data, job.id))

@@ -5,7 +5,6 @@ how they ended, stopping them leaves no process, and the CLI verbs do the same."
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.controller.live import start_server, stop_server, until
+from tests.processes import running
 from tidal.cli.main import controller_app, run_app
 from tidal.client import Client
 from tidal.client.ps_cluster import cluster_job_spec
@@ -41,18 +41,6 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Client, Pat
             yield client, tmp_path
     finally:
         stop_server(process)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # A zombie still answers kill(0): it is gone once its state says so.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
-    except (FileNotFoundError, IndexError):
-        return True
 
 
 def test_workers_hold_slots_report_their_host_and_exit_codes(
@@ -102,7 +90,7 @@ def test_stopped_workers_end_and_leave_no_process(live: tuple[Client, Path]) -> 
     assert [w["status"] for w in ended["workers"]] == ["released", "released"]
     # The job's state follows on the controller's next look at the backend: bounded wait.
     until(lambda: client.get(job_id).state == "cancelled", 30, "the job to be cancelled")
-    until(lambda: all(_gone(p) for p in pids if p), 30, "the workers' processes to end")
+    until(lambda: all(not running(p) for p in pids if p), 30, "the workers' processes to end")
     assert client.cluster().used_slots == 0
 
 
@@ -117,18 +105,18 @@ def test_stopping_one_worker_ends_it_and_the_others_run_on(live: tuple[Client, P
     assert client.stop_workers([ids[1]]) == [job_id]
     ended = client.await_workers([ids[1]], wait_for_completion=True, timeout_seconds=60)
     assert ended["workers"][0]["status"] == "released"
-    until(lambda: _gone(pids[1]), 30, "the stopped worker's process to end")
+    until(lambda: not running(pids[1]), 30, "the stopped worker's process to end")
     # The shrink is a rescale: the job is running again once its agent reports it done.
     until(lambda: client.get(job_id).state == "running", 30, "the job to run on")
     job = client.get(job_id)
     assert (job.max_slots, len(job.slots)) == (2, 2)
-    assert not _gone(pids[0]) and not _gone(pids[2])
-    running = {w.worker_id for w in job.worker_list if w.state in ("starting", "running")}
-    assert running == {0, 2}  # not replaced
+    assert running(pids[0]) and running(pids[2])
+    live_ids = {w.worker_id for w in job.worker_list if w.state in ("starting", "running")}
+    assert live_ids == {0, 2}  # not replaced
     until(lambda: client.cluster().used_slots == 2, 30, "the stopped worker's slot to free")
     assert client.stop_workers(ids) == [job_id]
     until(lambda: client.get(job_id).state == "cancelled", 60, "the job to be cancelled")
-    until(lambda: all(_gone(p) for p in pids.values() if p), 30, "every process to end")
+    until(lambda: all(not running(p) for p in pids.values() if p), 30, "every process to end")
 
 
 def test_cli_verbs(live: tuple[Client, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -268,4 +256,4 @@ def test_run_cluster_with_a_chief_ends_on_the_chief_after_the_workers(
     assert [w["status"] for w in servers["workers"]] in (["exited"], ["released"])
     pids = [w.pid for w in client.get(cluster["job"]).worker_list]
     assert len(pids) == 4 and all(pids)
-    until(lambda: all(_gone(p) for p in pids if p), 30, "the job's processes to end")
+    until(lambda: all(not running(p) for p in pids if p), 30, "the job's processes to end")

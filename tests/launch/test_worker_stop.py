@@ -3,11 +3,11 @@ what exit status is kept, and that nothing a worker started survives it."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 
+from tests.processes import running
 from tidal.launch.api import WorkerState
 from tidal.launch.driver import worker_state
 from tidal.launch.groups.elastic import WorkerGroup
@@ -33,16 +33,6 @@ time.sleep(120)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead: it only waits for its parent to reap it.
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(") ", 1)[1][0] != "Z"
-
-
 def test_kill_workers_marks_only_running_ones_killed_and_reaps_their_sessions(
     tmp_path: Path,
 ) -> None:
@@ -56,7 +46,7 @@ def test_kill_workers_marks_only_running_ones_killed_and_reaps_their_sessions(
         return Worker(worker_id, "h:0", process, phase=WorkerPhase.MEMBER)
 
     pid_file = tmp_path / "grandchild"
-    running = start("w0", sys.executable, "-c", _DETACHING, str(pid_file))
+    detaching = start("w0", sys.executable, "-c", _DETACHING, str(pid_file))
     done = start("w1", sys.executable, "-c", "print('bye')")
     assert done.process.wait(timeout=60) == 0
     deadline = time.monotonic() + 60
@@ -64,19 +54,20 @@ def test_kill_workers_marks_only_running_ones_killed_and_reaps_their_sessions(
         assert time.monotonic() < deadline, "the worker never started its grandchild"
         time.sleep(0.02)
     grandchild = int(pid_file.read_text())
-    assert _alive(grandchild)
+    assert running(grandchild)
 
-    wait_for_exit([running], 0.1)  # bounded: returns although the worker keeps running
-    assert running.process.poll() is None
+    wait_for_exit([detaching], 0.1)  # bounded: returns although the worker keeps running
+    assert detaching.process.poll() is None
     log_files = [(tmp_path / "log").open("w")]
-    kill_workers([running, done])
-    close_outputs([running, done], log_files)
+    kill_workers([detaching, done])
+    close_outputs([detaching, done], log_files)
 
-    assert (running.killed, running.exit_code, running.phase) == (True, -9, WorkerPhase.EXITED)
+    killed = (detaching.killed, detaching.exit_code, detaching.phase)
+    assert killed == (True, -9, WorkerPhase.EXITED)
     # It ended on its own: its own status is kept and it is not the group's doing.
     assert (done.killed, done.exit_code, done.phase) == (False, 0, WorkerPhase.EXITED)
     deadline = time.monotonic() + 30
-    while _alive(grandchild):
+    while running(grandchild):
         assert time.monotonic() < deadline, "the detached grandchild outlived its worker"
         time.sleep(0.02)
     assert log_files == [] and "bye\n" in lines and "ready\n" in lines
