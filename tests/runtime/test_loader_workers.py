@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,6 +134,53 @@ def test_persistent_workers_read_no_sample_past_the_epoch_taken() -> None:
     assert sorted(consumed) == sorted(list(range(N)) * 2)
     assert dataset.reads.value == len(consumed)  # every sample read was taken
     assert workers.replans == 0  # a new epoch is no re-plan: nothing in flight was dropped
+
+
+class Gated(Counted):
+    """:class:`Counted`, whose reads past the first batch wait for :attr:`go`."""
+
+    def __init__(self, first_batch: int) -> None:
+        super().__init__()
+        self.first_batch = first_batch
+        self.go = multiprocessing.Event()
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
+        if self.reads.value >= self.first_batch:
+            assert self.go.wait(timeout=60), "the test never let the worker read on"
+        return super().__getitem__(i)
+
+
+def test_a_replan_does_not_wait_for_the_stale_batches_to_be_read() -> None:
+    # One persistent worker, 4 steps in flight; the worker holds in the second step's read
+    # until the plan has changed. Persistent workers are reused only once they answered
+    # everything queued before: reading the 3 stale steps still queued would make the
+    # re-plan wait for 30 samples' decoding, each for nothing; and the step being read
+    # stops at its next sample.
+    dataset = Gated(first_batch=10)
+    loader = _loader(dataset, num_workers=1, prefetch_factor=4, persistent_workers=True)
+    first = next(loader)[1].tolist()
+    prefetcher = loader._prefetch
+    assert prefetcher is not None and prefetcher.in_flight == 4
+    number = int(prefetcher._dataset.plan)
+    loader.batch_size = 7  # as the adaptive batch does: the steps in flight are stale
+    taken: list[Any] = []
+    replan = threading.Thread(target=lambda: taken.append(next(loader)))
+    replan.start()
+    deadline = time.monotonic() + 60
+    while int(prefetcher._dataset.plan) == number:  # the re-plan has begun
+        assert time.monotonic() < deadline, "the loader never re-planned"
+        time.sleep(0.005)
+    dataset.go.set()
+    replan.join(timeout=60)
+    assert not replan.is_alive() and len(taken) == 1
+    second = taken[0][1].tolist()
+    assert prefetcher.replans == 1 and second == loader.last_indices and len(second) == 7
+    rest = [i for batch in loader for i in batch[1].tolist()]
+    loader.close()
+    assert sorted(first + second + rest) == list(range(N))
+    # Read and not taken: at most the sample the worker was reading when the plan changed
+    # (it stops the stale step there, not at the step's end, nor after 3 more steps).
+    assert dataset.reads.value - N <= 1
 
 
 def test_workers_resume_mid_epoch_exactly() -> None:

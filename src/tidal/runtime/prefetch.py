@@ -13,6 +13,13 @@ that one, its batch is returned. When it is another (the plan went stale), every
 prefetched is dropped, unread, and the sampler is re-planned from the step named: a batch
 planned for an old world or batch size is never trained, and no step is skipped, because
 the loader's position only moves for the batch it consumes.
+
+Each index list carries the number of the plan it belongs to, and the workers read the
+current plan's number from shared memory before each sample: a step of a stale plan still
+in a worker's queue is answered at once, unread, and one being read stops at its next
+sample. Persistent workers are only reused once every one of them has answered what was
+queued before (torch's ``_reset``), so without this a re-plan waited for up to
+``num_workers * prefetch_factor`` batches to be decoded, each for nothing.
 """
 
 from __future__ import annotations
@@ -31,12 +38,20 @@ from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 Planned = tuple[Hashable, list[int]]
 
 
+class Unwanted(Exception):
+    """Raised by :func:`fetch_samples` when its batch stopped being wanted mid-read."""
+
+
 def fetch_samples(
-    dataset: Any, indices: torch.Tensor | list[int], collate_fn: Callable[[list[Any]], Any]
+    dataset: Any,
+    indices: torch.Tensor | list[int],
+    collate_fn: Callable[[list[Any]], Any],
+    wanted: Callable[[], bool] | None = None,
 ) -> Any:
     """This rank's batch: a :class:`TensorDataset` is cut by indexing its tensors, any other
     dataset is read sample by sample and collated. The same function runs in the training
-    process (no workers) and in a worker, so both give the same batches."""
+    process (no workers) and in a worker, so both give the same batches. ``wanted`` is
+    asked before each sample is read; once it says no, :class:`Unwanted` is raised."""
     if isinstance(dataset, TensorDataset):
         if not isinstance(indices, torch.Tensor):
             return tuple(t[indices] for t in dataset.tensors)
@@ -44,7 +59,14 @@ def fetch_samples(
         return tuple(torch.index_select(t, 0, _index_for(t, indices)) for t in dataset.tensors)
     if isinstance(indices, torch.Tensor):
         indices = indices.tolist()
-    return collate_fn([dataset[i] for i in indices])
+    if wanted is None:
+        return collate_fn([dataset[i] for i in indices])
+    samples = []
+    for i in indices:
+        if not wanted():
+            raise Unwanted
+        samples.append(dataset[i])
+    return collate_fn(samples)
 
 
 def _index_for(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -86,17 +108,29 @@ class PrefetchOptions:
 
 class _Batches(Dataset[Any]):
     """The user's dataset as the workers see it: a whole index list fetched at once
-    (``__getitems__``), by :func:`fetch_samples`."""
+    (``__getitems__``), by :func:`fetch_samples`. The list's first item is the number of
+    the plan it was handed out in; a step of a plan that is no longer :attr:`plan` (in
+    shared memory, so the workers see the training process's changes) is not read."""
 
     def __init__(self, dataset: Any, collate_fn: Callable[[list[Any]], Any]) -> None:
         self.dataset = dataset
         self.collate_fn = collate_fn
+        self.plan = torch.zeros((), dtype=torch.int64)
+        self.plan.share_memory_()  # type: ignore[no-untyped-call]
 
-    def __getitems__(self, indices: list[int]) -> Any:
-        return fetch_samples(self.dataset, indices, self.collate_fn)
+    def __getitems__(self, tagged: list[int]) -> Any:
+        number = tagged[0]
+        try:
+            # Asked per sample too: a decode-bound batch begun before the re-plan stops
+            # at its next sample instead of holding the re-plan for a whole batch.
+            return fetch_samples(
+                self.dataset, tagged[1:], self.collate_fn, lambda: int(self.plan) == number
+            )
+        except Unwanted:
+            return None  # dropped unread by the training process (see the module doc)
 
     def __getitem__(self, index: int) -> Any:
-        return self.__getitems__([index])
+        return self.__getitems__([int(self.plan), index])
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -111,23 +145,26 @@ class _PlannedSteps(Sampler[list[int]]):
     """The DataLoader's batch sampler: the index lists of the current plan, each step
     recorded in :attr:`handed_out` as the DataLoader takes it (in the training process)."""
 
-    def __init__(self) -> None:
+    def __init__(self, number: torch.Tensor) -> None:
         self.plan: Iterator[Planned] = iter(())
         self.handed_out: deque[Planned] = deque()
+        self.number = number
 
     def restart(self, plan: Iterator[Planned]) -> None:
-        """Hand out ``plan`` from the next ``iter()`` on; forget what the last one did."""
+        """Hand out ``plan`` from the next ``iter()`` on; forget what the last one did,
+        and tell the workers that its steps still queued are not wanted."""
         self.plan = plan
         self.handed_out = deque()
+        self.number += 1
 
     def __iter__(self) -> Iterator[list[int]]:
-        return _hand_out(self.plan, self.handed_out)
+        return _hand_out(self.plan, self.handed_out, int(self.number))
 
 
-def _hand_out(plan: Iterator[Planned], record: deque[Planned]) -> Iterator[list[int]]:
+def _hand_out(plan: Iterator[Planned], record: deque[Planned], number: int) -> Iterator[list[int]]:
     for step in plan:
         record.append(step)
-        yield step[1]
+        yield [number, *step[1]]
 
 
 class Prefetcher:
@@ -146,7 +183,7 @@ class Prefetcher:
         self._options = options
         self._pin_memory = pin_memory
         self._seed = seed
-        self._steps = _PlannedSteps()
+        self._steps = _PlannedSteps(self._dataset.plan)
         self._loader: DataLoader[Any] | None = None
         self._iterator: Iterator[Any] | None = None
         #: How many times the batches in flight were dropped and the plan made again (a
