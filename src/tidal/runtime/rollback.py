@@ -84,12 +84,18 @@ def restore_scaler(
         scaler._growth_tracker.copy_(tracker)
 
 
+#: Hyperparameter values shared rather than copied: immutable (a tuple such as Adam's
+#: ``betas`` included, as ``param_groups`` hold them).
+_SHARED = (*_IMMUTABLE, tuple)
+
+
 def _copy_value(value: Any) -> Any:
     """A copy of one hyperparameter: scalars and tuples as they are, tensors cloned."""
+    # An exact type lookup first: this runs for every key of every group at each step.
+    if type(value) in _SHARED or isinstance(value, _SHARED):
+        return value  # immutable: sharing is a copy
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
-    if isinstance(value, int | float | bool | str | tuple | type(None)):
-        return value  # immutable: sharing is a copy
     return copy.deepcopy(value)
 
 
