@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from tidal.cli.options import ClientOptions, call, emit_json, out, with_client_options
+from tidal.cli.tables import plain_table
 
 if TYPE_CHECKING:
     from tidal.wire.registry import DatasetView
@@ -87,9 +87,9 @@ def list_datasets(options: ClientOptions) -> None:
     if not datasets:
         out.print("no datasets")
         return
-    table = Table(box=None, width=min(out.width, 80))
-    for column in ("NAME", "VERSIONS", "LATEST", "SIZE", "LOCATION"):
-        table.add_column(column, overflow="fold")
+    table = plain_table(
+        "NAME", "VERSIONS", "LATEST", "SIZE", "LOCATION", width=min(out.width, 80), fold=True
+    )
     for d in datasets:
         latest = d.versions[-1] if d.versions else None
         table.add_row(
@@ -114,9 +114,9 @@ def describe_dataset(options: ClientOptions, name: NameArg) -> None:
     out.print(f"[bold]{dataset.name}[/]  owner {dataset.owner}", highlight=False)
     if dataset.description:
         out.print(dataset.description, markup=False)
-    table = Table(box=None, width=min(out.width, 80))
-    for column in ("VERSION", "SIZE", "CHECKSUM", "LOCATION", "USED BY"):
-        table.add_column(column, overflow="fold")
+    table = plain_table(
+        "VERSION", "SIZE", "CHECKSUM", "LOCATION", "USED BY", width=min(out.width, 80), fold=True
+    )
     for v in dataset.versions:
         table.add_row(
             str(v.version),

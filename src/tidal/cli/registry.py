@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from tidal.cli.options import (
     ClientOptions,
@@ -22,6 +21,7 @@ from tidal.cli.options import (
     pairs,
     with_client_options,
 )
+from tidal.cli.tables import plain_table
 
 if TYPE_CHECKING:
     from tidal.wire.registry import ModelVersionView, ModelView, ParamSpec
@@ -117,9 +117,9 @@ def list_models(options: ClientOptions) -> None:
     if not models:
         out.print("no models")
         return
-    table = Table(box=None, width=min(out.width, 80))
-    for column in ("NAME", "FRAMEWORK", "DATASET", "LATEST", "ALIASES"):
-        table.add_column(column, overflow="fold")
+    table = plain_table(
+        "NAME", "FRAMEWORK", "DATASET", "LATEST", "ALIASES", width=min(out.width, 80), fold=True
+    )
     for m in models:
         table.add_row(
             m.name,
@@ -164,9 +164,9 @@ def describe_model(options: ClientOptions, name: NameArg) -> None:
     for line in lines:
         out.print(line, highlight=False)
     if model.params:
-        table = Table(box=None, width=min(out.width, 80))
-        for column in ("PARAMETER", "TYPE", "DEFAULT", "RANGE", "HELP"):
-            table.add_column(column, overflow="fold")
+        table = plain_table(
+            "PARAMETER", "TYPE", "DEFAULT", "RANGE", "HELP", width=min(out.width, 80), fold=True
+        )
         for p in model.params:
             table.add_row(p.name, p.type, str(p.default), _param_range(p), p.help or "")
         out.print(table)
@@ -184,9 +184,9 @@ def model_versions(options: ClientOptions, name: NameArg) -> None:
     if not versions:
         out.print(f"model {name} has no versions yet: `tidal train {name}` makes one")
         return
-    table = Table(box=None, width=min(out.width, 80))
-    for column in ("VERSION", "JOB", "DATASET", "METRICS", "ALIASES"):
-        table.add_column(column, overflow="fold")
+    table = plain_table(
+        "VERSION", "JOB", "DATASET", "METRICS", "ALIASES", width=min(out.width, 80), fold=True
+    )
     for v in versions:
         metrics = ", ".join(f"{k}={value:.4g}" for k, value in sorted(v.metrics.items()))
         table.add_row(

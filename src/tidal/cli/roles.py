@@ -7,6 +7,7 @@ from datetime import datetime
 
 from rich.table import Table
 
+from tidal.cli.tables import plain_table
 from tidal.wire.schema import JobDetail
 
 __all__ = ["conditions_table", "replica_worker", "roles_table"]
@@ -14,9 +15,7 @@ __all__ = ["conditions_table", "replica_worker", "roles_table"]
 
 def roles_table(detail: JobDetail) -> Table:
     """Replicas per role: wanted, active, succeeded, failed."""
-    table = Table(box=None, header_style="bold", title="roles", title_justify="left")
-    for column in ("ROLE", "REPLICAS", "ACTIVE", "SUCCEEDED", "FAILED"):
-        table.add_column(column)
+    table = plain_table("ROLE", "REPLICAS", "ACTIVE", "SUCCEEDED", "FAILED", title="roles")
     for r in detail.roles:
         table.add_row(r.name, str(r.replicas), str(r.active), str(r.succeeded), str(r.failed))
     return table
@@ -24,9 +23,7 @@ def roles_table(detail: JobDetail) -> Table:
 
 def conditions_table(detail: JobDetail) -> Table:
     """The conditions the job went through; the current one is marked ``True``."""
-    table = Table(box=None, header_style="bold", title="conditions", title_justify="left")
-    for column in ("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"):
-        table.add_column(column)
+    table = plain_table("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE", title="conditions")
     for c in detail.conditions:
         since = datetime.fromtimestamp(c.last_transition_time).strftime("%H:%M:%S")
         table.add_row(c.type, c.status, c.reason, since, c.message)

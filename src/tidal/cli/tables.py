@@ -46,6 +46,18 @@ _STATE_STYLE = {
 }
 
 
+def plain_table(
+    *columns: str, title: str | None = None, width: int | None = None, fold: bool = False
+) -> Table:
+    """A table in the CLI's one style: no box, bold headers, a ``title`` on the left;
+    ``width`` caps it (80 columns where cells are long), ``fold`` breaks a long cell (an
+    id, a path) across lines rather than cutting it short."""
+    table = Table(box=None, header_style="bold", title=title, title_justify="left", width=width)
+    for column in columns:
+        table.add_column(column, overflow="fold" if fold else "ellipsis")
+    return table
+
+
 def _age(since: float | None) -> str:
     if since is None:
         return "-"
@@ -106,7 +118,7 @@ def jobs_table(jobs: Iterable[JobView], width: int | None = None) -> RenderableT
     its own under the table, after the job's id."""
     jobs = list(jobs)
     inline = width is None or width >= WIDE
-    table = Table(box=None, header_style="bold")
+    table = plain_table()
     columns = ("ID", "STATE", "WORKERS", "BATCH", "PRIORITY", "RESTARTS", "AGE")
     for column in (*columns, "REASON") if inline else columns:
         table.add_column(column, no_wrap=column != "REASON")
@@ -170,9 +182,7 @@ def size_line(job: JobView) -> str | None:
 
 def cluster_table(view: ClusterView) -> Table:
     """One row per host: its kind, group, slots, slots in use and the jobs using them."""
-    table = Table(box=None, header_style="bold")
-    for column in ("HOST", "KIND", "GROUP", "SLOTS", "USED", "JOBS"):
-        table.add_column(column)
+    table = plain_table("HOST", "KIND", "GROUP", "SLOTS", "USED", "JOBS")
     for h in view.hosts:
         users = sorted({u for u in h.used_by if u})
         used = sum(1 for u in h.used_by if u)
@@ -249,10 +259,8 @@ def print_job_detail(console: Console, detail: JobDetail, events: Sequence[Event
         console.print(roles_table(detail))
         console.print(conditions_table(detail))
     if detail.worker_list:
-        table = Table(box=None, header_style="bold", title="workers", title_justify="left")
         columns = ("WORKER", "ROLE", "SLOT", "PID", "STATE", "EXIT")
-        for column in columns if several else columns[:1] + columns[2:]:
-            table.add_column(column)
+        table = plain_table(*(columns if several else columns[:1] + columns[2:]), title="workers")
         for w in detail.worker_list:
             where = [f"{w.role}[{'-' if w.index is None else w.index}]"] if several else []
             table.add_row(
@@ -264,9 +272,7 @@ def print_job_detail(console: Console, detail: JobDetail, events: Sequence[Event
                 "-" if w.exit_code is None else str(w.exit_code),
             )
         console.print(table)
-    table = Table(box=None, header_style="bold", title="events", title_justify="left")
-    for column in ("TIME", "KIND", "MESSAGE"):
-        table.add_column(column)
+    table = plain_table("TIME", "KIND", "MESSAGE", title="events")
     for e in events:
         table.add_row(datetime.fromtimestamp(e.time).strftime("%H:%M:%S"), e.kind, e.message)
     console.print(table)

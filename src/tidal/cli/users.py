@@ -23,6 +23,7 @@ from tidal.cli.options import (
     parse_duration,
     with_client_options,
 )
+from tidal.cli.tables import plain_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -76,9 +77,7 @@ def user_list(options: ClientOptions) -> None:
     if options.as_json:
         emit_json(users)
         return
-    table = Table(box=None, header_style="bold")
-    for column in ("NAME", "ROLE", "TEAM", "ADDED"):
-        table.add_column(column)
+    table = plain_table("NAME", "ROLE", "TEAM", "ADDED")
     for u in users:
         table.add_row(u.name, u.role, u.team, _when(u.created_at))
     out.print(table)
@@ -143,9 +142,7 @@ def token_create(
 
 
 def _tokens_table(tokens: Sequence[TokenView]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("USER", "NAME", "CREATED", "EXPIRES", "LAST USED", "STATE"):
-        table.add_column(column)
+    table = plain_table("USER", "NAME", "CREATED", "EXPIRES", "LAST USED", "STATE")
     for t in tokens:
         state = "revoked" if t.revoked_at is not None else "live"
         used = "never" if t.last_used_at is None else _when(t.last_used_at)
@@ -229,9 +226,7 @@ def events(
     if options.as_json:
         emit_json(found)
         return
-    table = Table(box=None, header_style="bold")
-    for column in ("TIME", "JOB", "KIND", "WHO", "MESSAGE"):
-        table.add_column(column, overflow="fold")
+    table = plain_table("TIME", "JOB", "KIND", "WHO", "MESSAGE", fold=True)
     for e in found:
         who = "-" if e.actor is None else f"{e.actor} ({e.source or '?'})"
         when = datetime.fromtimestamp(e.time).strftime("%m-%d %H:%M:%S")

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from tidal.cli.options import (
     ClientOptions,
@@ -22,6 +21,7 @@ from tidal.cli.options import (
     pairs,
     with_client_options,
 )
+from tidal.cli.tables import plain_table
 
 __all__ = ["workers_app"]
 
@@ -123,9 +123,7 @@ def await_(
     if options.as_json:
         emit_json(result)
     else:
-        table = Table(box=None, header_style="bold")
-        for column in ("WORKER", "STATUS", "HOST", "SLOT", "IP", "EXIT"):
-            table.add_column(column)
+        table = plain_table("WORKER", "STATUS", "HOST", "SLOT", "IP", "EXIT")
         failed = set(result["failures"])
         for w in result["workers"]:
             status = w["status"] + (" (failure)" if w["id"] in failed else "")
