@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tidal.cli.options import ClientOptions, call, emit_json, out, with_client_options
-from tidal.cli.tables import plain_table
+from tidal.cli.table_style import plain_table
 
 if TYPE_CHECKING:
     from tidal.wire.registry import DatasetView

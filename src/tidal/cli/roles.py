@@ -7,7 +7,7 @@ from datetime import datetime
 
 from rich.table import Table
 
-from tidal.cli.tables import plain_table
+from tidal.cli.table_style import plain_table
 from tidal.wire.schema import JobDetail
 
 __all__ = ["conditions_table", "replica_worker", "roles_table"]

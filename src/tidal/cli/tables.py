@@ -17,6 +17,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from tidal.cli.table_style import plain_table
 from tidal.launch.slot_names import join_slots
 
 if TYPE_CHECKING:
@@ -44,18 +45,6 @@ _STATE_STYLE = {
     "failed": "bold red",
     "cancelled": "dim",
 }
-
-
-def plain_table(
-    *columns: str, title: str | None = None, width: int | None = None, fold: bool = False
-) -> Table:
-    """A table in the CLI's one style: no box, bold headers, a ``title`` on the left;
-    ``width`` caps it (80 columns where cells are long), ``fold`` breaks a long cell (an
-    id, a path) across lines rather than cutting it short."""
-    table = Table(box=None, header_style="bold", title=title, title_justify="left", width=width)
-    for column in columns:
-        table.add_column(column, overflow="fold" if fold else "ellipsis")
-    return table
 
 
 def _age(since: float | None) -> str:

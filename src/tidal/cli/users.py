@@ -23,7 +23,7 @@ from tidal.cli.options import (
     parse_duration,
     with_client_options,
 )
-from tidal.cli.tables import plain_table
+from tidal.cli.table_style import plain_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -21,7 +21,7 @@ from tidal.cli.options import (
     pairs,
     with_client_options,
 )
-from tidal.cli.tables import plain_table
+from tidal.cli.table_style import plain_table
 
 __all__ = ["workers_app"]
 
