@@ -26,7 +26,6 @@ Every wait is bounded; a failed wait names what it waited for and the last statu
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -37,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import running as process_running
 from tidal.backends.base import Backend
 from tidal.launch.api import JobLaunch, JobStatus, WorkerState
 from tidal.policy.api import Slot
@@ -141,16 +141,8 @@ def assert_no_process(pids: set[int], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     left = set(pids)
     while left and time.monotonic() < deadline:
-        for pid in list(left):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                left.discard(pid)
-            else:
-                # A child of this process that exited is a zombie until reaped: gone too.
-                with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as fh:
-                    if fh.read().split(")")[-1].split()[0] == "Z":
-                        left.discard(pid)
+        # A child of this process that exited is a zombie until reaped: gone too.
+        left = {pid for pid in left if process_running(pid)}
         time.sleep(0.05)
     assert not left, f"worker processes left running: {sorted(left)}"
 
