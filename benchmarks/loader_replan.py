@@ -44,7 +44,7 @@ def trial(
         persistent_workers=True,
     )
     replans: list[float] = []
-    firsts: list[float] = []
+    steady: list[float] = []
     try:
         for epoch in range(changes):
             loader.set_epoch(epoch)
@@ -54,14 +54,14 @@ def trial(
             started = time.perf_counter()
             for _ in range(STEADY):
                 next(batches)
-            firsts.append((time.perf_counter() - started) / STEADY * workers)
+            steady.append((time.perf_counter() - started) / STEADY * workers)
             loader.batch_size = batch + 1 if loader.batch_size == batch else batch
             started = time.perf_counter()
             next(batches)
             replans.append(time.perf_counter() - started)
     finally:
         loader.close()
-    return replans, firsts
+    return replans, steady
 
 
 def main() -> None:
@@ -78,19 +78,19 @@ def main() -> None:
     try:
         write_images(folder, args.images, args.size)
         replans: list[float] = []
-        firsts: list[float] = []
+        steady: list[float] = []
         for _ in range(args.trials):
             r, f = trial(folder, args.workers, args.prefetch_factor, args.batch_size, args.changes)
             replans += r
-            firsts += f
+            steady += f
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    replan, first = statistics.median(replans), statistics.median(firsts)
+    replan, batch_read = statistics.median(replans), statistics.median(steady)
     print(
         f"{args.workers} workers, prefetch {args.prefetch_factor}, batch {args.batch_size}: "
         f"step after a re-plan {replan * 1e3:.0f} ms, "
-        f"one batch read by a worker {first * 1e3:.0f} ms, "
-        f"ratio {replan / first:.2f} ({len(replans)} re-plans)"
+        f"one batch read by a worker {batch_read * 1e3:.0f} ms, "
+        f"ratio {replan / batch_read:.2f} ({len(replans)} re-plans)"
     )
 
 
