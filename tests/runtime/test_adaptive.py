@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from tidal.runtime.adaptive import AdaptiveBatch
+from tidal.runtime.adaptive import MIN_TIMING_SAMPLES, AdaptiveBatch
 from tidal.runtime.gradient_noise import NoiseScaleEstimator, adascale_gain
 from tidal.runtime.lr_scaling import adaptive_lr, lr_factor
 
@@ -157,11 +157,24 @@ def test_chosen_batch_changes_with_the_workers() -> None:
     assert adaptive.loader.batch_size == eight
     adaptive.context.world_size = 1
     adaptive.on_generation()
-    # Timings at the new configuration are needed before deciding again.
-    assert adaptive.proposal() == 0
-    trained(adaptive, 8, 64)
-    adaptive.profile[adaptive._config(1, eight)] = [(0.001 + 0.0001 * eight, 0.0)] * 5
+    # The new world is decided at once from the fitted model, not after steps at a
+    # batch sized for eight workers' sync, and looked at again once it is timed.
+    assert adaptive.profile.get(adaptive._config(1, eight)) is None
     assert adaptive.proposal() == adaptive.best_batch(1) != eight
+    assert adaptive.state_dict()["look_after"] == MIN_TIMING_SAMPLES
+
+
+def test_the_first_choice_waits_for_timings() -> None:
+    """Nothing timed yet: no model to extrapolate, whatever the noise estimate says."""
+    adaptive = make(batch=64, world=2)
+    trained(adaptive, 2, 64)
+    adaptive.profile.clear()
+    assert adaptive.noise.count >= 50 and not adaptive.measured()
+    assert adaptive.proposal() == 0
+    for _ in range(MIN_TIMING_SAMPLES):
+        adaptive.note_batch(32, 64)
+        adaptive.end_step(timing=(0.01, 0.005))
+    assert adaptive.proposal() == adaptive.best_batch(2) != 64
 
 
 def test_epoch_boundary_needs_a_5_percent_gain() -> None:

@@ -87,6 +87,16 @@ def test_batch_decisions_agree_and_survive_rescale(launches: list[Launch], tmp_p
     assert {1, 2, 3} <= set(worlds), worlds
     batches = [g[0]["batch"] for g in history.values()]
     assert len(set(batches)) > 1, "the batch was never re-chosen"
+    # A new world is decided from the fitted model at its first step boundaries, not after
+    # steps timed at a batch sized for the old world's sync: alone, a smaller one at once.
+    alone = next(
+        s
+        for a, s in itertools.pairwise(sorted(history))
+        if history[a][0]["world"] > 1 and history[s][0]["world"] == 1
+    )
+    assert history[alone + 3][0]["batch"] < history[alone][0]["batch"], [
+        (s, history[s][0]["world"], history[s][0]["batch"]) for s in range(alone - 1, alone + 6)
+    ]
     # Statistics are never lost: newcomers received them with the state, every rank keeps
     # adding to them, and progress (in initial-batch steps) only grows.
     samples = [g[0]["noise_samples"] for g in history.values()]

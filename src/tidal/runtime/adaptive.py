@@ -226,7 +226,8 @@ class AdaptiveBatch:
             self.apply(proposal)
 
     def on_generation(self) -> None:
-        """The world changed: re-choose the batch for it once timings are in."""
+        """The world changed: re-choose the batch for it (at the next step boundary from
+        the fitted model, or once the first configuration is timed)."""
         self._pending = "world"
         self._last_end = None
         self._step_stats = self._sent = None
@@ -246,6 +247,12 @@ class AdaptiveBatch:
         reason, self._pending = self._pending, None
         self._since_look = 0
         self._look_after = batch_choice.steps_to_next_look(self.noise.count, RECHOOSE_STEPS)
+        if not self._timed():
+            # A new world, decided on the model fitted to the worlds before it (alone
+            # there is no sync; more workers extrapolate it) rather than after steps at a
+            # batch chosen for another world: a batch sized for 4 workers' sync costs a
+            # lone worker several times a suitable step. Looked at again once measured.
+            self._look_after = MIN_TIMING_SAMPLES
         world = self.context.world_size
         model = self.model()
         current = self.loader.batch_size
@@ -284,9 +291,14 @@ class AdaptiveBatch:
 
     def ready(self) -> bool:
         """A noise estimate to trust (:func:`~tidal.runtime.gradient_noise.estimate_trusted`)
-        and enough step times at the current configuration for a decision."""
+        and step times for a decision: :data:`MIN_TIMING_SAMPLES` at the current
+        configuration, or, when the world has just changed, any configuration timed."""
         if not estimate_trusted(self.noise.count, self.noise.relative_error):
             return False
+        return self._timed() or (self._pending == "world" and self.measured())
+
+    def _timed(self) -> bool:
+        """Whether the current configuration has been timed enough to fit on."""
         key = self._config(self.context.world_size, self.loader.batch_size)
         return len(self.profile.get(key, ())) >= MIN_TIMING_SAMPLES
 
