@@ -2,9 +2,10 @@
 
 Protocol (see ``docs/benchmarks.md``, "Time to accuracy, tuned"): for each task of
 ``benchmarks/tta_tasks.py`` and each fixed global batch, a grid of 5 learning rates
-(``lr0 · sqrt(B / B0)`` times 1/4 .. 4), 3 seeds each, SGD with momentum 0.9; the best rate
-of a batch is the one with the lowest median time to target. Autoscale starts from the
-smallest batch that reached the target, at that batch's best rate, and tunes nothing else:
+(``lr0 · sqrt(B / B0)`` times 1/4 .. 4, extended by halving or doubling while the best
+is at an end), 3 seeds each, SGD with momentum 0.9; the best rate of a batch is the one
+with the lowest median time to target. Autoscale starts from the smallest batch that
+reached the target, at that batch's best rate, and tunes nothing else:
 the runtime's own :class:`~tidal.runtime.adaptive.AdaptiveBatch` estimates the gradient
 noise, fits the throughput model, chooses the batch, and gives the AdaScale gain and
 progress; :func:`~tidal.runtime.lr_scaling.current_factor` gives the learning rate.
@@ -51,6 +52,8 @@ except ImportError:  # run as a module from the repository root
 #: Base learning rate at the smallest batch of each task's grid (centre of its grid).
 LR0 = {"digits": 0.05, "teacher": 0.05, "images": 0.02}
 LR_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)
+#: Rates tried beyond the grid while a batch's best is at its edge (halving or doubling).
+MAX_EXTENSION = 3
 MAX_LOCAL = 256
 #: A run stops once it is this many times slower than the fastest fixed one so far.
 LIMIT = 4.0
@@ -228,16 +231,35 @@ def sweep(
     # the rest (a run past LIMIT x the fastest can be neither the best nor decide it).
     for batch in sorted(task.fixed, reverse=True):
         centre = LR0[task.name] * math.sqrt(batch / b0)
-        for mult in LR_MULTIPLIERS:
+        tried: dict[float, float] = {}  # multiplier -> median seconds
+        grid = list(LR_MULTIPLIERS)
+        while grid:
+            mult = grid.pop(0)
             lr = centre * mult
             limit = LIMIT * fastest
             runs = [train(task, batch, lr, s, schedule, limit=limit) for s in range(seeds)]
-            t = median_time(runs)
+            t = tried[mult] = median_time(runs)
             fastest = min(fastest, t)
             print(f"  {task.name} fixed {batch:>4} lr {lr:.4f}: {t:.3f} s", flush=True)
             if batch not in best or t < median_time(best[batch][1]):
                 best[batch] = (lr, runs)
+            if not grid:
+                grid = _beyond_the_edge(tried)
     return best
+
+
+def _beyond_the_edge(tried: dict[float, float]) -> list[float]:
+    """The next rate to try when the best so far is at an end of the grid: a best rate
+    at the edge is a bound, not a tuned rate (up to :data:`MAX_EXTENSION` more)."""
+    reached = {m: t for m, t in tried.items() if math.isfinite(t)}
+    if not reached or len(tried) >= len(LR_MULTIPLIERS) + MAX_EXTENSION:
+        return []
+    best = min(reached, key=lambda m: reached[m])
+    if best == min(tried):
+        return [best / 2]
+    if best == max(tried):
+        return [best * 2]
+    return []
 
 
 def summary(name: str, runs: list[Run]) -> dict[str, Any]:
@@ -278,6 +300,12 @@ def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
     """The whole protocol on one task: sweep, autoscale variants, the rescale."""
     task = TASKS[name]()
     calibrate(task)
+    if args.model_from:
+        # An earlier run's step-time model: its figures and these then compare.
+        earlier = next(
+            r for r in json.loads(Path(args.model_from).read_text()) if r["task"] == name
+        )
+        task.alpha, task.beta = earlier["model"]["alpha"], earlier["model"]["beta"]
     fixed_world = [(0.0, args.workers)]
     out: dict[str, Any] = {"task": name, "target": task.target, "configs": []}
     if args.fixed_from:
@@ -376,6 +404,9 @@ def main() -> None:
         type=int,
         default=0,
         help="with --fixed-from: re-run each fixed batch at its tuned rate over this many seeds",
+    )
+    parser.add_argument(
+        "--model-from", help="results.json of an earlier sweep: use its step-time model"
     )
     parser.add_argument("--out", default="tta-results", help="results.json goes here")
     parser.add_argument(
