@@ -95,7 +95,9 @@ def test_batch_decisions_agree_and_survive_rescale(launches: list[Launch], tmp_p
         if history[a][0]["world"] > 1 and history[s][0]["world"] == 1
     )
     assert history[alone + 3][0]["batch"] < history[alone][0]["batch"], [
-        (s, history[s][0]["world"], history[s][0]["batch"]) for s in range(alone - 1, alone + 6)
+        (s, history[s][0]["world"], history[s][0]["batch"])
+        for s in range(alone - 1, alone + 6)
+        if s in history
     ]
     # Statistics are never lost: newcomers received them with the state, every rank keeps
     # adding to them, and progress (in initial-batch steps) only grows.
