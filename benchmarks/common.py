@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -122,9 +123,9 @@ class Trace:
 
     directory: Path
     _offsets: dict[Path, int] = field(default_factory=dict)
-    lines: list[dict[str, object]] = field(default_factory=list)
+    lines: list[dict[str, Any]] = field(default_factory=list)
 
-    def refresh(self) -> list[dict[str, object]]:
+    def refresh(self) -> list[dict[str, Any]]:
         """All complete lines so far, sorted by time."""
         if self.directory.exists():
             for path in sorted(self.directory.glob("*.jsonl")):
@@ -136,14 +137,14 @@ class Trace:
                 for raw in data[:end].splitlines():
                     self.lines.append(json.loads(raw))
                 self._offsets[path] = offset + end
-            self.lines.sort(key=lambda d: float(d["t"]))  # type: ignore[arg-type]
+            self.lines.sort(key=lambda d: float(d["t"]))
         return self.lines
 
-    def rank0(self) -> list[dict[str, object]]:
+    def rank0(self) -> list[dict[str, Any]]:
         return [d for d in self.refresh() if d["rank"] == 0]
 
     def pids(self) -> set[int]:
-        return {int(d["pid"]) for d in self.refresh() if "pid" in d}  # type: ignore[arg-type]
+        return {int(d["pid"]) for d in self.refresh() if "pid" in d}
 
 
 class Timeout(RuntimeError):
@@ -161,14 +162,14 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
 def steady(trace: Trace, world: int, steps: int, after: float, key: str = "") -> bool:
     """Whether rank 0 has traced ``steps`` steps at ``world`` since time ``after`` (and,
     with ``key``, since its last change of that field, e.g. a new process)."""
-    lines = [d for d in trace.rank0() if float(d["t"]) > after]  # type: ignore[arg-type]
+    lines = [d for d in trace.rank0() if float(d["t"]) > after]
     if len(lines) < steps:
         return False
     tail = lines[-steps:]
     return all(d["world"] == world for d in tail) and (not key or len({d[key] for d in tail}) == 1)
 
 
-def measure(lines: list[dict[str, object]], mark: float, keys: tuple[str, ...]) -> dict:
+def measure(lines: list[dict[str, Any]], mark: float, keys: tuple[str, ...]) -> dict[str, Any]:
     """The stall of an event started at time ``mark``, from time-ordered rank-0 lines.
 
     A configuration is the value of ``keys`` in a line (the world size; for torchrun also
@@ -176,21 +177,17 @@ def measure(lines: list[dict[str, object]], mark: float, keys: tuple[str, ...]) 
     end of the first step in the new configuration - end of the last step in the old one
     before it - median step time in the new configuration (its next 10 steps)."""
 
-    def config(d: dict[str, object]) -> tuple[object, ...]:
+    def config(d: dict[str, Any]) -> tuple[object, ...]:
         return tuple(d[k] for k in keys)
 
-    old = config([d for d in lines if float(d["t"]) <= mark][-1])  # type: ignore[arg-type]
+    old = config([d for d in lines if float(d["t"]) <= mark][-1])
     new = config(lines[-1])
-    i = next(
-        i
-        for i, d in enumerate(lines)
-        if float(d["t"]) > mark and config(d) == new  # type: ignore[arg-type]
-    )
+    i = next(i for i, d in enumerate(lines) if float(d["t"]) > mark and config(d) == new)
     first = lines[i]
     last = [d for d in lines[:i] if config(d) == old][-1]
     following = [d for d in lines[i:] if config(d) == new][:11]
-    gaps = [float(b["t"]) - float(a["t"]) for a, b in itertools.pairwise(following)]  # type: ignore[arg-type]
-    gap = float(first["t"]) - float(last["t"])  # type: ignore[arg-type]
+    gaps = [float(b["t"]) - float(a["t"]) for a, b in itertools.pairwise(following)]
+    gap = float(first["t"]) - float(last["t"])
     step_time = statistics.median(gaps) if gaps else float("nan")
     switch = [d["switch"] for d in lines[lines.index(last) : i + 1] if "switch" in d]
     return {
@@ -201,7 +198,7 @@ def measure(lines: list[dict[str, object]], mark: float, keys: tuple[str, ...]) 
         "gap": gap,
         "step_time": step_time,
         "stall": gap - step_time,
-        "redone": max(0, int(last["step"]) - int(first["step"]) + 1),  # type: ignore[arg-type]
+        "redone": max(0, int(last["step"]) - int(first["step"]) + 1),
     }
 
 

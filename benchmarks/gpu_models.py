@@ -117,7 +117,8 @@ class ResNet18(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.blocks(self.stem(x))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+        logits: torch.Tensor = self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+        return logits
 
 
 def _resnet(
@@ -154,7 +155,8 @@ class Block(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4)
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
-        return x + self.mlp(self.ln2(x))
+        out: torch.Tensor = x + self.mlp(self.ln2(x))
+        return out
 
 
 class TinyLM(nn.Module):
@@ -171,7 +173,8 @@ class TinyLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         h = self.embed(tokens) + self.pos[: tokens.shape[1]]
-        return self.head(self.norm(self.blocks(h)))
+        logits: torch.Tensor = self.head(self.norm(self.blocks(h)))
+        return logits
 
 
 def _lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -236,9 +236,11 @@ def table(summary: dict[str, Any], names: list[str], info: dict[str, Any], count
         lines.append("host syncs per step after warm-up (" + " / ".join(names) + "),")
         lines.append(f"and where (calls in the {counted} steps counted):")
         for model, entry in summary.items():
-            s = entry["syncs_per_step"]
-            counts = " / ".join("-" if s.get(k) is None else f"{s[k]:.1f}" for k in names)
-            lines.append(f"  {model}: {counts}")
+            per_step = entry["syncs_per_step"]
+            per_system = " / ".join(
+                "-" if per_step.get(k) is None else f"{per_step[k]:.1f}" for k in names
+            )
+            lines.append(f"  {model}: {per_system}")
             for system in names:
                 for site, n in list(entry["sync_sites"].get(system, {}).items())[:4]:
                     lines.append(f"    {system} {site} ({n})"[:80])
@@ -289,7 +291,7 @@ def main() -> None:
     def report(final: bool) -> int:
         """Summarise what ran so far; the table at the end, the JSON every time."""
         summary = summarise(models, names, runs)
-        failures = sum(e["failures"] for e in summary.values())
+        failures = int(sum(e["failures"] for e in summary.values()))
         elapsed = time.monotonic() - started
         if final:
             print()

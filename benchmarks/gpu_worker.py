@@ -185,7 +185,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         info["cuda"] = torch.version.cuda
         info["gpu"] = torch.cuda.get_device_name(device)
         try:
-            version = torch.cuda.nccl.version()  # a tuple; an int in older torch
+            version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]  # a tuple; an int in older torch
             info["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else version
         except Exception as exc:  # a build without NCCL
             info["nccl"] = f"unknown ({exc})"

@@ -31,10 +31,10 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from common import ROOT, env
 from tests.controller.live import start_server, stop_server
@@ -44,7 +44,7 @@ from tidal.client import Client
 SCRIPT = ROOT / "tests" / "scripts" / "elastic_digits.py"
 
 
-def _spec(name: str, out: Path, step_delay: float, warm_pool: int | None) -> dict[str, object]:
+def _spec(name: str, out: Path, step_delay: float, warm_pool: int | None) -> dict[str, Any]:
     return {
         "env": {} if warm_pool is None else {"TIDAL_WARM_POOL": str(warm_pool)},
         "name": name,
@@ -165,4 +165,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -39,6 +39,7 @@ import time
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -78,8 +79,8 @@ class JpegFolder(Dataset[tuple[torch.Tensor, int]]):
         path, label = self.items[index]
         with self.reads.get_lock():
             self.reads.value += 1
-        with Image.open(path) as image:
-            image = image.convert("RGB")
+        with Image.open(path) as opened:
+            image = opened.convert("RGB")
             width, height = image.size
             left, top = random.randint(0, width - CROP), random.randint(0, height - CROP)
             image = image.crop((left, top, left + CROP, top + CROP))
@@ -89,10 +90,10 @@ class JpegFolder(Dataset[tuple[torch.Tensor, int]]):
         return pixels.permute(2, 0, 1).float().div_(255), label
 
 
-def consume(batches: Iterable[object], device: torch.device) -> int:
+def consume(batches: Iterable[Any], device: torch.device) -> int:
     """Read every batch (copied to ``device`` unless already there); returns samples."""
     count = 0
-    for images, _labels in batches:  # type: ignore[misc]
+    for images, _labels in batches:
         images = images.to(device, non_blocking=True)
         count += int(images.shape[0])
     if device.type == "cuda":

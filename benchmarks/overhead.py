@@ -26,11 +26,12 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from common import BASELINE, EXAMPLE, PYTHON, TORCHRUN, Proc, Trace, cleanup, env, free_port, median
 
 
-def first_run(trace: Trace, world: int = 2) -> list[dict[str, object]]:
+def first_run(trace: Trace, world: int = 2) -> list[dict[str, Any]]:
     """The lines of the first ``world`` workers only: if the launcher restarts the job
     (see "Exit abort" in docs/benchmarks.md), the rerun's workers are not counted."""
     first: list[str] = []
@@ -46,7 +47,7 @@ def throughput(trace: Trace, batch: int, warmup: int) -> tuple[float, float]:
     bursts of load other users put on a shared machine), and global batch x steps /
     elapsed (the plain mean)."""
     rank0 = [d for d in first_run(trace) if d["rank"] == 0]
-    times = [float(d["t"]) for d in rank0[warmup:]]  # type: ignore[arg-type]
+    times = [float(d["t"]) for d in rank0[warmup:]]
     if len(times) < 2:
         return float("nan"), float("nan")
     gaps = [b - a for a, b in itertools.pairwise(times)]
@@ -64,8 +65,8 @@ def cpu_per_step(
     for worker in {str(d["worker"]) for d in mine}:
         lines = [d for d in mine if d["worker"] == worker][warmup:]
         if len(lines) >= 2:
-            workers += (float(lines[-1]["cpu"]) - float(lines[0]["cpu"])) / (len(lines) - 1)  # type: ignore[arg-type]
-    times = [float(d["t"]) for d in mine if d["rank"] == 0][warmup:]  # type: ignore[arg-type]
+            workers += (float(lines[-1]["cpu"]) - float(lines[0]["cpu"])) / (len(lines) - 1)
+    times = [float(d["t"]) for d in mine if d["rank"] == 0][warmup:]
     inside = [(t, c) for t, c in launcher if times[0] <= t <= times[-1]]
     own = float("nan")
     if len(inside) >= 2 and inside[-1][0] > inside[0][0]:

@@ -28,6 +28,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -122,7 +123,7 @@ def fork(target, *a) -> int:  # type: ignore[no-untyped-def]
     return pid
 
 
-def run_allreduce(args: argparse.Namespace, world: int, out: Path) -> dict[str, object]:
+def run_allreduce(args: argparse.Namespace, world: int, out: Path) -> dict[str, Any]:
     pids = [fork(allreduce_worker, args, r, world, out) for r in range(world)]
     codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids]
     assert codes == [0] * world, codes
@@ -133,13 +134,11 @@ def run_allreduce(args: argparse.Namespace, world: int, out: Path) -> dict[str, 
     }
 
 
-def run_ps(
-    args: argparse.Namespace, mode: str, world: int, n_ps: int, out: Path
-) -> dict[str, object]:
+def run_ps(args: argparse.Namespace, mode: str, world: int, n_ps: int, out: Path) -> dict[str, Any]:
     config = tidal.ps.PSConfig(
         n_ps=n_ps,
         mode=mode,
-        max_workers=world,  # type: ignore[arg-type]
+        max_workers=world,
         replicas_to_aggregate=world if mode == "sync" else None,
     )
     argv = [*sys.argv[1:], "--out", str(out), "--world", str(world)]
@@ -193,7 +192,7 @@ def main() -> None:
     preload_for_fork()
     root = Path(tempfile.mkdtemp(prefix="ps-bench-"))
     print(f"load average before: {os.getloadavg()}", flush=True)
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     servers = [int(s) for s in args.servers.split(",")]
     for trial in range(args.trials):
         for world in (int(w) for w in args.workers.split(",")):
@@ -224,7 +223,7 @@ def main() -> None:
 
     def med(system: object, world: object, n_ps: object, key: str) -> float:
         return statistics.median(
-            float(r[key])  # type: ignore[arg-type]
+            float(r[key])
             for r in rows
             if (r["system"], r["workers"], r["servers"]) == (system, world, n_ps)
         )

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from common import ROOT, env
 from tests.backends.ray_autoscaling import SLOTS_PER_NODE, autoscaling_cluster, wait_until
@@ -45,7 +46,7 @@ from tidal.client import Client
 SCRIPT = ROOT / "tests" / "scripts" / "elastic_digits.py"
 
 
-def _spec(out: Path) -> dict[str, object]:
+def _spec(out: Path) -> dict[str, Any]:
     return {
         "name": "grow",
         "command": [
@@ -120,11 +121,11 @@ def _baseline_trial(address: str) -> float:
             loss = torch.nn.functional.cross_entropy(
                 model(torch.tensor(x[:64], dtype=torch.float32)), torch.tensor(y[:64])
             )
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
             return float(loss)
 
-    ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     try:
         began = time.time()
         actors = [Trainer.remote() for _ in range(SLOTS_PER_NODE)]  # type: ignore[attr-defined]
@@ -218,4 +219,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

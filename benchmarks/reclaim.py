@@ -33,6 +33,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from common import ROOT
 from tests.controller.live import start_server, stop_server, until
@@ -44,7 +45,7 @@ MODES = ("shrink", "evict")
 nan = float("nan")
 
 
-def _spec(name: str, workers: dict[str, int], epochs: int) -> dict[str, object]:
+def _spec(name: str, workers: dict[str, int], epochs: int) -> dict[str, Any]:
     return {
         "name": name,
         "team": name,

@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import rescale_crash
 from common import (
@@ -77,7 +78,7 @@ def script_args(args: argparse.Namespace, trace: Path) -> list[str]:
     ]
 
 
-def tidal_trial(args: argparse.Namespace, work: Path, trial: int) -> list[dict[str, object]]:
+def tidal_trial(args: argparse.Namespace, work: Path, trial: int) -> list[dict[str, Any]]:
     trace = Trace(work / "trace")
     run_id = f"bench-rescale-{trial}-{int(time.time())}"
     environ = env(TIDAL_HOME=str(work / "home"))
@@ -131,7 +132,7 @@ def tidal_trial(args: argparse.Namespace, work: Path, trial: int) -> list[dict[s
                 return float(line.rsplit(" in ", 1)[1][:-3]) / 1e3
         return None
 
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     with cleanup(procs, lambda: set(workers().values())):
         wait_until(lambda: steady(trace, 2, STEADY, 0), WAIT, "2 workers training")
         world = 2
@@ -177,7 +178,7 @@ def tidal_trial(args: argparse.Namespace, work: Path, trial: int) -> list[dict[s
     return rows
 
 
-def torchrun_trial(args: argparse.Namespace, work: Path, trial: int) -> list[dict[str, object]]:
+def torchrun_trial(args: argparse.Namespace, work: Path, trial: int) -> list[dict[str, Any]]:
     trace = Trace(work / "trace")
     port = free_port()
     environ = env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", OMP_NUM_THREADS="1")
@@ -209,7 +210,7 @@ def torchrun_trial(args: argparse.Namespace, work: Path, trial: int) -> list[dic
         )
 
     procs = [agent("a", True)]
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     with cleanup(procs, trace.pids):
         time.sleep(0.5)
         procs.append(agent("b", False))
@@ -240,8 +241,8 @@ def torchrun_trial(args: argparse.Namespace, work: Path, trial: int) -> list[dic
     return rows
 
 
-def summarize(results: dict[str, list[list[dict[str, object]]]]) -> dict[str, dict[str, object]]:
-    table: dict[str, dict[str, object]] = {}
+def summarize(results: dict[str, list[list[dict[str, Any]]]]) -> dict[str, dict[str, Any]]:
+    table: dict[str, dict[str, Any]] = {}
     for system, trials in results.items():
         for trial in trials:
             for row in trial:
@@ -292,7 +293,7 @@ def main() -> None:
         crash_mode(args, out, systems)
         return
     trials = {"tidal": tidal_trial, "torchrun": torchrun_trial}
-    results: dict[str, list[list[dict[str, object]]]] = {s: [] for s in systems}
+    results: dict[str, list[list[dict[str, Any]]]] = {s: [] for s in systems}
     started = time.time()
     for trial in range(args.trials):
         for system in systems:

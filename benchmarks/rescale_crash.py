@@ -27,7 +27,9 @@ import signal
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from common import BASELINE, EXAMPLE, PYTHON, TORCHRUN, Proc, Trace, cleanup, env, free_port
 
@@ -58,8 +60,23 @@ def _wait(predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> No
         time.sleep(0.01)
 
 
-def _rank0_tail(trace: Trace, after: float) -> list[dict[str, object]]:
+def _rank0_tail(trace: Trace, after: float) -> list[dict[str, Any]]:
     return [d for d in trace.rank0() if float(d["t"]) > after]
+
+
+def _changed_since(trace: Trace, after: float, changed: Callable[[dict[str, Any]], bool]) -> bool:
+    """Whether a line of rank 0's since ``after`` is ``changed``."""
+    return any(changed(d) for d in _rank0_tail(trace, after))
+
+
+def _left_world(line: dict[str, Any]) -> bool:
+    """A step no longer at the full world (the survivors')."""
+    return bool(line["world"] != WORLD)
+
+
+def _pid_is_not(old: int, line: dict[str, Any]) -> bool:
+    """A step of another rank-0 process than ``old`` (the restarted group's)."""
+    return int(line["pid"]) != old
 
 
 def _steady(trace: Trace, key: str, after: float, steps: int) -> bool:
@@ -90,7 +107,7 @@ def _kill_at_random_point(trace: Trace, rng: random.Random, victim_pid: int) -> 
 
 
 def _stall(
-    trace: Trace, killed_at: float, changed: Callable[[dict[str, object]], bool], step: float
+    trace: Trace, killed_at: float, changed: Callable[[dict[str, Any]], bool], step: float
 ) -> dict[str, float]:
     lines = trace.rank0()
     first = next(d for d in lines if float(d["t"]) > killed_at and changed(d))
@@ -140,16 +157,16 @@ def tidal_crashes(args: argparse.Namespace, work: Path, kills: int) -> list[dict
     with cleanup([launcher], lambda: set(pids().values())):
         mark = 0.0
         for kill in range(kills):
-            _wait(lambda m=mark: _steady(trace, "world", m, 6), f"{WORLD} workers training")
+            _wait(partial(_steady, trace, "world", mark, 6), f"{WORLD} workers training")
             step = _step_time(trace)
             recent = [d for d in trace.refresh()[-4 * WORLD :] if d["world"] == WORLD]
             victim = rng.choice(sorted({str(d["worker"]) for d in recent if d["rank"] != 0}))
             killed_at = _kill_at_random_point(trace, rng, pids()[victim])
             _wait(
-                lambda k=killed_at: any(d["world"] != WORLD for d in _rank0_tail(trace, k)),
+                partial(_changed_since, trace, killed_at, _left_world),
                 "the survivors' first step",
             )
-            row = _stall(trace, killed_at, lambda d: d["world"] != WORLD, step)
+            row = _stall(trace, killed_at, _left_world, step)
             rows.append(row)
             print(f"  tidal kill {kill + 1:>2} ({victim}): stall {row['stall']:.3f}s", flush=True)
             mark = killed_at
@@ -195,17 +212,17 @@ def torchrun_crashes(args: argparse.Namespace, work: Path, kills: int) -> list[d
         procs.extend(agent(str(i), False) for i in range(1, WORLD))
         mark = 0.0
         for kill in range(kills):
-            _wait(lambda m=mark: _steady(trace, "pid", m, 6), f"{WORLD} workers training")
+            _wait(partial(_steady, trace, "pid", mark, 6), f"{WORLD} workers training")
             step = _step_time(trace)
             old = int(trace.rank0()[-1]["pid"])
             recent = trace.refresh()[-4 * WORLD :]
             victim = rng.choice(sorted({int(d["pid"]) for d in recent if d["rank"] != 0}))
             killed_at = _kill_at_random_point(trace, rng, victim)
             _wait(
-                lambda k=killed_at, o=old: any(int(d["pid"]) != o for d in _rank0_tail(trace, k)),
+                partial(_changed_since, trace, killed_at, partial(_pid_is_not, old)),
                 "the restarted group's first step",
             )
-            row = _stall(trace, killed_at, lambda d, o=old: int(d["pid"]) != o, step)
+            row = _stall(trace, killed_at, partial(_pid_is_not, old), step)
             rows.append(row)
             print(f"  torchrun kill {kill + 1:>2}: stall {row['stall']:.3f}s", flush=True)
             mark = killed_at

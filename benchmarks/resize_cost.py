@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from common import PYTHON, ROOT, Proc, Timeout, Trace, cleanup, env, median, wait_until
 
@@ -60,7 +61,7 @@ def rank0_steps(out: Path) -> list[tuple[float, int]]:
                     if d["rank"] == 0:
                         lines.append((float(d["time"]), int(d["world"])))
         return sorted(lines)
-    return [(float(d["t"]), int(d["world"])) for d in Trace(out).rank0()]  # type: ignore[arg-type]
+    return [(float(d["t"]), int(d["world"])) for d in Trace(out).rank0()]
 
 
 def after(out: Path, mark: float, world: int) -> list[float]:
@@ -68,7 +69,7 @@ def after(out: Path, mark: float, world: int) -> list[float]:
     return [t for t, w in rank0_steps(out) if t > mark and w == world]
 
 
-def trial(launcher: str, args: argparse.Namespace, work: Path, n: int) -> list[dict[str, object]]:
+def trial(launcher: str, args: argparse.Namespace, work: Path, n: int) -> list[dict[str, Any]]:
     """One run of ``launcher``: start at 3, shrink to 2, grow to 3; one row per resize."""
     out = work / "steps"
     out.mkdir(parents=True)
@@ -88,7 +89,7 @@ def trial(launcher: str, args: argparse.Namespace, work: Path, n: int) -> list[d
     def pids() -> set[int]:
         return {int(m[1]) for line in launcher_proc.lines if (m := _PID.search(line))}
 
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     with cleanup([launcher_proc], pids):
         wait_until(lambda: len(after(out, 0, 3)) >= STEADY, WAIT, f"{launcher}: 3 training")
         # Where `tidal resize` finds the run (the launcher registered it before training).
@@ -133,7 +134,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tidal-resize-cost-"))
     out.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     started = time.time()
     for n in range(args.trials):
         for launcher in ("tidal", "torchrun"):
@@ -156,19 +157,19 @@ def main() -> None:
     print(f"{'resize':<8}{'measure':<8}{'tidal s':>10}{'torchrun s':>12}{'ratio':>8}  n")
     for resize in ("3->2", "2->3"):
         for measure in ("cost", "stall"):
-            got = {
+            by_launcher = {
                 launcher: [
-                    float(r[measure])  # type: ignore[arg-type]
+                    float(r[measure])
                     for r in rows
                     if r["resize"] == resize and r["launcher"] == launcher
                 ]
                 for launcher in ("tidal", "torchrun")
             }
-            tidal, torchrun = median(got["tidal"]), median(got["torchrun"])
-            n = f"{len(got['tidal'])}/{len(got['torchrun'])}"
+            tidal, torchrun = median(by_launcher["tidal"]), median(by_launcher["torchrun"])
+            counts = f"{len(by_launcher['tidal'])}/{len(by_launcher['torchrun'])}"
             ratio = torchrun / tidal if tidal > 0 else float("inf")
-            print(f"{resize:<8}{measure:<8}{tidal:>10.3f}{torchrun:>12.3f}{ratio:>8.1f}  {n}")
-    steps = median([float(r["step_time"]) for r in rows])  # type: ignore[arg-type]
+            print(f"{resize:<8}{measure:<8}{tidal:>10.3f}{torchrun:>12.3f}{ratio:>8.1f}  {counts}")
+    steps = median([float(r["step_time"]) for r in rows])
     print(f"median step time at the new size: {steps:.3f}s")
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     print(f"details: {out}/results.json")

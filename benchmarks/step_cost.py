@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import statistics
 import time
@@ -29,6 +30,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import tidal
+from tidal.runtime.env import ENV_SYNC_EVERY
 
 
 def main() -> None:
@@ -41,9 +43,10 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the steps")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    ctx = tidal.init()
     if args.sync_every is not None:
-        ctx.config.sync_every = args.sync_every
+        # The runtime's settings are read from the environment once, at init.
+        os.environ[ENV_SYNC_EVERY] = str(args.sync_every)
+    ctx = tidal.init()
     g = torch.Generator().manual_seed(0)
     x = torch.randn(args.batch_size * 64, 32, generator=g)
     data = TensorDataset(x, (x @ torch.randn(32, 4, generator=g)).argmax(1))

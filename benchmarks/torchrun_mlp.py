@@ -19,6 +19,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -36,7 +37,7 @@ def shard_bounds(batch: int, world: int, rank: int) -> tuple[int, int]:
     return lo, lo + base + (1 if rank < extra else 0)
 
 
-def save_atomic(state: dict[str, object], path: Path) -> None:
+def save_atomic(state: dict[str, Any], path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)

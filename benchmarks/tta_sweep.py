@@ -36,12 +36,13 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from tidal.runtime.adaptive import AdaptiveBatch
+from tidal.runtime.context import WorkerContext
 from tidal.runtime.lr_scaling import current_factor
 
 try:
@@ -124,7 +125,9 @@ def train(
     n = len(y)
     loader = _Loader(batch)
     context = _Context(schedule[0][1])
-    adaptive = AdaptiveBatch(loader, context, max_global, (1, MAX_LOCAL), True) if variant else None
+    # The stand-in has what AdaptiveBatch reads of a worker context.
+    worker = cast(WorkerContext, context)
+    adaptive = AdaptiveBatch(loader, worker, max_global, (1, MAX_LOCAL), True) if variant else None
     rule, *changes = (variant or "adascale").split("+")
     if adaptive is not None:
         adaptive.warmup_steps = 10 if "warmup" in changes else 0

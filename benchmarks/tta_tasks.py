@@ -92,7 +92,8 @@ def _teacher() -> Task:
     x, y = teacher_data(20_480, 0).tensors
 
     def build(seed: int) -> nn.Module:
-        return teacher_model(5e4, 2, seed)
+        model: nn.Module = teacher_model(5e4, 2, seed)
+        return model
 
     return Task(
         "teacher",

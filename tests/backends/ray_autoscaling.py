@@ -40,7 +40,7 @@ SLOTS_PER_NODE = 4
 IDLE_TIMEOUT = 3.0
 
 
-class DistinctIdProvider(FakeMultiNodeProvider):  # type: ignore[misc]
+class DistinctIdProvider(FakeMultiNodeProvider):
     """Ray's fake provider, its node ids random (28 bytes, as real ones are).
 
     Ray's own numbers its nodes ``ffff…f00001``, ``ffff…f00002``: every id would start
