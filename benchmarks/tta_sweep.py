@@ -299,24 +299,32 @@ def remeasured(
     return out
 
 
+def _earlier(results: str, name: str) -> dict[str, Any]:
+    """Task ``name``'s entry of an earlier sweep's results.json."""
+    entry: dict[str, Any] = next(
+        r for r in json.loads(Path(results).read_text()) if r["task"] == name
+    )
+    return entry
+
+
+def _use_model(task: Task, earlier: dict[str, Any]) -> None:
+    """Time ``task``'s steps with an earlier sweep's fitted ``alpha`` and ``beta``."""
+    task.alpha, task.beta = earlier["model"]["alpha"], earlier["model"]["beta"]
+
+
 def run_task(args: argparse.Namespace, name: str) -> dict[str, Any]:
     """The whole protocol on one task: sweep, autoscale variants, the rescale."""
     task = TASKS[name]()
     calibrate(task)
     if args.model_from:
         # An earlier run's step-time model: its figures and these then compare.
-        earlier = next(
-            r for r in json.loads(Path(args.model_from).read_text()) if r["task"] == name
-        )
-        task.alpha, task.beta = earlier["model"]["alpha"], earlier["model"]["beta"]
+        _use_model(task, _earlier(args.model_from, name))
     fixed_world = [(0.0, args.workers)]
     out: dict[str, Any] = {"task": name, "target": task.target, "configs": []}
     if args.fixed_from:
         # Autoscale variants only: the fixed runs (and their model) of an earlier sweep.
-        earlier = next(
-            r for r in json.loads(Path(args.fixed_from).read_text()) if r["task"] == name
-        )
-        task.alpha, task.beta = earlier["model"]["alpha"], earlier["model"]["beta"]
+        earlier = _earlier(args.fixed_from, name)
+        _use_model(task, earlier)
         fixed = [c for c in earlier["configs"] if c["name"].startswith("fixed")]
         # The earlier sweep's bound on a run (LIMIT x its fastest fixed batch), kept.
         earlier_limit = LIMIT * min(c["median_seconds"] for c in fixed)
