@@ -46,7 +46,7 @@ def train(
         optimizer.zero_grad()
         output = model(data)
         loss = F.nll_loss(output, target)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         progress["samples"] += len(data)  # this worker's share; summed over the job
         if batch_idx % args.log_interval == 0:
@@ -93,7 +93,7 @@ def main() -> None:
     if args.autoscale:
         train_loader.autoscale_batch_size(512, local_bsz_bounds=(16, 128))
 
-    model = Net()
+    model: nn.Module = Net()
     optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
     adl.init_process_group("nccl" if torch.cuda.is_available() else "gloo")

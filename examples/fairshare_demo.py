@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -23,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tidal.client import Client
-from tidal.wire.schema import JobView
+from tidal.wire.schema import JobDetail, JobView
 
 EXAMPLE = Path(__file__).resolve().parent / "digits_mlp.py"
 COLOURS = ["cyan", "magenta", "green", "yellow"]
@@ -84,8 +85,10 @@ def render(client: Client, jobs: list[str], log: list[str]) -> Group:
                 owner[worker.slot] = i
     bar = Text("slots  ")
     for slot in range(SLOTS):
-        i = owner.get(slot)
-        bar.append(" ■ " if i is not None else " · ", style=COLOURS[i] if i is not None else "dim")
+        held = owner.get(slot)
+        bar.append(
+            " ■ " if held is not None else " · ", style=COLOURS[held] if held is not None else "dim"
+        )
     table = Table(box=None, header_style="bold")
     for column in ("job", "state", "priority", "workers", "allocation"):
         table.add_column(column)
@@ -102,7 +105,12 @@ def render(client: Client, jobs: list[str], log: list[str]) -> Group:
 
 
 def wait_for(
-    client: Client, live: Live, jobs: list[str], log: list[str], check, timeout: float
+    client: Client,
+    live: Live,
+    jobs: list[str],
+    log: list[str],
+    check: Callable[[list[JobDetail]], bool],
+    timeout: float,
 ) -> None:
     """Redraw until ``check(views)`` holds."""
     deadline = time.monotonic() + timeout

@@ -111,9 +111,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     ctx = tidal.init()
-    model = build_model(args.params, args.layers, args.seed)
-    n_params = sum(p.numel() for p in model.parameters())
-    model = tidal.ElasticDataParallel(model)
+    net = build_model(args.params, args.layers, args.seed)
+    n_params = sum(p.numel() for p in net.parameters())
+    model = tidal.ElasticDataParallel(net)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loader = tidal.ElasticDataLoader(
         build_data(args.samples, args.seed), batch_size=args.batch_size, seed=args.seed

@@ -40,7 +40,7 @@ def is_chief(kind: str, index: int, cluster: dict[str, list[str]]) -> bool:
     return kind == "chief" or (kind == "worker" and index == 0 and "chief" not in cluster)
 
 
-class Classifier(tf.Module):
+class Classifier(tf.Module):  # type: ignore[misc]
     """64 pixels → 64 hidden units → 10 logits."""
 
     def __init__(self) -> None:
@@ -98,7 +98,7 @@ def train_mirrored(args: argparse.Namespace, data: tuple[np.ndarray, ...]) -> li
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         losses = strategy.run(replica_step, args=(x, y))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
@@ -138,7 +138,7 @@ def train_with_parameter_servers(
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
     lr = tf.constant(0.1)
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def step(batches: tf.data.Iterator) -> tf.Tensor:
         def replica_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
             with tf.GradientTape() as tape:

@@ -56,5 +56,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         needed = int(marker.args[0]) if marker.args else 1
         if needed not in problems:
             problems[needed] = _gpu_problem(needed)
-        if problems[needed] is not None:
-            item.add_marker(pytest.mark.skip(reason=problems[needed]))
+        problem = problems[needed]
+        if problem is not None:
+            item.add_marker(pytest.mark.skip(reason=problem))

@@ -90,4 +90,4 @@ def test_names_moved_down_still_import_from_their_old_home_with_a_warning() -> N
         with pytest.warns(DeprecationWarning, match="import it from tidal.launch.api"):
             assert getattr(base, name) is getattr(api, name)
     with pytest.raises(AttributeError):
-        _ = base.NoSuchName  # type: ignore[attr-defined]
+        _ = base.NoSuchName

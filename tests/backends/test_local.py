@@ -264,6 +264,7 @@ def test_a_new_backend_numbers_its_orders_past_one_the_agent_took_but_had_not_re
             store.set(KEY_STATUS, stale)
             again = LocalBackend(data)  # the controller restarted
             backends.append(again)
+            assert again._agents["plain"].last is not None
             if again._agents["plain"].last.assign_seq == 0:
                 break
         else:

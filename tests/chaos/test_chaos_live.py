@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -394,8 +395,12 @@ def test_jobs_survive_seeded_faults(run: Run, request: pytest.FixtureRequest) ->
             for kind in faults:
                 run.fault(kind)
             run.release()
+
+            def ended(job_id: str) -> bool:
+                return run.job(job_id)["state"] in TERMINAL
+
             for job_id in run.jobs:
-                until(lambda j=job_id: run.job(j)["state"] in TERMINAL, 300, f"{job_id} to end")
+                until(partial(ended, job_id), 300, f"{job_id} to end")
         run.note("every job ended")
         views = {job_id: run.job(job_id) for job_id in run.jobs}
         run.stored_jobs_intact()

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -223,8 +224,12 @@ def test_the_cli_against_a_live_server(tmp_path: Path) -> None:
         assert submitted.returncode == 0, submitted.stderr
         roles_job = json.loads(submitted.stdout)["id"]
         with Client(data_dir=data, timeout=30) as client:
+
+            def ended(ref: str) -> bool:
+                return client.get(ref).state in TERMINAL
+
             for ref in (job["id"], roles_job):
-                until(lambda r=ref: client.get(r).state in TERMINAL, 90, f"{ref} to end")
+                until(partial(ended, ref), 90, f"{ref} to end")
                 assert client.get(ref).state == "succeeded", client.get(ref).reason
             logs = client.logs(roles_job)
         assert logs.count("seen role 1 work") == 2, logs

@@ -71,6 +71,7 @@ def changing_routes(app: FastAPI) -> list[tuple[str, str]]:
     """Every (method, path template) of the app that may change something."""
     found = set()
     for route in _api_routes(app.routes):
+        assert route.methods is not None
         for method in route.methods - {"GET", "HEAD", "OPTIONS"}:
             found.add((method, route.path))
     return sorted(found)

@@ -77,6 +77,7 @@ def test_submit_list_get_priority_cancel(served: Served) -> None:
     a = c.submit({**SPEC, "workers": 3})
     b = c.submit("name: other\ncommand: python x.py\nlabels: {team: nlp}\n")
     assert a.state == "queued"
+    assert a.spec is not None
     assert a.spec["command"] == ["python", "train.py"]
     assert [j.id for j in c.list()] == [a.id, b.id]
     assert [j.id for j in c.list(labels={"team": "nlp"})] == [b.id]

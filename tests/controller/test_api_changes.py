@@ -35,7 +35,7 @@ def submit(http: httpx.Client, count: int) -> list[str]:
     return ids
 
 
-def changed(http: httpx.Client, since: str, **params: object) -> tuple[list[str], str]:
+def changed(http: httpx.Client, since: str, **params: str | int) -> tuple[list[str], str]:
     response = http.get("/jobs", params={"since": since, **params})
     assert response.status_code == 200, response.text
     return [j["id"] for j in response.json()], response.headers["x-change-cursor"]

@@ -3,6 +3,8 @@ row corrupted in the database shown as unreadable without breaking the page."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from sqlalchemy import text
@@ -161,7 +163,7 @@ def test_a_listed_job_is_listed_anew_after_each_change(served: Served, http: htt
     loop applying it, a goodput report and a state change each show at once."""
     (job_id,) = submit(http, 1, priority=100)
 
-    def listed() -> dict[str, object]:
+    def listed() -> dict[str, Any]:
         (view,) = http.get("/jobs").json()
         assert isinstance(view, dict)
         return view
@@ -170,7 +172,7 @@ def test_a_listed_job_is_listed_anew_after_each_change(served: Served, http: htt
     assert http.put(f"/jobs/{job_id}/priority", json={"priority": 900}).status_code == 200
     view = listed()
     assert view["priority"] == 900
-    assert [r["kind"] for r in view["pending_requests"]] == ["priority"]  # type: ignore[union-attr]
+    assert [r["kind"] for r in view["pending_requests"]] == ["priority"]
     served.controller.tick()  # applies it
     assert (listed()["priority"], listed()["pending_requests"]) == (900, [])
     served.store.set_goodput(job_id, {"batch_size": 64, "efficiency": 0.5, "speedup": 1.5})

@@ -64,7 +64,7 @@ def served(tmp_path: Path) -> Iterator[FullDisk]:
 
 
 def _failures(controller: Controller) -> float:
-    return controller.metrics.tick_failures._value.get()
+    return float(controller.metrics.tick_failures._value.get())
 
 
 def test_a_full_disk_is_a_507_and_everything_resumes_after(

@@ -9,6 +9,7 @@ import statistics
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -27,7 +28,7 @@ WORST = [
 ]
 
 
-def _stored(client: httpx.Client) -> tuple[object, ...]:
+def _stored(client: httpx.Client) -> tuple[Any, Any]:
     jobs = client.get("/jobs")
     assert jobs.status_code == 200
     return (jobs.json(), client.get("/events").json())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tidal.cli.roles import replica_worker
@@ -22,7 +24,9 @@ SPEC = {
 }
 
 
-def _worker(wid: int, role: str, index: int, state: WorkerState, code: int | None = None):
+def _worker(
+    wid: int, role: str, index: int, state: WorkerState, code: int | None = None
+) -> WorkerRecord:
     return WorkerRecord("j", wid, ("h", wid), 100 + wid, state, code, 0.0, role, index)
 
 
@@ -30,7 +34,7 @@ def _event(i: int, kind: str, message: str = "") -> EventRecord:
     return EventRecord(i, "j", float(i), kind, message, {})
 
 
-def test_role_counts_follow_the_workers_and_the_slots(tmp_path) -> None:
+def test_role_counts_follow_the_workers_and_the_slots(tmp_path: Path) -> None:
     store = JobStore.open(tmp_path / "data")
     try:
         record = store.add_job(parse_spec(SPEC), now=0.0)
@@ -55,7 +59,7 @@ def test_role_counts_follow_the_workers_and_the_slots(tmp_path) -> None:
     assert got == [("ps", 2, 2, 0, 1), ("worker", 3, 2, 1, 0)]
 
 
-def test_conditions_from_the_events(tmp_path) -> None:
+def test_conditions_from_the_events(tmp_path: Path) -> None:
     store = JobStore.open(tmp_path / "data")
     try:
         record = store.add_job(parse_spec(SPEC), now=0.0)

@@ -11,7 +11,9 @@ import stat
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,7 +48,7 @@ def data_root(live: tuple[Client, Path]) -> Path:
     return live[1]
 
 
-def _ended(client: Client, job: str, timeout: float = 60) -> dict[str, object]:
+def _ended(client: Client, job: str, timeout: float = 60) -> dict[str, Any]:
     until(lambda: client.get(job).state in TERMINAL, timeout, f"{job} to end")
     return client.get(job).model_dump()
 
@@ -176,8 +178,12 @@ def test_an_agent_that_dies_is_restarted_and_the_job_resumes(
     agent_pid = int(json.loads(record.read_text())["pid"])
     os.kill(agent_pid, signal.SIGKILL)
     until(lambda: server.get(job.id).restarts == 1, 60, "the restart")
+
+    def gone(pid: int) -> bool:
+        return not running(pid)
+
     for pid in old_pids:
-        until(lambda pid=pid: not running(pid), 30, f"old worker {pid} to be gone")
+        until(partial(gone, pid), 30, f"old worker {pid} to be gone")
     view = _ended(server, job.id, timeout=180)
     assert view["state"] == "succeeded", view["reason"]
     assert view["restarts"] == 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -23,7 +24,7 @@ BUDGET_S = 2.0
 
 _any_text = st.text(max_size=30)
 _safe_text = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=30
 )
 _numbers = st.one_of(
     st.integers(min_value=-5, max_value=10),
@@ -118,11 +119,13 @@ HOSTILE_SPECS = st.fixed_dictionaries(
 SPECS = st.one_of(VALID_SPECS, HOSTILE_SPECS)
 
 
-def check_outcome(parse: Any, *args: Any, text_level: bool = False) -> JobSpec | None:
+def check_outcome(
+    parse: Callable[..., JobSpec], *args: Any, text_level: bool = False
+) -> JobSpec | None:
     """Parse; a spec must round-trip and a refusal name fields. Returns the spec, if any."""
     started = time.process_time()
     try:
-        spec = parse(*args)
+        spec: JobSpec | None = parse(*args)
     except SpecError as exc:
         assert exc.problems
         for path, message in exc.problems:

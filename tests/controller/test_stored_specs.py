@@ -89,6 +89,7 @@ def test_relax_reads_values_as_earlier_rules_did() -> None:
     assert named.name == "legacy-text"
     assert named.env == {"SEED": "1"}
     assert infinite.checkpoint_every_seconds == 0.0  # never, by time: off
+    assert infinite.resources.cpus is not None
     assert infinite.resources.cpus > 1000
     # A strictly valid spec is taken as it is; relax leaves it alone.
     valid = {"name": "ok", "command": ["x"], "priority": 5}

@@ -4,6 +4,7 @@ user ``admin``'s token and jobs, nothing lost; a fresh data dir works as before.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 from alembic import command
@@ -21,7 +22,7 @@ from tidal.server.app import create_app
 from tidal.server.process import ApiServer
 
 
-def serve_once(data_dir: Path, token: str) -> dict[str, object]:
+def serve_once(data_dir: Path, token: str) -> dict[str, Any]:
     """Start a server on the data dir as ``tidal server`` does, read what a user sees
     with ``token``, stop it."""
     key = ServerKey.in_data_dir(data_dir)

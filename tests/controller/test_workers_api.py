@@ -149,7 +149,7 @@ def test_unknown_ids_are_named_and_bad_arguments_store_nothing(served: Served) -
             {"n": 1, "command": "true", "script": "x.py"},
         ):
             with pytest.raises(WorkerArgumentError):
-                client.launch_workers(**kwargs)  # type: ignore[arg-type]
+                client.launch_workers(**kwargs)
         # Refused by the server (no host has 64 slots for one worker): told as the
         # argument, not the field.
         with pytest.raises(InvalidRequest) as caught:

@@ -59,7 +59,7 @@ def test_a_replica_set_is_settled_once_a_replica_runs_on_each_assigned_slot() ->
     assert not replicas.settled()
     for slot in ("h:0", "h:1"):
         process = SimpleNamespace(pid=1, poll=lambda: None)
-        replicas.workers[slot] = Worker(slot, slot, process, phase=WorkerPhase.MEMBER)  # type: ignore[arg-type]
+        replicas.workers[slot] = Worker(slot, slot, process, phase=WorkerPhase.MEMBER)
     assert replicas.settled()
     replicas.assign(["h:0"])
     assert not replicas.settled()  # the replica on h:1 is still to stop

@@ -77,7 +77,7 @@ def test_a_sink_that_fails_drops_lines_and_resumes(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    monkeypatch.setattr(log_sink.os, "write", write)
+    monkeypatch.setattr("tidal.launch.log_sink.os.write", write)
     monkeypatch.setattr(log_sink, "_RETRY_S", 0.0)
     sink.write("before\n")
     for i in range(1000):
@@ -129,7 +129,7 @@ def test_a_full_disk_never_blocks_the_worker(
     def write(fd: int, data: bytes | memoryview) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(log_sink.os, "write", write)
+    monkeypatch.setattr("tidal.launch.log_sink.os.write", write)
     sink = RotatingLog(tmp_path / "worker-0.log")
     worker = subprocess.Popen(
         [

@@ -11,6 +11,7 @@ from tests.processes import running
 from tidal.launch.api import WorkerState
 from tidal.launch.driver import worker_state
 from tidal.launch.groups.elastic import WorkerGroup
+from tidal.launch.log_sink import RotatingLog
 from tidal.launch.process import LocalSpawner
 from tidal.launch.worker import (
     Worker,
@@ -58,7 +59,7 @@ def test_kill_workers_marks_only_running_ones_killed_and_reaps_their_sessions(
 
     wait_for_exit([detaching], 0.1)  # bounded: returns although the worker keeps running
     assert detaching.process.poll() is None
-    log_files = [(tmp_path / "log").open("w")]
+    log_files = [RotatingLog(tmp_path / "log")]
     kill_workers([detaching, done])
     close_outputs([detaching, done], log_files)
 

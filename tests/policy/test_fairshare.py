@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidal.policy.api import Cluster, Host, JobRequest
+from tidal.policy.api import Cluster, Host, JobRequest, Slot
 from tidal.policy.fairshare import FairSharePolicy, proportional_shares
 
 from .strategies import assert_valid, clusters, job_lists
@@ -54,7 +54,10 @@ def test_rounding_noise_does_not_move_a_slot() -> None:
         JobRequest("b", 1, 8, priority=5000, submitted_at=1),
         JobRequest("c", 1, 8, priority=5000, submitted_at=2),
     ]
-    held = {"a": (("h0", 0), ("h0", 1), ("h0", 2)), "b": (("h0", 3), ("h0", 4), ("h0", 5))}
+    held: dict[str, tuple[Slot, ...]] = {
+        "a": (("h0", 0), ("h0", 1), ("h0", 2)),
+        "b": (("h0", 3), ("h0", 4), ("h0", 5)),
+    }
     held["c"] = (("h0", 6), ("h0", 7))
     assert policy.allocate(jobs, ONE_HOST, held) == held
     # Without a history the larger remainders win.

@@ -8,7 +8,7 @@ from torch import nn
 from tidal.ps import checkpoint
 from tidal.ps.config import ClusterSpec, PSConfig
 from tidal.ps.server import ShardServer
-from tidal.ps.transport import buffer_tensor, tensor_buffer
+from tidal.ps.transport import Header, buffer_tensor, tensor_buffer
 
 
 def _server(config: PSConfig, shard: int = 0) -> ShardServer:
@@ -24,7 +24,7 @@ def _grad(server: ShardServer, value: float) -> list[memoryview]:
 
 def _push(
     server: ShardServer, worker: str, value: float, version: int | None = None, now: float = 0.0
-):  # type: ignore[no-untyped-def]
+) -> list[tuple[bytes, Header, list[memoryview]]]:
     header = {
         "op": "push",
         "worker": worker,

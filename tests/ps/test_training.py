@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sklearn.datasets
@@ -44,15 +45,16 @@ def wait_for(
         time.sleep(0.05)
 
 
-def trace(out: Path, worker: str) -> list[dict]:  # type: ignore[type-arg]
+def trace(out: Path, worker: str) -> list[dict[str, Any]]:
     path = out / f"{worker}.jsonl"
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
-def result(out: Path, worker: str) -> dict:  # type: ignore[type-arg]
-    return json.loads((out / f"{worker}.json").read_text())
+def result(out: Path, worker: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((out / f"{worker}.json").read_text())
+    return loaded
 
 
 def run_job(

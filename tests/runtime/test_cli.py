@@ -66,7 +66,12 @@ def test_resize_takes_the_count_as_argument_or_flag(
     register(RunRecord("r1", os.getpid(), "127.0.0.1:29500", 1, 4))
     asked: list[int] = []
     monkeypatch.setattr(rendezvous, "connect_store", lambda host, port, timeout: (host, port))
-    monkeypatch.setattr(rendezvous, "request_resize", lambda store, n: asked.append(n) or 7)
+
+    def request_resize(store: object, n: int) -> int:
+        asked.append(n)
+        return 7
+
+    monkeypatch.setattr(rendezvous, "request_resize", request_resize)
     assert run_app(app, ["resize", "r1", *args]) == 0
     assert asked == [3]
     # Out of the run's bounds: refused naming what was given, nothing asked.

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -58,7 +59,7 @@ def test_the_jobs_values_replace_the_defaults_typed_as_the_defaults(
 def test_a_value_of_the_wrong_type_is_refused_naming_the_parameter(
     monkeypatch: pytest.MonkeyPatch,
     given: dict[str, object],
-    defaults: dict[str, object],
+    defaults: dict[str, Any],
     message: str,
 ) -> None:
     monkeypatch.setenv(ENV_PARAMS, json.dumps(given))

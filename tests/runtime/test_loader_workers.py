@@ -130,6 +130,7 @@ def test_persistent_workers_read_no_sample_past_the_epoch_taken() -> None:
         consumed += [i for batch in loader for i in batch[1].tolist()]
         assert loader._prefetch is not None and loader._prefetch.in_flight == 0
     workers = loader._prefetch
+    assert workers is not None
     loader.close()
     assert sorted(consumed) == sorted(list(range(N)) * 2)
     assert dataset.reads.value == len(consumed)  # every sample read was taken
@@ -281,7 +282,7 @@ class Stream(IterableDataset[int]):
 
 def test_bad_options_are_refused_by_name() -> None:
     with pytest.raises(TypeError, match="dataset: expected a map-style dataset"):
-        tidal.ElasticDataLoader(Stream(), batch_size=4)  # type: ignore[arg-type]
+        tidal.ElasticDataLoader(Stream(), batch_size=4)
     with pytest.raises(ValueError, match="num_workers"):
         tidal.ElasticDataLoader(Numbered(), batch_size=4, num_workers=-1)
     with pytest.raises(ValueError, match="prefetch_factor"):

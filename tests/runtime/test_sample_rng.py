@@ -56,7 +56,9 @@ def _span_of(start: int, count: int) -> None:
 def test_dropout_masks_follow_the_sample_and_the_call() -> None:
     tidal.init()
     torch.manual_seed(0)
-    layer = tidal.per_sample_dropout(nn.Sequential(nn.Dropout(0.5)))[0]
+    model = tidal.per_sample_dropout(nn.Sequential(nn.Dropout(0.5)))
+    assert isinstance(model, nn.Sequential)
+    layer = model[0]
     assert isinstance(layer, tidal.PerSampleDropout)
     x = torch.ones(12, 50, dtype=torch.float64)
     _span_of(100, 12)
@@ -77,6 +79,7 @@ def test_dropout_masks_follow_the_sample_and_the_call() -> None:
 def test_channel_dropout_drops_whole_channels() -> None:
     tidal.init()
     model = tidal.per_sample_dropout(nn.Sequential(nn.Dropout2d(0.5), nn.Dropout(0.1)))
+    assert isinstance(model, nn.Sequential)
     assert [m.stream for m in model if isinstance(m, tidal.PerSampleDropout)] == [0, 1]
     _span_of(0, 4)
     out = model[0](torch.ones(4, 16, 3, 3))
@@ -89,6 +92,7 @@ def test_shared_layer_stays_shared_and_bad_input_is_named() -> None:
     tidal.init()
     drop = nn.Dropout(0.2)
     model = tidal.per_sample_dropout(nn.Sequential(nn.Linear(3, 3), drop, nn.Linear(3, 3), drop))
+    assert isinstance(model, nn.Sequential)
     assert model[1] is model[3]
     _span_of(0, 4)
     with pytest.raises(ValueError, match="4 samples"):

@@ -108,8 +108,7 @@ def main() -> None:
         torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=4) if args.scaler else None
     )
     loader = tidal.ElasticDataLoader(data, batch_size=args.batch_size, seed=1)
-    amp = {"scaler": scaler} if scaler is not None else {}
-    state = tidal.State(model=model, optimizer=optimizer, loader=loader, **amp)
+    state = tidal.State(model=model, optimizer=optimizer, loader=loader, scaler=scaler)
     loss_fn = nn.CrossEntropyLoss()
     died = Path(args.out) / "died"
     log = open(os.path.join(args.out, f"steps-{ctx.worker_id}.jsonl"), "a", buffering=1)  # noqa: SIM115
@@ -117,6 +116,7 @@ def main() -> None:
     for _epoch in state.epochs(args.epochs):
         for xb, yb in loader:
             calls["count"] = 0
+            assert ctx.generation is not None
             gen, world, rank = ctx.generation.number, ctx.world_size, ctx.rank
             step = state.global_step + 1
             if step == args.rank1_dies_before_step and world > 1 and not died.exists():

@@ -160,6 +160,7 @@ def main() -> None:
                 batch_ids = batch[2].tolist()
                 batch = (batch[0], batch[1])
             everyone = loader.last_global_indices
+            assert ctx.generation is not None
             gen, world, rank = ctx.generation.number, ctx.world_size, ctx.rank
             if state.global_step + 1 == args.rank1_dies_before_step and gen == 0 and world > 1:
                 if rank == 1:

@@ -18,10 +18,10 @@ def main() -> None:
     ctx = tidal.init()
     assert ctx.device.type == "cuda", ctx.device
     value = torch.zeros(1, device=ctx.device)
-    side = torch.cuda.Stream(ctx.device)
+    side = torch.cuda.Stream(ctx.device)  # type: ignore[no-untyped-call]
     side.wait_stream(torch.cuda.current_stream(ctx.device))  # the zero is written first
     with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # clock cycles: ~0.1 s on a 2 GHz GPU
+        torch.cuda._sleep(200_000_000)  # type: ignore[no-untyped-call]  # ~0.1 s at 2 GHz
         value.fill_(1.0)
         source: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[ctx.device])
         source.set_result(value)  # records its event on the side stream, as NCCL does

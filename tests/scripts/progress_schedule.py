@@ -53,7 +53,7 @@ def main() -> None:
             records.append((optimizer.param_groups[0]["lr"], adaptive.progress, len(yb)))
             optimizer.zero_grad()
             loss = nn.functional.mse_loss(model(xb).squeeze(1), yb)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             scheduler.step()
             state.step()

@@ -92,6 +92,7 @@ def main() -> None:
         for xb, yb in loader:
             group = optimizer.param_groups[0]
             used = {"lr": float(group["lr"]), "betas": list(group["betas"])}
+            assert ctx.generation is not None
             gen, world, rank = ctx.generation.number, ctx.world_size, ctx.rank
             maybe_die("before_forward")
             optimizer.zero_grad()

@@ -33,6 +33,7 @@ def test_a_fixed_job_alone_finishes_after_its_epochs(profiles: dict[str, ModelPr
     # Nothing else runs: completion time is the wait for the first decision (one interval
     # in) plus the isolated run time, start-up cost included.
     assert outcome.jct == pytest.approx(SimConfig().interval + outcome.isolated_time)
+    assert outcome.jct is not None
     assert outcome.jct > SimConfig().reallocation_cost
 
 
