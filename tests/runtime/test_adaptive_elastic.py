@@ -87,15 +87,18 @@ def test_batch_decisions_agree_and_survive_rescale(launches: list[Launch], tmp_p
     assert {1, 2, 3} <= set(worlds), worlds
     batches = [g[0]["batch"] for g in history.values()]
     assert len(set(batches)) > 1, "the batch was never re-chosen"
-    # A new world is decided from the fitted model at its first step boundaries, not after
-    # steps timed at a batch sized for the old world's sync: alone, a smaller one at once.
+    # A new world is decided from the fitted model at its first step boundary, not after
+    # steps timed at a batch sized for the old world's sync. Rank 0 decides; its line for a
+    # step is written before that step's boundary, so the decision taken at the first
+    # boundary alone shows from the second step on (whatever batch it chose: on a loaded
+    # machine the one before may already be the best).
     alone = next(
         s
         for a, s in itertools.pairwise(sorted(history))
         if history[a][0]["world"] > 1 and history[s][0]["world"] == 1
     )
-    assert history[alone + 3][0]["batch"] < history[alone][0]["batch"], [
-        (s, history[s][0]["world"], history[s][0]["batch"])
+    assert history[alone + 1][0]["pending"] != "world", [
+        (s, history[s][0]["world"], history[s][0]["batch"], history[s][0]["pending"])
         for s in range(alone - 1, alone + 6)
         if s in history
     ]

@@ -91,6 +91,7 @@ def main() -> None:
                         "noise_samples": adaptive.noise.count,
                         "noise_scale": adaptive.noise.noise_scale,
                         "progress": adaptive.progress,
+                        "pending": adaptive.pending,
                         "gradient_sync": model.gradient_sync,
                         "checksum": [flat.sum().item(), flat.abs().sum().item()],
                     }

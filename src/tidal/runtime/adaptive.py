@@ -282,6 +282,13 @@ class AdaptiveBatch:
         self._readings.clear()
         self.recorder.forget_previous()
 
+    @property
+    def pending(self) -> str | None:
+        """Why the batch is still to be looked at again: ``"world"`` (the world changed),
+        ``"epoch"`` (an epoch began), or ``None``. Rank 0 decides, so only its value says
+        whether a decision is still to come."""
+        return self._pending
+
     # -- the model --------------------------------------------------------------------------
 
     def measured(self) -> bool:
