@@ -14,11 +14,13 @@ it back (→ 2 / 2), so one slot moves from one job to the other.
   **slot free** = decision → the next ``rescale`` event (the grow, which the controller
   decides once the released worker's process has exited and its slot is free).
 
-By default each job keeps the warm pool a job that can grow gets (two interpreters);
-``--warm-pool 0`` measures cold starts, ``--warm-pool N`` N warm interpreters
-(``TIDAL_WARM_POOL``). With a pool the new
-worker's process then started before the decision, so its "cold start" is the pool's age,
-and the handover is what counts.
+By default each job keeps the warm pool a job that can grow gets (two interpreters), and
+the server keeps its standby agent of 4 warm interpreters for the next job's first workers
+(what ``tidal server --slots 4`` keeps by default on a host with the memory for them);
+``--warm-pool 0`` measures cold starts, ``--warm-pool N`` N warm interpreters per job
+(``TIDAL_WARM_POOL``), ``--standby-workers N`` the standby's size (``0``: none). With a pool
+the new worker's process then started before the decision, so its "cold start" is the
+pool's age, and the handover is what counts.
 
     PYTHONPATH=src:. python benchmarks/handover.py --trials 6 --out /tmp/handover
     PYTHONPATH=src:. python benchmarks/handover.py --trials 6 --warm-pool 0
@@ -98,13 +100,22 @@ def main() -> None:
         default=None,
         help="warm interpreters per job (0: cold starts; default: tidal's default pool)",
     )
+    parser.add_argument(
+        "--standby-workers",
+        type=int,
+        default=4,
+        help="the server's standby agent's warm interpreters (default: the server's default "
+        "for 4 slots; 0: no standby)",
+    )
     parser.add_argument("--server-arg", action="append", default=[], help="extra server args")
     args = parser.parse_args()
     base = args.out or Path(tempfile.mkdtemp(prefix="tidal-handover-"))
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     os.environ.update(env())
-    process = start_server(base, *args.server_arg, slots=4)
+    # The test helper starts servers without a standby; the last option given wins.
+    standby = ("--standby-workers", str(args.standby_workers))
+    process = start_server(base, *standby, *args.server_arg, slots=4)
     rows: list[tuple[float, float, float]] = []
     frees: list[float] = []
     try:
