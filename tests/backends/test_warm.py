@@ -254,3 +254,58 @@ def test_a_warm_worker_takes_its_cpus_and_memory_limit(tmp_path: Path) -> None:
     text = "".join(out.lines)
     assert f"cpus [{sorted(os.sched_getaffinity(0))[1]}]" in text, text
     assert last_exception(text) == "MemoryError", text
+
+
+GATED_MODULE = """\
+import os, time
+# Imported ahead by the pool: its imports last until the test opens the gate.
+while not os.path.exists(os.environ["GATE"]):
+    time.sleep(0.05)
+"""
+
+
+def test_a_worker_takes_an_interpreter_while_the_pool_is_waited_for(tmp_path: Path) -> None:
+    """wait_warm never holds the pool: a worker that takes an interpreter still importing
+    is handed to it at once, and goes on once the imports end."""
+    (tmp_path / "gated_import.py").write_text(GATED_MODULE)
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    gate = tmp_path / "gate"
+    env = {"PYTHONPATH": str(tmp_path), "GATE": str(gate)}
+    spawner = WarmSpawner(1, preload=["gated_import"], env=env)
+    waited: list[int] = []
+    waiter = threading.Thread(target=lambda: waited.append(spawner.wait_warm(120)))
+    try:
+        taken = spawner._ready[0]
+        waiter.start()
+        spawned: list[tuple[LocalProcess, Lines]] = []
+
+        def spawn() -> None:
+            out = Lines()
+            process = spawner.spawn(
+                worker_id="w0",
+                slot="h:0",
+                argv=["python", str(script)],
+                env={**env, "SEED": "7", "PYTHONUNBUFFERED": "1"},
+                cwd=str(tmp_path),
+                on_line=out,
+            )
+            spawned.append((process, out))
+
+        spawning = threading.Thread(target=spawn)
+        spawning.start()
+        spawning.join(timeout=60)  # the gate is shut: it can only return if not held
+        assert spawned, "the take waited for the interpreter's imports"
+        process, out = spawned[0]
+        assert process.pid == taken.pid
+        assert process.poll() is None  # still importing
+        gate.touch()
+        assert process.wait(timeout=120) == 3
+        process.drain(timeout=10)
+        waiter.join(timeout=60)
+        assert waited == [0]  # the taken one is not counted
+        assert READY_LINE not in "".join(out.lines)
+        assert json.loads(out.lines[0])["seed"] == "7"
+    finally:
+        gate.touch()
+        spawner.close()

@@ -5,9 +5,9 @@ A new job's agent spawned for it pays for an interpreter and the launch layer's 
 tens of seconds on a loaded host, while the slots they were given stay idle. The local
 backend keeps one standby instead (``backends/local_standby.py``):
 ``python -m tidal.launch.standby N STATE_DIR [MODULE ...]`` imports all the agent needs,
-starts a :class:`~tidal.launch.warm.WarmSpawner` of ``N`` interpreters at once (each
-importing torch and each ``MODULE``, in the server's environment) and waits on its
-stdin.
+starts a :class:`~tidal.launch.warm.WarmSpawner` of ``N`` interpreters (each importing
+torch and each ``MODULE``, in the server's environment, a few at a time:
+:mod:`tidal.launch.import_turns`) and waits on its stdin.
 
 The backend hands it a job by writing the path of the job's ``<job>.launch.json`` as one
 line. The standby then moves its output to ``<job>.agent.log``, lets go of its stdin and
@@ -31,6 +31,7 @@ from pathlib import Path
 from tidal.launch.agent import serve
 from tidal.launch.agent_config import AgentConfig
 from tidal.launch.file_modes import private_files
+from tidal.launch.import_turns import ImportTurns
 from tidal.launch.warm import WarmSpawner
 
 __all__ = ["agent_log", "main"]
@@ -76,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     with private_files():
-        # Refilled only once the job it serves trains, by the job's own plan.
-        pool = WarmSpawner(args.size, preload=args.preload, refill=False)
+        # Refilled only once the job it serves trains, by the job's own plan. Its
+        # interpreters import in turns: they start beside jobs that train.
+        turns = ImportTurns.for_host(args.state_dir / "import-turns")
+        pool = WarmSpawner(args.size, preload=args.preload, refill=False, turns=turns)
         log.info("standby: %d warm interpreter(s); waiting for a job", args.size)
         threading.Thread(target=_say_when_warm, args=(pool,), daemon=True).start()
         line = sys.stdin.readline().strip()

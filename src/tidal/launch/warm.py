@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tidal.launch.file_modes import user_umask
+from tidal.launch.import_turns import ImportTurns
 from tidal.launch.limits import WorkerLimits, apply_here
 from tidal.launch.log_sink import start_pump
 from tidal.launch.process import LocalProcess, LocalSpawner, resolve_python, slot_number
@@ -70,6 +71,14 @@ _START_ENV = {"PYTHONUNBUFFERED": "1"}
 #: The first line a pool's interpreter writes, once its imports are done: how the pool
 #: knows it is warm (:meth:`WarmSpawner.wait_warm`). Never reaches the worker's log.
 READY_LINE = "tidal-warm: ready"
+
+#: What an interpreter waiting for its import turn may be told before a worker's order:
+#: to import now, without a turn.
+GO_LINE = "go"
+
+#: How long :meth:`WarmSpawner.wait_warm` waits on an interpreter's output before it
+#: looks again whether the interpreter was taken meanwhile.
+_READ_SLICE_S = 0.2
 
 
 def warm_pool_size(env: Mapping[str, str]) -> int:
@@ -139,11 +148,14 @@ class WarmSpawner:
         env: Mapping[str, str] | None = None,
         fill: bool = True,
         refill: bool = True,
+        turns: ImportTurns | None = None,
     ) -> None:
         """Keep ``size`` interpreters (each refilled as it is taken), each importing torch
         and ``preload`` under this environment plus ``env`` (the job's); start them now,
         or with ``fill=False`` at :meth:`fill`. With ``refill=False`` a taken one is not
-        replaced until :meth:`keep` is called (a job's start is not slowed by it)."""
+        replaced until :meth:`keep` is called (a job's start is not slowed by it). With
+        ``turns``, the interpreters started before :meth:`keep` import in turns
+        (:mod:`tidal.launch.import_turns`)."""
         if size < 1:
             raise ValueError(f"size: expected at least 1 interpreter, got {size}")
         self.size = size
@@ -155,6 +167,7 @@ class WarmSpawner:
         self._filled = False
         self._closed = False
         self._refill = refill
+        self._turns = turns
         #: Interpreters of the pool whose :data:`READY_LINE` was read (by
         #: :meth:`wait_warm`); a pid leaves once its interpreter is taken or found dead,
         #: since the system may give it to another process, even to a later interpreter.
@@ -172,7 +185,11 @@ class WarmSpawner:
 
     def _start_one(self) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "tidal.launch.warm", *self.preload],
+            [
+                *(sys.executable, "-m", "tidal.launch.warm"),
+                *((self._turns.argument(),) if self._turns is not None else ()),
+                *self.preload,
+            ],
             env=self._start_env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -230,12 +247,7 @@ class WarmSpawner:
             "cwd": os.path.abspath(cwd) if cwd else os.getcwd(),
             "slot": slot_number(slot),
         }
-        assert process.stdin is not None
-        try:
-            process.stdin.write(json.dumps(order) + "\n")
-            process.stdin.close()
-        except OSError:  # it died just now: the exit shows as the worker's
-            pass
+        _tell(process, json.dumps(order), last=True)
 
         assert process.stdout is not None
         if not read_ready:
@@ -245,34 +257,52 @@ class WarmSpawner:
 
     def wait_warm(self, timeout: float) -> int:
         """Wait (up to ``timeout`` seconds in all) until each interpreter of the pool has
-        done its imports; how many have. A taken interpreter is not waited for."""
+        done its imports; how many have. A taken interpreter is not waited for, and a
+        worker may take one while this waits: the wait never holds the pool."""
         deadline = time.monotonic() + timeout
         with self._lock:
             pending = [p for p in self._ready if p.pid not in self._warm]
         for process in pending:
-            with self._lock:
-                # Read under the lock, so it is not taken (and its output pumped) meanwhile;
-                # a take waits at most for this interpreter's imports, as its worker would.
-                if process not in self._ready or self._closed:
-                    continue
-                assert process.stdout is not None
-                while True:
-                    left = max(deadline - time.monotonic(), 0.0)
-                    if not select.select([process.stdout], [], [], left)[0]:
-                        break  # still importing at the deadline
-                    line = process.stdout.readline()
-                    if not line:
-                        break  # it died: its take starts the worker cold
-                    if line.rstrip("\n") == READY_LINE:
-                        self._warm.add(process.pid)
-                        break
-                    # What its imports printed before any worker was in it.
-                    log.debug("warm interpreter pid=%d: %s", process.pid, line.rstrip())
+            self._read_ready_line(process, deadline)
         with self._lock:
             for process in self._ready:
                 if process.poll() is not None:
                     self._warm.discard(process.pid)
             return sum(p.pid in self._warm for p in self._ready)
+
+    def _read_ready_line(self, process: subprocess.Popen[str], deadline: float) -> None:
+        """Read ``process``'s output up to its :data:`READY_LINE` (by ``deadline``).
+
+        Each read is made under the pool's lock, and only while the interpreter is still
+        in the pool: once taken, its output is its worker's and the pump reads on from
+        there. Nothing follows the ready line until a worker's order is written, so no
+        read here takes a worker's output. The lock is never held across a wait: a take
+        must not wait for an interpreter's imports, which may be waiting for a turn.
+        """
+        assert process.stdout is not None
+        fd = process.stdout.fileno()  # raw reads: the text buffer stays the pump's
+        partial = b""
+        while process in self._ready and not self._closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return  # still importing at the deadline
+            # In slices: a taken interpreter's pump may read what woke this up.
+            if not select.select([fd], [], [], min(left, _READ_SLICE_S))[0]:
+                continue
+            with self._lock:
+                if process not in self._ready or self._closed:
+                    return
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return  # it died: its take starts the worker cold
+                *lines, partial = (partial + chunk).split(b"\n")
+                for line in lines:
+                    text = line.decode(errors="replace")
+                    if text == READY_LINE:
+                        self._warm.add(process.pid)
+                        return
+                    # What its imports printed before any worker was in it.
+                    log.debug("warm interpreter pid=%d: %s", process.pid, text)
 
     def keep(self, size: int, *, preload: Sequence[str] = ()) -> None:
         """From now on keep ``size`` interpreters (0: close the pool), refilled as they
@@ -286,6 +316,13 @@ class WarmSpawner:
             self.size, self.preload = size, tuple(preload)
             self._filled = self._refill = True
             excess, self._ready = self._ready[size:], self._ready[:size]
+            if self._turns is not None:
+                # The pool is the job's now: what it keeps imports at once, as a job's
+                # own pool does, and those still waiting for a turn go ahead.
+                self._turns = None
+                for process in self._ready:
+                    if process.pid not in self._warm:
+                        _tell(process, GO_LINE)
             self._warm.difference_update(p.pid for p in excess)
             self._ready.extend(self._start_one() for _ in range(size - len(self._ready)))
         for process in excess:
@@ -301,6 +338,18 @@ class WarmSpawner:
         for process in ready:
             process.kill()
             process.wait()
+
+
+def _tell(process: subprocess.Popen[str], line: str, *, last: bool = False) -> None:
+    """Write ``line`` to a pool interpreter's stdin (and close it if ``last``)."""
+    assert process.stdin is not None
+    try:
+        process.stdin.write(line + "\n")
+        process.stdin.flush()
+        if last:
+            process.stdin.close()
+    except OSError:  # it died just now: the exit shows as the worker's, or its take's
+        pass
 
 
 def _after_ready_line(on_line: Callable[[str], None]) -> Callable[[str], None]:
@@ -319,23 +368,32 @@ def _after_ready_line(on_line: Callable[[str], None]) -> Callable[[str], None]:
 
 
 def main() -> None:
-    """The pool's interpreter: import torch and the modules named in its arguments, wait
-    for the worker's order, run its script."""
+    """The pool's interpreter: import torch and the modules named in its arguments (in
+    its turn, when its first argument names turns), wait for the worker's order, run its
+    script."""
     import importlib
+
+    preload = sys.argv[1:]
+    turns = ImportTurns.parse(preload)
+    turn = turns.take(sys.stdin) if turns is not None else None
 
     import torch
 
     # What a script's first optimizer loads: torch.optim imports torch._dynamo on first
     # use, ~1.5 s here and most of a warm newcomer's own set-up.
-    for name in ("torch._dynamo", *sys.argv[1:]):
+    for name in ("torch._dynamo", *preload):
         with contextlib.suppress(Exception):
             importlib.import_module(name)
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         # CUDA would keep the devices it saw now, not the worker's CUDA_VISIBLE_DEVICES.
         sys.exit(0)
+    if turn is not None:
+        os.close(turn)  # the next interpreter's turn
     print(READY_LINE, flush=True)
 
     line = sys.stdin.readline()
+    while line.rstrip("\n") == GO_LINE:  # it came while it imported: nothing to do now
+        line = sys.stdin.readline()
     if not line:
         sys.exit(0)  # the pool closed without using this interpreter
     order = json.loads(line)
