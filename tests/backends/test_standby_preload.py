@@ -10,7 +10,7 @@ from tidal.backends.local import LocalBackend
 from tidal.backends.local_standby import Standby
 from tidal.launch.agent_config import AgentConfig
 from tidal.launch.api import JobLaunch
-from tidal.launch.warm import script_imports
+from tidal.launch.script_imports import script_imports
 
 
 def test_a_standby_learns_what_the_latest_scripts_import(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tidal.launch.warm import script_imports
+from tidal.launch.script_imports import script_imports
 
 SCRIPT = """\
 from __future__ import annotations

@@ -67,8 +67,8 @@ from tidal.launch.api import (
     worker_logs,
 )
 from tidal.launch.process import kill_marked
+from tidal.launch.script_imports import script_imports
 from tidal.launch.slot_names import format_slot
-from tidal.launch.warm import script_imports
 from tidal.policy.api import Slot
 
 log = logging.getLogger("tidal.backends.local")

@@ -65,8 +65,8 @@ class Standby:
         self.preload: tuple[str, ...] = ()
 
     def learn(self, imports: Sequence[str]) -> None:
-        """Note what the script of a job just started imports
-        (:func:`~tidal.launch.warm.script_imports`), for the next standby to import ahead."""
+        """Note what the script of a job just started imports (found by
+        :mod:`tidal.launch.script_imports`), for the next standby to import ahead."""
         if self.workers == 0:
             return
         self.preload = tuple(dict.fromkeys([*imports, *self.preload]))[:PRELOAD_MAX]

@@ -44,8 +44,9 @@ from tidal.launch.api import JobLaunch, JobStatus, WorkerState, WorkerStatus
 from tidal.launch.driver import GroupDriver
 from tidal.launch.file_modes import private_files
 from tidal.launch.limits import enforcement, format_bytes
+from tidal.launch.script_imports import script_imports
 from tidal.launch.slot_names import format_slots, status_slots
-from tidal.launch.warm import WarmSpawner, script_imports
+from tidal.launch.warm import WarmSpawner
 from tidal.launch.warm_plan import available_memory, plan_warm_pool, requested_pool
 from tidal.launch.worker import worker_spec
 from tidal.runtime.rendezvous import ReportQueue

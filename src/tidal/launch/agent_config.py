@@ -83,7 +83,7 @@ class AgentConfig:
     #: The first worker's number (a restarted agent continues after its predecessor's).
     first_worker_id: int = 0
     #: What the job's script imports at its top level, as the backend found it
-    #: (:func:`~tidal.launch.warm.script_imports`), for the job's warm interpreters to
+    #: (:func:`~tidal.launch.script_imports.script_imports`), for the job's warm interpreters to
     #: import ahead; ``None``: the agent reads the script itself.
     preload: list[str] | None = None
 

@@ -24,16 +24,14 @@ script first uses the GPU. An interpreter whose imports initialised CUDA ends in
 waiting (its worker then starts cold).
 
 The pool's interpreters also import, ahead, the installed packages the job's script
-imports at its top level (:func:`script_imports`: ``numpy``, ``sklearn.datasets``, ...),
-under the job's environment, so a taken interpreter skips those imports too. Modules
-beside the script (the user's own) are left to the script: importing them may do work.
+imports at its top level (``numpy``, ``sklearn.datasets``, ...: found by
+:mod:`tidal.launch.script_imports`), under the job's environment, so a taken interpreter
+skips those imports too.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import importlib.util
 import json
 import logging
 import os
@@ -58,7 +56,6 @@ __all__ = [
     "READY_LINE",
     "WarmSpawner",
     "main",
-    "script_imports",
     "warm_pool_size",
 ]
 
@@ -87,53 +84,6 @@ def warm_pool_size(env: Mapping[str, str]) -> int:
     Raises ``ValueError`` naming :data:`ENV_WARM_POOL` when it is not a whole number >= 0.
     """
     return requested_pool(env) or 0
-
-
-def _top_level_imports(tree: ast.Module) -> list[str]:
-    names: list[str] = []
-    # The module's own statements, and those under a top-level ``try``/``if`` (optional
-    # imports); nothing inside functions, which may never run.
-    pending: list[ast.stmt] = list(tree.body)
-    while pending:
-        node = pending.pop(0)
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.append(node.module)
-        elif isinstance(node, (ast.Try, ast.If)):
-            pending.extend(node.body)
-    return names
-
-
-def script_imports(argv: Sequence[str], working_dir: Path | None = None) -> list[str]:
-    """The installed modules a ``python script.py`` command's script imports at its top
-    level, in order, for the pool to import ahead (empty for any other command, or a
-    script that cannot be read or parsed). A script named relative to the job's
-    ``working_dir`` is read there. Modules found beside the script are left out."""
-    if len(argv) < 2 or not argv[1].endswith(".py"):
-        return []
-    script = Path(argv[1])
-    if working_dir is not None and not script.is_absolute():
-        script = working_dir / script
-    try:
-        tree = ast.parse(script.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return []
-    folder = script.resolve().parent
-    found: list[str] = []
-    for name in _top_level_imports(tree):
-        top = name.partition(".")[0]
-        if name in found or top == "__future__":
-            continue
-        if (folder / f"{top}.py").exists() or (folder / top).is_dir():
-            continue  # the user's own module
-        try:
-            installed = importlib.util.find_spec(top) is not None
-        except (ImportError, ValueError):
-            installed = False
-        if installed:
-            found.append(name)
-    return found
 
 
 class WarmSpawner:
