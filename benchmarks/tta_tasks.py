@@ -85,7 +85,8 @@ def _digits() -> Task:
     # 1,437 training samples: checked every 256, or the best runs' few epochs would be
     # measured to the nearest 0.7 epoch.
     fixed = (8, 16, 32, 64, 128)
-    return Task("digits", train.tensors, test.tensors, build, 0.96, fixed, 40, 256)
+    (x, y), (x_test, y_test) = train.tensors, test.tensors
+    return Task("digits", (x, y), (x_test, y_test), build, 0.96, fixed, 40, 256)
 
 
 def _teacher() -> Task:
