@@ -91,3 +91,17 @@ def test_a_taken_interpreter_does_not_wait_for_its_turn(tmp_path: Path) -> None:
             spawner.close()
     assert json.loads(lines[0]) == ["--x"]
     assert READY_LINE not in "".join(lines)
+
+
+def test_a_pool_handed_to_a_job_imports_without_turns(tmp_path: Path) -> None:
+    # What a standby does once it is handed a job: its interpreters are the job's pool.
+    turns = ImportTurns(tmp_path / "turns", 1)
+    turns.folder.mkdir()
+    with holding(turns.folder / "turn-0.lock"):
+        spawner = WarmSpawner(2, refill=False, turns=turns)
+        try:
+            assert spawner.wait_warm(1) == 0
+            spawner.end_turns()
+            assert spawner.wait_warm(120) == 2  # the turn is still held here
+        finally:
+            spawner.close()

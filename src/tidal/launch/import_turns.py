@@ -9,8 +9,8 @@ dies) while it imports, so at most ``count`` import at a time.
 
 Turns are for interpreters nobody waits for yet. One that is handed a worker while it
 waits for its turn goes ahead at once: its worker would otherwise wait behind spares. So
-do those of a standby's pool once the job it took trains (the pool is the job's then, and
-a job's own pool imports without turns): :meth:`~tidal.launch.warm.WarmSpawner.keep`
+do those of a standby's pool once it is handed a job (the pool is the job's then, and a
+job's own pool imports without turns): :meth:`~tidal.launch.warm.WarmSpawner.end_turns`
 tells them to.
 """
 

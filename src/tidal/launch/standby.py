@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         if not line:
             pool.close()  # no job will come: the backend closed, or its server died
             return 0
+        # Its interpreters are the job's now: those its first workers do not take are the
+        # job's pool for its next newcomer, which may come seconds after it trains.
+        pool.end_turns()
         config = AgentConfig.from_json(Path(line).read_text())
         _move_output(agent_log(args.state_dir, config.job_id))
         log.info("job=%s: started by a standby agent with a warm pool", config.job_id)

@@ -254,6 +254,20 @@ class WarmSpawner:
                     # What its imports printed before any worker was in it.
                     log.debug("warm interpreter pid=%d: %s", process.pid, text)
 
+    def end_turns(self) -> None:
+        """From now on the pool's interpreters import without turns; those waiting for
+        one go ahead."""
+        with self._lock:
+            self._end_turns()
+
+    def _end_turns(self) -> None:
+        if self._turns is None:
+            return
+        self._turns = None
+        for process in self._ready:
+            if process.pid not in self._warm:
+                _tell(process, GO_LINE)
+
     def keep(self, size: int, *, preload: Sequence[str] = ()) -> None:
         """From now on keep ``size`` interpreters (0: close the pool), refilled as they
         are taken: the excess ready ones end, missing ones start, importing ``preload``."""
@@ -266,13 +280,9 @@ class WarmSpawner:
             self.size, self.preload = size, tuple(preload)
             self._filled = self._refill = True
             excess, self._ready = self._ready[size:], self._ready[:size]
-            if self._turns is not None:
-                # The pool is the job's now: what it keeps imports at once, as a job's
-                # own pool does, and those still waiting for a turn go ahead.
-                self._turns = None
-                for process in self._ready:
-                    if process.pid not in self._warm:
-                        _tell(process, GO_LINE)
+            # The pool is the job's now: what it keeps imports at once, as a job's own
+            # pool does, and those still waiting for a turn go ahead.
+            self._end_turns()
             self._warm.difference_update(p.pid for p in excess)
             self._ready.extend(self._start_one() for _ in range(size - len(self._ready)))
         for process in excess:
