@@ -104,8 +104,8 @@ class WarmSpawner:
         and ``preload`` under this environment plus ``env`` (the job's); start them now,
         or with ``fill=False`` at :meth:`fill`. With ``refill=False`` a taken one is not
         replaced until :meth:`keep` is called (a job's start is not slowed by it). With
-        ``turns``, the interpreters started before :meth:`keep` import in turns
-        (:mod:`tidal.launch.import_turns`)."""
+        ``turns``, its interpreters import in turns (:mod:`tidal.launch.import_turns`)
+        until :meth:`end_turns` or :meth:`keep`."""
         if size < 1:
             raise ValueError(f"size: expected at least 1 interpreter, got {size}")
         self.size = size
