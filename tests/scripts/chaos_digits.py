@@ -11,11 +11,8 @@ import os
 import time
 
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
+from digits_split import digits_split
 from torch import nn
-from torch.utils.data import TensorDataset
 
 import tidal
 
@@ -30,14 +27,7 @@ def main() -> None:
 
     ctx = tidal.init()
     torch.manual_seed(0)
-    x, y = load_digits(return_X_y=True)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=0.2, random_state=0, stratify=y
-    )
-    scaler = StandardScaler().fit(x_train)
-    train = TensorDataset(
-        torch.tensor(scaler.transform(x_train), dtype=torch.float32), torch.tensor(y_train)
-    )
+    train, x_test, y_test = digits_split(0)
     model = tidal.ElasticDataParallel(
         nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
     )
@@ -55,8 +45,7 @@ def main() -> None:
                 time.sleep(args.held_delay)
     if ctx.rank == 0:
         with torch.no_grad():
-            test_x = torch.tensor(scaler.transform(x_test), dtype=torch.float32)
-            accuracy = (model.module(test_x).argmax(1) == torch.tensor(y_test)).float().mean()
+            accuracy = (model.module(x_test).argmax(1) == y_test).float().mean()
         with open(args.result, "w") as fh:
             json.dump({"accuracy": accuracy.item(), "steps": state.global_step}, fh)
 

@@ -14,11 +14,8 @@ import json
 import time
 
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
+from digits_split import digits_split
 from torch import nn
-from torch.utils.data import TensorDataset
 
 import tidal
 
@@ -34,14 +31,7 @@ def main() -> None:
 
     ctx = tidal.init()
     torch.manual_seed(0)
-    x, y = load_digits(return_X_y=True)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=0.2, random_state=0, stratify=y
-    )
-    scaler = StandardScaler().fit(x_train)
-    train = TensorDataset(
-        torch.tensor(scaler.transform(x_train), dtype=torch.float32), torch.tensor(y_train)
-    )
+    train, x_test, y_test = digits_split(0)
     model = tidal.ElasticDataParallel(
         nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     )
@@ -73,8 +63,7 @@ def main() -> None:
 
     if ctx.rank == 0:
         with torch.no_grad():
-            inputs = torch.tensor(scaler.transform(x_test), dtype=torch.float32)
-            accuracy = (model.module(inputs).argmax(1) == torch.tensor(y_test)).float().mean()
+            accuracy = (model.module(x_test).argmax(1) == y_test).float().mean()
         with open(args.result, "w") as fh:
             json.dump(
                 {"accuracy": accuracy.item(), "steps": state.global_step, "epochs": epochs}, fh
