@@ -33,8 +33,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-# The fast subset, one test process per core; `make test` stays serial (its multi-process
-# suites time recoveries and would share the cores with each other).
+# The fast subset, one test process per core. `make test` runs it so too, then the slow
+# multi-process suites one at a time: they time recoveries and would share the cores with
+# each other.
 test-quick: $(STAMP)
 	$(VENV)/bin/pytest -q -m "not slow" -n auto
 
@@ -55,7 +56,8 @@ mpi:
 	command -v mpirun >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openmpi-bin)
 
 test: lint typecheck browser postgres mpi
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -m "not slow" -n auto
+	$(VENV)/bin/pytest -q -m slow
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
