@@ -8,7 +8,6 @@ throughput model; the policy must end up giving ``scales`` more slots than ``fla
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -61,9 +60,21 @@ def test_goodput_policy_gives_more_slots_to_the_job_that_scales(tmp_path: Path) 
                 )
 
             until(settled, 240, "more slots for the job that scales")
-            # And it stays so: the decision rests on both jobs' measured models.
-            time.sleep(10)
+            # And it stays so while both jobs report anew: the decision rests on their
+            # measured models, and the policy plans again on each report.
+            moves = len(client.allocations())
+            seen: dict[str, set[int]] = {scales: set(), flat: set()}
+
+            def reported_anew() -> bool:
+                for job, steps in seen.items():
+                    report = client.get(job).goodput
+                    if report is not None:
+                        steps.add(int(report["step"]))
+                return all(len(steps) > 3 for steps in seen.values())
+
+            until(reported_anew, 120, "three new reports of each job")
             assert settled(), (client.get(scales).workers, client.get(flat).workers)
+            assert len(client.allocations()) == moves, client.allocations()[moves:]
             views = {name: client.get(job) for name, job in (("scales", scales), ("flat", flat))}
             for job in (scales, flat):
                 client.cancel(job)
