@@ -61,7 +61,7 @@ def test_goodput_policy_gives_more_slots_to_the_job_that_scales(tmp_path: Path) 
 
             until(settled, 240, "more slots for the job that scales")
             # And it stays so while both jobs report anew: the decision rests on their
-            # measured models, and the policy plans again on each report.
+            # measured models, and the policy plans with the newest ones.
             moves = len(client.allocations())
             seen: dict[str, set[int]] = {scales: set(), flat: set()}
 
