@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # The GPU check, in one unattended run of at most ~8.5 minutes: the machine (nvidia-smi), the
-# versions of torch, CUDA and NCCL, the tests marked `gpu` (pytest -m gpu tests/runtime), a
-# new worker's first step (benchmarks/first_step.py), then benchmarks/gpu_overhead.py
-# within the time left. See "GPU" in docs/benchmarks.md.
+# versions of torch, CUDA and NCCL, the tests marked `gpu` (pytest -m gpu tests/runtime),
+# benchmarks/gpu_overhead.py within the time left, then a new worker's first step
+# (benchmarks/first_step.py) and, if asked for, a profile. See "GPU" in docs/benchmarks.md.
 #
 #   benchmarks/gpu_check.sh          # on a machine with an NVIDIA GPU
 #   benchmarks/gpu_check.sh --cpu    # anywhere: the tests skip, the benchmark runs --quick
 #
-# Writes gpu_check.log (everything printed), first_step.json, gpu_overhead.json and
+# Writes gpu_check.log (everything printed), gpu_overhead.json, first_step.json and
 # gpu_logs.tar.gz (each run's log, the tests' work folders) into $OUT, or into a new
 # folder under /tmp. Knobs
 # (environment): PYTHON (python3), GPU_CHECK_SECONDS (500: the whole script),
 # GPU_TEST_SECONDS (210: the tests; 0 skips them), GPU_TEST_TIMEOUT (150: one test),
 # GPU_BENCH_ARGS (more options for gpu_overhead.py, e.g. "--models mlp-2m,mlp-50m"),
-# GPU_PROFILE_MODEL (mlp-2m: the model whose steps are profiled at the end; empty: none).
+# GPU_PROFILE_MODEL (empty: no profile; a model, e.g. mlp-2m: a cProfile of its DDP and
+# tidal steps at the end, about 75 s).
 set -u -o pipefail
 
 cd "$(dirname "$0")/.."
@@ -96,19 +97,14 @@ EOF
         echo "pytest exit status: $tests"
     fi
 
-    # A new worker's first step, cold and from a warm interpreter: what the CUDA context
-    # adds to a warm start (about 30 s on a GPU host).
-    section "first step of a new worker: first_step.py --device $DEVICE"
-    timeout -s INT -k 10 90 "$PY" benchmarks/first_step.py --device "$DEVICE" --trials 3 \
-        --json "$OUT/first_step.json"
-    echo "first_step exit status: $?"
-
-    # Time kept for the profile at the end.
-    local reserve=0
-    [ "$DEVICE" = cuda ] && [ -n "${GPU_PROFILE_MODEL-mlp-2m}" ] && reserve=75
+    # Time kept for the first-step benchmark (about 60 s on a GPU host) and the profile
+    # after it.
+    local reserve=70
+    [ "$DEVICE" = cuda ] && [ -n "${GPU_PROFILE_MODEL:-}" ] && reserve=145
     local left=$((TOTAL - SECONDS - 15 - reserve))
     [ "$left" -lt 90 ] && left=90
-    # The budget leaves room for one model's runs (about 30 s on a GPU) to finish.
+    # The budget leaves room for one model's runs (45-50 s on an H200) to finish; the first
+    # trial runs whatever the budget (about 190 s for the four models on an H200).
     local budget=$((left - 45))
     [ "$budget" -lt 60 ] && budget=60
     local quick=()
@@ -121,9 +117,16 @@ EOF
     local bench=$?
     echo "benchmark exit status: $bench"
 
+    # A new worker's first step, cold and from a warm interpreter: what the CUDA context
+    # adds to a warm start (about 30 s on a GPU host).
+    section "first step of a new worker: first_step.py --device $DEVICE"
+    timeout -s INT -k 10 90 "$PY" benchmarks/first_step.py --device "$DEVICE" --trials 3 \
+        --json "$OUT/first_step.json"
+    echo "first_step exit status: $?"
+
     # Where the host time of a launch-bound step goes: a cProfile of DDP's and tidal's
     # timed steps (about 30 s), into $OUT/profile_{ddp,tidal}.txt.
-    local model=${GPU_PROFILE_MODEL-mlp-2m}
+    local model=${GPU_PROFILE_MODEL:-}
     if [ "$DEVICE" = cuda ] && [ -n "$model" ] && [ $((TOTAL - SECONDS)) -gt 45 ]; then
         section "profile: $model, DDP and tidal (gpu_worker.py --profile)"
         local worker=(benchmarks/gpu_worker.py --model "$model" --device cuda)
