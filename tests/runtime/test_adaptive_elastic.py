@@ -108,7 +108,8 @@ def test_batch_decisions_agree_and_survive_rescale(launches: list[Launch], tmp_p
     assert all(b >= a for a, b in itertools.pairwise(samples)), samples
     progress = [g[0]["progress"] for g in history.values()]
     assert all(b > a for a, b in itertools.pairwise(progress))
-    assert {r["gradient_sync"] for g in history.values() for r in g} == {"guarded"}
+    # The statistics are read in the hook, alone too (where it skips the collective).
+    assert {r["gradient_sync"] for g in history.values() for r in g} == {"hook"}
     assert "restarts: 0" in launch.output(), launch.output()
 
 

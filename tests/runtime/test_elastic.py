@@ -65,11 +65,13 @@ def _run(
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Final parameters of a run fixed at 2 workers."""
+    """Final parameters of a run fixed at 2 workers, its gradients weighted and summed by
+    the hook: a mechanism of its own, against which DDP's average (with the output
+    scaling where shares are uneven) is checked by the runs below."""
     tmp = tmp_path_factory.mktemp("reference")
     started: list[Launch] = []
     try:
-        launch, out = _run(started, tmp, "fixed", "2:2")
+        launch, out = _run(started, tmp, "fixed", "2:2", env={"TIDAL_GRADIENT_SYNC": "hook"})
         assert launch.finish(timeout=180) == 0, launch.output()
     finally:
         for item in started:
@@ -77,8 +79,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     history = final_history(steps(out))
     assert len(history) == STEPS
     assert {r["world"] for g in history.values() for r in g} == {2}
-    # On gloo the default is the guarded hook.
-    assert {r["gradient_sync"] for g in history.values() for r in g} == {"guarded"}
+    assert {r["gradient_sync"] for g in history.values() for r in g} == {"hook"}
     return out / "final.pt"
 
 
@@ -106,8 +107,8 @@ def test_resized_run_matches_fixed_run(
     # intermediate sizes; the planned sizes must all be visited, in order.
     planned = iter(visited)
     assert all(size in planned for size in (2, 4, 1, 3)), visited
-    # Alone, a worker trains without DDP (nothing to all-reduce); in a group, DDP with
-    # the guarded hook (gloo).
+    # Alone, a worker trains without DDP (nothing to all-reduce); in a group, on gloo, DDP
+    # over the guarded group.
     syncs = {(r["world"] == 1, r["gradient_sync"]) for g in history.values() for r in g}
     assert syncs == {(True, "alone"), (False, "guarded")}, syncs
     assert_ranks_agree(history)  # newcomers hold the survivors' parameters at every step
@@ -119,8 +120,13 @@ def test_resized_run_matches_fixed_run(
 def test_micro_batches_match_fixed_run(
     launches: list[Launch], tmp_path: Path, reference: Path
 ) -> None:
+    """3 workers split each batch of 64 as 21/21/22, in micro-batches of 7: DDP's average
+    over the guarded group, the shares weighted on the model's output, ends where the
+    hook's run at 2 workers does."""
     launch, out = _run(launches, tmp_path, "micro", "3:3", script_args=("--micro-batch-size", "7"))
     assert launch.finish(timeout=180) == 0, launch.output()
+    history = final_history(steps(out))
+    assert {r["gradient_sync"] for g in history.values() for r in g} == {"guarded"}
     assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
 
 
@@ -129,7 +135,7 @@ def test_native_allreduce_with_uneven_shares_matches_fixed_run(
 ) -> None:
     """DDP's own all-reduce (what NCCL jobs use) with the share weighting on the model's
     output: 3 workers split each batch of 64 as 21/21/22, in micro-batches of 7, and end
-    where the guarded hook's run at 2 workers does."""
+    where the hook's run at 2 workers does."""
     launch, out = _run(
         launches,
         tmp_path,
@@ -279,6 +285,41 @@ def test_peer_lost_before_ddp_settles_its_buckets_leaves_the_survivor_training(
     assert "no survivor" not in output, output
     assert [line for line in output.splitlines() if "failed: w0 " in line] == [], output
     assert {r["worker"] for r in history[STEPS]} >= {"w0"}, history[STEPS]
+
+
+def test_a_peer_killed_while_the_others_all_reduce_leaves_them_training(
+    launches: list[Launch], tmp_path: Path, reference: Path
+) -> None:
+    # Rank 1 SIGKILLs itself after step 20's forward, while ranks 0 and 2 already wait
+    # for its gradients inside DDP's all-reduce (in backward()). The failure guard must
+    # release them: the step is dropped and redone at 2 workers, neither survivor fails
+    # (unguarded, gloo's error raises out of backward() and each survivor dies with it).
+    killed_in = 20
+    launch, out = _run(
+        launches,
+        tmp_path,
+        "in-backward",
+        "1:3",
+        "--initial",
+        "3",
+        script_args=("--rank1-dies-in-backward", str(killed_in)),
+    )
+    assert launch.finish(timeout=240) == 0, launch.output()
+    output = launch.output()
+    records = steps(out)
+    history = final_history(records)
+    assert sorted(history) == list(range(1, STEPS + 1))
+    assert_ranks_agree(history)
+    assert_each_sample_once(history, DIGITS)
+    assert max_relative_difference(out / "final.pt", reference) < TOLERANCE
+    victim = next(r["worker"] for r in records if r["rank"] == 1 and r["step"] == killed_in - 1)
+    survivors = {r["worker"] for r in records if r["gen"] == 0} - {victim}
+    assert len(survivors) == 2, survivors
+    # The launcher's events: only the victim failed.
+    failed = [line for line in output.splitlines() if "tidal failed: " in line]
+    assert failed and all(f"tidal failed: {victim} " in line for line in failed), output
+    assert "no survivor" not in output, output
+    assert {r["worker"] for r in history[killed_in]} >= survivors, history[killed_in]
 
 
 def test_a_step_committed_by_one_survivor_is_adopted_not_redone(

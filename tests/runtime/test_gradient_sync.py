@@ -1,30 +1,35 @@
-"""Which all-reduce serves a job's gradients: DDP's own on NCCL, the guarded hook on gloo
-and whenever the adaptive batch size reads the gradient's statistics."""
+"""Which all-reduce serves a job's gradients: DDP's own on NCCL, DDP's own behind the
+guarded group on gloo (CPU tensors), the hook whenever the adaptive batch size reads the
+gradient's statistics."""
 
 from __future__ import annotations
 
 import pytest
 
 from tidal.runtime.env import ConfigError, RuntimeConfig
-from tidal.runtime.parallel import native_allreduce
+from tidal.runtime.parallel import choose_gradient_sync
 
 
 @pytest.mark.parametrize(
-    ("setting", "backend", "measuring", "native"),
+    ("setting", "backend", "device", "measuring", "sync"),
     [
-        ("auto", "nccl", False, True),
-        ("auto", "gloo", False, False),
-        ("auto", "nccl", True, False),
-        ("native", "gloo", False, True),
-        ("native", "nccl", True, False),
-        ("guarded", "nccl", False, False),
-        ("guarded", "gloo", False, False),
+        ("auto", "nccl", "cuda", False, "native"),
+        ("auto", "gloo", "cpu", False, "guarded"),
+        ("auto", "gloo", "cuda", False, "hook"),
+        ("auto", "nccl", "cuda", True, "hook"),
+        ("auto", "gloo", "cpu", True, "hook"),
+        ("native", "gloo", "cpu", False, "native"),
+        ("native", "nccl", "cuda", True, "hook"),
+        ("guarded", "gloo", "cpu", False, "guarded"),
+        ("guarded", "nccl", "cuda", False, "hook"),
+        ("hook", "gloo", "cpu", False, "hook"),
+        ("hook", "nccl", "cuda", False, "hook"),
     ],
 )
-def test_native_allreduce_where_the_guard_buys_nothing(
-    setting: str, backend: str, measuring: bool, native: bool
+def test_each_setting_and_backend_takes_its_gradient_sync(
+    setting: str, backend: str, device: str, measuring: bool, sync: str
 ) -> None:
-    assert native_allreduce(setting, backend, measuring=measuring) is native
+    assert choose_gradient_sync(setting, backend, device, measuring=measuring) == sync
 
 
 def test_the_setting_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,6 +37,8 @@ def test_the_setting_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     assert RuntimeConfig.from_env().gradient_sync == "auto"
     monkeypatch.setenv("TIDAL_GRADIENT_SYNC", "native")
     assert RuntimeConfig.from_env().gradient_sync == "native"
+    monkeypatch.setenv("TIDAL_GRADIENT_SYNC", "hook")
+    assert RuntimeConfig.from_env().gradient_sync == "hook"
 
 
 def test_a_wrong_setting_names_the_variable_and_the_choices(

@@ -28,9 +28,9 @@ from torch.utils.data import TensorDataset
 import tidal
 
 #: Collectives of a process group, counted (they are passed through unchanged): the
-#: methods every ``torch.distributed`` function calls, which the gradient hook also calls
-#: directly. The control channel is a bare gloo backend, not a ``ProcessGroup``: its
-#: collectives are not counted.
+#: methods every ``torch.distributed`` function calls, which the gradient hook and the
+#: guarded group (what DDP runs over on gloo) also call directly. The control channel is a
+#: bare gloo backend, not a ``ProcessGroup``: its collectives are not counted.
 _COUNTED = ("allreduce", "broadcast", "allgather", "_allgather_base", "barrier")
 calls = {"count": 0}
 

@@ -108,6 +108,13 @@ def main() -> None:
         "the other ranks reach theirs once it is gone (step 2: DDP's bucket rebuild)",
     )
     parser.add_argument(
+        "--rank1-dies-in-backward",
+        type=int,
+        default=0,
+        help="in the first generation, rank 1 SIGKILLs itself 1 s after this step's forward, "
+        "while the other ranks wait for its gradients in the all-reduce",
+    )
+    parser.add_argument(
         "--rank0-misses-the-step",
         action="store_true",
         help="with --rank1-dies-after-step: rank 0 hears of the failure before its optimizer "
@@ -166,11 +173,17 @@ def main() -> None:
                 if rank == 1:
                     os.kill(os.getpid(), signal.SIGKILL)
                 time.sleep(0.5)  # not a wait for an event: the kill lands either way
+            dies_in_backward = (
+                state.global_step + 1 == args.rank1_dies_in_backward and gen == 0 and rank == 1
+            )
             optimizer.zero_grad()
             for xb, yb in loader.micro_batches(batch):
                 loss = loss_fn(model(xb), yb)
                 if args.step_delay:
                     time.sleep(args.step_delay)  # so a kill lands mid-step
+                if dies_in_backward:
+                    time.sleep(1.0)  # the others are in the all-reduce by then
+                    os.kill(os.getpid(), signal.SIGKILL)
                 loss.backward()
             before = [p.detach().clone() for p in model.parameters()]
             dying = state.global_step + 1 == args.rank1_dies_after_step and world > 1

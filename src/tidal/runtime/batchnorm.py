@@ -11,9 +11,9 @@ updates its running statistics with them, exactly as one worker computing the wh
 Unlike ``torch.nn.SyncBatchNorm`` it captures no process group: each call uses the group
 of the generation the worker is in, so it keeps working across rescales. Its collectives
 go through the failure guard (a dead peer makes it fall back to local statistics at once;
-the step is then dropped and redone), and its backward pass weights each rank's share of
-the statistics' gradient like the gradient hook does (``n_r / B``), so uneven shares give
-the gradient of the global batch's mean loss.
+the step is then dropped and redone), and its backward pass sums the statistics' gradient
+over the ranks, weighted as the parameters' gradients are (see :class:`_SumOverRanks`), so
+uneven shares give the gradient of the global batch's mean loss.
 """
 
 from __future__ import annotations
@@ -30,10 +30,13 @@ from tidal.runtime.context import WorkerContext
 class _SumOverRanks(torch.autograd.Function):
     """All-reduce (sum) of per-rank statistics, differentiable.
 
-    The global loss is ``sum_r w_r L_r`` (``w_r = n_r / B``) while each rank's autograd
-    holds the gradient of its own ``L_r`` and the gradient hook multiplies parameter
-    gradients by ``w_r`` afterwards. So the gradient reaching rank ``r``'s statistics is
-    ``sum_q w_q dL_q/dS`` divided by ``w_r``."""
+    The global loss is ``sum_r w_r L_r`` (``w_r = n_r / B``). Where the gradient hook
+    multiplies each rank's parameter gradients by ``w_r`` after its backward pass
+    (``weight`` is ``w_r``), the gradient reaching rank ``r``'s statistics must be
+    ``sum_q w_q dL_q/dS`` divided by ``w_r``. Where DDP averages instead, each rank's
+    output gradient is already scaled by ``w_r · W`` (``weight`` is 1): the plain sum of
+    what reaches the ranks' statistics is ``W · sum_q w_q dL_q/dS``, which DDP's average
+    divides by ``W``."""
 
     @staticmethod
     def forward(ctx: Any, local: torch.Tensor, context: WorkerContext, weight: float) -> Any:
@@ -64,7 +67,9 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
     def __init__(self, num_features: int, context: WorkerContext, **kwargs: Any) -> None:
         super().__init__(num_features, **kwargs)
         self._context = context
-        #: This rank's share of the global batch (set by ElasticDataParallel each step).
+        #: The weight of this rank's statistics' gradient (:class:`_SumOverRanks`): its
+        #: share of the global batch under the gradient hook, else 1 (set by
+        #: ElasticDataParallel before each forward).
         self.share = 1.0
 
     def _check_input_dim(self, input: torch.Tensor) -> None:

@@ -19,10 +19,10 @@ ENV_CHECKPOINT_EVERY_SECONDS = "TIDAL_CHECKPOINT_EVERY_SECONDS"
 ENV_TIMEOUT = "TIDAL_TIMEOUT"
 ENV_SYNC_EVERY = "TIDAL_SYNC_EVERY"
 ENV_BACKEND = "TIDAL_BACKEND"
-#: How gradients are all-reduced: ``auto`` (the default), ``native`` or ``guarded`` (see
-#: :func:`tidal.runtime.parallel.native_allreduce`).
+#: How gradients are all-reduced: ``auto`` (the default), ``native``, ``guarded`` or
+#: ``hook`` (see :func:`tidal.runtime.parallel.choose_gradient_sync`).
 ENV_GRADIENT_SYNC = "TIDAL_GRADIENT_SYNC"
-GRADIENT_SYNC_MODES = ("auto", "native", "guarded")
+GRADIENT_SYNC_MODES = ("auto", "native", "guarded", "hook")
 #: A job's parameters, a JSON object (name → value), and the location (a path or a URL)
 #: of the dataset it trains on: what ``tidal.params()`` reads.
 ENV_PARAMS = "TIDAL_PARAMS"

@@ -1,20 +1,24 @@
 """Data parallelism that survives membership changes.
 
 :class:`ElasticDataParallel` wraps the user's module and rebuilds a
-``DistributedDataParallel`` for each generation's process group. Its gradient hook does two
-things DDP's default cannot:
+``DistributedDataParallel`` for each generation's process group. Two things DDP's default
+does not do, and how each generation does them (:func:`choose_gradient_sync`):
 
-* weights each rank's gradient by its share of the global batch (``n_r / B``) and sums, so
-  the result is the gradient of the mean over the global batch even when the batch does not
-  split evenly over the workers: the math does not depend on the number of workers;
-* routes every all-reduce through the context's failure guard, so a dead peer makes
+* the result is the gradient of the mean over the global batch even when the batch does
+  not split evenly over the workers: DDP averages over the world, and a rank whose share
+  is not ``1/W`` has its module output's gradient scaled by ``local · W / global``;
+* every all-reduce goes through the context's failure guard, so a dead peer makes
   ``backward()`` return promptly (the step is then dropped and redone) instead of raising
-  inside the user's loop or hanging until the timeout.
+  inside the user's loop or hanging until the timeout. On gloo, DDP runs over a
+  :class:`~tidal.runtime.guarded_group.GuardedGroup`, whose all-reduce hands DDP the
+  guard's future (``guarded``). On NCCL the guard has nothing to cut short (an NCCL
+  all-reduce's future is complete once it is launched): DDP all-reduces over the
+  generation's own group (``native``).
 
-On NCCL neither needs the hook (:func:`native_allreduce`): an NCCL all-reduce's future is
-complete once it is launched, so the guard has nothing to cut short there, and the share
-weighting moves onto the module's output. DDP then all-reduces with its own C++ code and
-a step's backward pass runs no Python at all, as plain DDP's does.
+Either way DDP's C++ reducer does the work and a step's backward pass runs little or no
+Python. The Python hook (``hook``: it weights each rank's bucket by ``n_r / B``, sums and
+guards) is kept for what only it can do: read the gradient's statistics for the adaptive
+batch size, and CUDA tensors on gloo.
 
 Alone (a generation of one worker) there is nothing to all-reduce: the module runs
 without DDP, as in a plain training loop, unless the adaptive batch size measures its
@@ -36,6 +40,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tidal.runtime.batchnorm import GlobalBatchNorm, convert_batchnorm
 from tidal.runtime.context import WorkerContext, current
 from tidal.runtime.gradient_noise import GradientRecorder
+from tidal.runtime.guarded_group import GuardedGroup
 from tidal.runtime.sample_rng import per_sample_dropout
 
 # Buffers are synchronised at membership changes only (the state broadcast). torch 2.13
@@ -47,17 +52,24 @@ _NO_BUFFER_SYNC = (
 )
 
 
-def native_allreduce(setting: str, backend: str, *, measuring: bool) -> bool:
-    """Whether DDP's own all-reduce serves the gradients, with no Python comm hook.
+def choose_gradient_sync(setting: str, backend: str, device: str, *, measuring: bool) -> str:
+    """How a generation with peers all-reduces its gradients: ``native`` (DDP's own
+    all-reduce over the generation's group), ``guarded`` (DDP's own all-reduce over a
+    :class:`GuardedGroup`) or ``hook`` (the weighting, guarded Python hook).
 
-    ``setting`` is ``TIDAL_GRADIENT_SYNC``: ``auto`` takes the native path on ``nccl``
-    only. On gloo the guarded hook is what lets a survivor stop waiting on a dead peer
-    within one watcher poll; ``native`` there trades that for speed (a lost peer then
-    makes ``backward()`` raise after the timeout). ``measuring``: the adaptive batch size
-    reads the gradient's statistics in the hook, so it is needed whatever the setting."""
-    if measuring or setting == "guarded":
-        return False
-    return setting == "native" or backend == "nccl"
+    ``setting`` is ``TIDAL_GRADIENT_SYNC``. ``auto`` guards where a guard helps: on gloo,
+    a survivor then stops waiting on a dead peer within one watcher poll; on ``nccl``
+    nothing waits on the host, so DDP's group serves as it is. ``native`` on gloo gives up
+    the guard (a lost peer then makes ``backward()`` raise) to save one Python call per
+    bucket. ``device`` is the tensors' device type: the
+    guarded group serves CPU tensors only, so gloo on GPUs takes the hook. ``measuring``:
+    the adaptive batch size reads the gradient's statistics in the hook, so it is needed
+    whatever the setting."""
+    if measuring or setting == "hook":
+        return "hook"
+    if setting == "native" or (setting == "auto" and backend == "nccl"):
+        return "native"
+    return "guarded" if device == "cpu" and backend == "gloo" else "hook"
 
 
 class _HookState:
@@ -160,8 +172,8 @@ class ElasticDataParallel(nn.Module):
         }
         self._hook_state = _HookState(self._context)
         self._ddp: DistributedDataParallel | None = None
-        #: Whether the current DDP all-reduces natively (:func:`native_allreduce`).
-        self._native = False
+        #: How the current DDP all-reduces (:func:`choose_gradient_sync`).
+        self._sync: str | None = None
         #: Whether this generation runs the module without DDP (a world of one).
         self._alone = False
         #: This rank's share of the global batch as (local, global) samples.
@@ -174,7 +186,8 @@ class ElasticDataParallel(nn.Module):
     def rebuild(self) -> None:
         """Bind to the context's current process group (called on each generation)."""
         self._ddp = None
-        self._native = self._alone = False
+        self._sync = None
+        self._alone = False
         if not self._context.is_member:
             return
         measuring = self._hook_state.recorder is not None
@@ -184,30 +197,34 @@ class ElasticDataParallel(nn.Module):
             # newcomer builds DDP again.
             self._alone = True
             return
+        sync = choose_gradient_sync(
+            self._context.config.gradient_sync,
+            self._context.backend,
+            self._context.device.type,
+            measuring=measuring,
+        )
+        group = self._context.group
+        assert group is not None
         self._ddp = DistributedDataParallel(
             self.module,
             device_ids=[self._context.device.index]
             if self._context.device.type == "cuda"
             else None,
+            process_group=GuardedGroup(group, self._context) if sync == "guarded" else group,
             init_sync=False,  # the state broadcast already made every rank equal
             **self._ddp_options,
         )
-        self._native = native_allreduce(
-            self._context.config.gradient_sync, self._context.backend, measuring=measuring
-        )
-        if not self._native:
+        self._sync = sync
+        if sync == "hook":
             self._ddp.register_comm_hook(self._hook_state, _weighted_allreduce)
 
     @property
     def gradient_sync(self) -> str | None:
         """How this generation all-reduces gradients: ``native`` (DDP's own all-reduce),
-        ``guarded`` (the weighting, failure-guarded hook), ``alone`` (a world of one: no
-        DDP, nothing to all-reduce), ``None`` outside a group."""
-        if self._alone:
-            return "alone"
-        if self._ddp is None:
-            return None
-        return "native" if self._native else "guarded"
+        ``guarded`` (DDP's own all-reduce behind the failure guard), ``hook`` (the
+        weighting, guarded Python hook), ``alone`` (a world of one: no DDP, nothing to
+        all-reduce), ``None`` outside a group."""
+        return "alone" if self._alone else self._sync
 
     def release(self) -> None:
         """Drop the DDP wrapper, so the old process group has no holder left."""
@@ -221,13 +238,11 @@ class ElasticDataParallel(nn.Module):
         """This rank computes ``local`` of the step's ``global_`` samples."""
         self._hook_state.weight = local / global_ if global_ else 0.0
         self._share = (local, global_)
-        for layer in self._batchnorms:
-            layer.share = self._hook_state.weight
 
     def set_recorder(self, recorder: GradientRecorder | None) -> None:
         """Measure gradient statistics in the hook (the adaptive batch size asks for it)."""
         self._hook_state.recorder = recorder
-        if recorder is not None and (self._native or self._alone):
+        if recorder is not None and self._sync != "hook":
             # The statistics are read in the hook, which a DDP registers before its first
             # backward only: rebuild it with the hook. Every rank of the generation does so
             # at the same step (the adaptive batch attaches at its first batch).
@@ -239,9 +254,15 @@ class ElasticDataParallel(nn.Module):
         ddp = self._ddp
         if ddp is not None and not self._buckets_agreed(ddp):
             ddp = None
+        # The statistics' gradient is weighted by the share where the hook weights the
+        # parameters' (n_r / B, summed); where DDP averages, the output's gradient already
+        # carries the share (below) and the plain sum over ranks is the global one.
+        share = self._hook_state.weight if self._sync == "hook" else 1.0
+        for layer in self._batchnorms:
+            layer.share = share
         out = ddp(*args, **kwargs) if ddp is not None else self.module(*args, **kwargs)
         weight = self._micro_weight
-        if ddp is not None and self._native:
+        if ddp is not None and self._sync != "hook":
             # DDP averages over the world; the share weighting the hook would apply
             # (local / global per rank, summed) is that average of local·W / global.
             local, global_ = self._share
