@@ -182,7 +182,10 @@ def main() -> None:
                 if args.step_delay:
                     time.sleep(args.step_delay)  # so a kill lands mid-step
                 if dies_in_backward:
-                    time.sleep(1.0)  # the others are in the all-reduce by then
+                    # Not a wait for an event: the others are in the all-reduce by then on
+                    # any machine but a starved one, where they learn of the death before
+                    # their collective instead (and the run must end the same).
+                    time.sleep(1.0)
                     os.kill(os.getpid(), signal.SIGKILL)
                 loss.backward()
             before = [p.detach().clone() for p in model.parameters()]

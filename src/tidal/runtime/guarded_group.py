@@ -3,13 +3,13 @@
 DDP built over :class:`GuardedGroup` all-reduces its gradient buckets with its own C++
 reducer, as plain DDP does: it averages while copying each gradient into its bucket, one
 pass over the gradients. A Python comm hook would get the bucket only after that copy, so
-weighting it there is a pass of its own (a few percent of a CPU step; see "CPU overhead" in
-docs/benchmarks.md). What the hook was needed for on gloo is the guard: a gloo collective
-blocked on a dead peer fails promptly only on the ranks wired to that peer, and DDP waits
-for its bucket's future inside ``backward()``. Here the group hands DDP the guard's future
-instead of the collective's, so a broken generation releases ``backward()`` within one
-watcher poll with the bucket as it was (the step is then dropped and redone), as the hook
-did.
+weighting it there is a pass of its own (a few percent of a CPU step; see "Steady-state
+overhead" in docs/benchmarks.md). What the hook was needed for on gloo is the guard: a gloo
+collective blocked on a dead peer fails promptly only on the ranks wired to that peer, and
+DDP waits for its bucket's future inside ``backward()``. Here the group hands DDP the
+guard's future instead of the collective's, so a broken generation releases
+``backward()`` within one watcher poll with the bucket as it was (the step is then
+dropped and redone), as the hook did.
 
 Only ``allreduce`` is guarded. The other collectives DDP issues (the bucket order's
 broadcast, the parameter shape check) are handed to the wrapped group as they are, and its

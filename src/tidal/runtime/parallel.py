@@ -28,8 +28,9 @@ gradients (then DDP runs with the hook, which skips the collective).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -270,7 +271,7 @@ class ElasticDataParallel(nn.Module):
             if global_ and local * world != global_:
                 weight *= local * world / global_
         if weight != 1.0 and torch.is_grad_enabled():
-            out = _scale_gradients(out, weight)
+            out = scale_output_gradients(out, weight)
         return out
 
     def _buckets_agreed(self, ddp: DistributedDataParallel) -> bool:
@@ -330,18 +331,32 @@ class ElasticDataParallel(nn.Module):
         return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
 
 
-def _scale_gradients(out: Any, weight: float) -> Any:
-    """Scale the gradient flowing back through every tensor of ``out`` by ``weight``.
+def scale_output_gradients(out: Any, weight: float) -> Any:
+    """Scale the gradient flowing back through every tensor of ``out`` by ``weight``;
+    return ``out`` as it is.
 
     Scaling the output's gradient scales every parameter's gradient by the same factor
-    (the chain rule is linear), which weights a micro-batch inside its local batch without
-    asking the user to rescale the loss."""
-    if isinstance(out, torch.Tensor):
-        if out.requires_grad:
-            out.register_hook(lambda g: g * weight)  # type: ignore[no-untyped-call]
-        return out
-    if isinstance(out, tuple | list):
-        return type(out)(_scale_gradients(o, weight) for o in out)
-    if isinstance(out, dict):
-        return {k: _scale_gradients(v, weight) for k, v in out.items()}
+    (the chain rule is linear), which weights a micro-batch inside its local batch, or a
+    rank's uneven share, without asking the user to rescale the loss. The hooks sit on the
+    tensors themselves, so the containers holding them (tuples, named tuples, lists,
+    mappings such as a model-output dict, dataclasses) are not rebuilt and keep their type;
+    a tensor found twice is scaled once."""
+    seen: set[int] = set()
+
+    def visit(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad and id(value) not in seen:
+                seen.add(id(value))
+                value.register_hook(lambda g: g * weight)  # type: ignore[no-untyped-call]
+        elif isinstance(value, tuple | list):
+            for item in value:
+                visit(item)
+        elif isinstance(value, Mapping):
+            for item in value.values():
+                visit(item)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for field in dataclasses.fields(value):
+                visit(getattr(value, field.name))
+
+    visit(out)
     return out
